@@ -40,8 +40,8 @@ class TorchOps:
     def compute(self, x):  # fp32 compute copy
         return x.to(self.fw.float32)
 
-    def cast(self, x, like):
-        return x.to(like.dtype)
+    def cast(self, x, like):  # outputs: like's dtype, dense strides (the fake impls promise them)
+        return x.to(like.dtype).contiguous()
 
     def to_int64(self, x):
         return x.to(self.fw.int64)
