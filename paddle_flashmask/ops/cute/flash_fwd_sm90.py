@@ -1,0 +1,624 @@
+"""FlashMask forward for Hopper (SM90a) in CuTe DSL.
+
+Structure (one CTA = one 128-row query tile at a time, persistent over work tiles):
+
+* warp 0 of warpgroup 0 is the producer. Per work tile it TMA-loads Q, then walks the key tiles:
+  32 lanes evaluate ``semantics.tile_fully_masked`` / ``tile_needs_mask`` for 32 key tiles at once
+  (from the per-key-tile min/max summary), a ballot gives the non-skipped ones, and for each it
+  fills one K stage (TMA) together with that tile's metadata (key-tile index, partial flag) and,
+  for partial tiles, the tile's column bounds, written into shared memory *before* the K stage's
+  barrier is armed, so they travel in lockstep with K. V goes through its own stage ring. A
+  sentinel stage (index -1) ends the work tile. Fully masked tiles are never loaded.
+* warpgroups 1 and 2 are consumers (64 query rows each, one 2-warpgroup tiled wgmma):
+  S = Q·Kᵀ (SS wgmma), element mask in registers from the staged bounds only for partial tiles
+  (full tiles run no mask code), online softmax, P converted in registers and O += P·V
+  (RS wgmma, P never touches shared memory). Epilogue writes O and the fp32 LSE.
+* ``setmaxnreg`` moves registers from the producer warpgroup to the consumers.
+
+Host side: :class:`FwdConfig` (compile-time parameters) and :func:`compile_forward`, which returns a
+:class:`CompiledForward` taking cute tensors made with ``cute.runtime.from_dlpack`` plus the stream.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import cuda.bindings.driver as cuda
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Boolean, Float32, Int32, Int64
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.utils import LayoutEnum
+
+from paddle_flashmask.ops.cute import mask as fm_mask
+from paddle_flashmask.ops.cute import softmax as fm_softmax
+from paddle_flashmask.ops.cute.softmax import acc_mn_view
+from paddle_flashmask.ops.cute import tile_scheduler as sched
+
+_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+SUPPORTED_HEAD_DIMS = ((64, 64), (96, 96), (128, 128), (192, 128), (256, 256))
+LOG2_E = math.log2(math.e)
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    """Every compile-time parameter of the forward kernel (hashable; INFRA's cache key).
+
+    GQA/MQA ratios (H // Hk, H // Hm) are runtime values, so one compiled kernel serves every
+    head layout. ``tile_n`` is also the key-tile width of the tile summary the kernel expects.
+    """
+    dtype: str
+    head_dim: int
+    head_dim_v: int
+    causal: bool
+    mask_columns: Optional[int]  # C in {1, 2, 4}, or None for plain causal / full attention
+    has_sink: bool = False
+    tile_m: int = 128
+    tile_n: int = 128
+    num_stages: int = 2
+
+    def __post_init__(self):
+        dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
+        object.__setattr__(self, "dtype", dtype)
+        if dtype not in _DTYPES:
+            raise ValueError(f"FwdConfig.dtype: expected one of {sorted(_DTYPES)}, found {self.dtype!r}")
+        if (self.head_dim, self.head_dim_v) not in SUPPORTED_HEAD_DIMS:
+            raise NotImplementedError(
+                f"FwdConfig head dims: expected (head_dim, head_dim_v) in {SUPPORTED_HEAD_DIMS}, "
+                f"found ({self.head_dim}, {self.head_dim_v})")
+        fm_mask.num_mask_columns(self.causal, self.mask_columns)  # validates the (causal, C) form
+        if self.tile_m != 128:
+            raise NotImplementedError(f"FwdConfig.tile_m: expected 128, found {self.tile_m}")
+        if self.tile_n % 16 != 0 or not 16 <= self.tile_n <= 256:
+            raise ValueError(f"FwdConfig.tile_n: expected a multiple of 16 in [16, 256], found {self.tile_n}")
+        if self.num_stages < 1:
+            raise ValueError(f"FwdConfig.num_stages: expected >= 1, found {self.num_stages}")
+
+
+def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
+                   mask_columns: Optional[int], has_sink: bool = False) -> FwdConfig:
+    """The tuned tile shape for a head dim (shared memory: Q + stages * (K + V) <= 227 KB)."""
+    dv = head_dim if head_dim_v is None else head_dim_v
+    tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2), 256: (64, 2)}.get(
+        head_dim, (128, 2))
+    return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
+                     128, tile_n, stages)
+
+
+def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
+    """View a 16-bit wgmma accumulator ((2,2,N/8),M,N) as the A operand ((2,2,2),M,(N/16,N)).
+
+    Both describe the same registers: two adjacent 8-column groups of C form one 16-wide K slice.
+    """
+    split = cute.logical_divide(acc_layout, ((None, None, 2), None, None))
+    return cute.make_layout(
+        ((split.shape[0][0], split.shape[0][1], split.shape[0][2][0]), split.shape[1],
+         (split.shape[0][2][1], split.shape[2])),
+        stride=((split.stride[0][0], split.stride[0][1], split.stride[0][2][0]), split.stride[1],
+                (split.stride[0][2][1], split.stride[2])),
+    )
+
+
+class FlashFwdSm90:
+    threads_per_wg = 128
+    producer_regs = 24
+    consumer_regs = 240
+
+    def __init__(self, config: FwdConfig):
+        self.cfg = config
+        self.dtype = _DTYPES[config.dtype]
+        self.d = config.head_dim
+        self.dv = config.head_dim_v
+        self.tile_m = config.tile_m
+        self.tile_n = config.tile_n
+        self.stages = config.num_stages
+        self.causal = config.causal
+        self.mask_columns = config.mask_columns
+        self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
+        self.has_sink = config.has_sink
+        self.num_consumer_wg = config.tile_m // 64
+        self.num_threads = self.threads_per_wg * (1 + self.num_consumer_wg)
+
+    # ------------------------------------------------------------------------------------------
+    # Host-side trace: tensor views, TMA descriptors, launch
+    # ------------------------------------------------------------------------------------------
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        o_ptr: cute.Pointer,
+        lse_ptr: cute.Pointer,
+        idx_ptr: Optional[cute.Pointer],
+        col_min_ptr: Optional[cute.Pointer],
+        col_max_ptr: Optional[cute.Pointer],
+        sink_ptr: Optional[cute.Pointer],
+        batch: Int32,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        num_heads: Int32,
+        num_kv_heads: Int32,
+        num_mask_heads: Int32,
+        softmax_scale: Float32,
+        num_ctas: Int32,
+        stream: cuda.CUstream,
+    ):
+        d, dv, tm, tn = self.d, self.dv, self.tile_m, self.tile_n
+        # [B, S, H, D] contiguous -> (S, D, H, B) views; batch strides in 64 bit.
+        mQ = cute.make_tensor(q_ptr, cute.make_layout(
+            (seqlen_q, d, num_heads, batch),
+            stride=(num_heads * d, 1, d, Int64(seqlen_q) * num_heads * d)))
+        mK = cute.make_tensor(k_ptr, cute.make_layout(
+            (seqlen_k, d, num_kv_heads, batch),
+            stride=(num_kv_heads * d, 1, d, Int64(seqlen_k) * num_kv_heads * d)))
+        # V as the B operand of O = P·V: (Dv, Sk) with Dv contiguous (MN-major).
+        mVt = cute.make_tensor(v_ptr, cute.make_layout(
+            (dv, seqlen_k, num_kv_heads, batch),
+            stride=(1, num_kv_heads * dv, dv, Int64(seqlen_k) * num_kv_heads * dv)))
+        mO = cute.make_tensor(o_ptr, cute.make_layout(
+            (seqlen_q, dv, num_heads, batch),
+            stride=(num_heads * dv, 1, dv, Int64(seqlen_q) * num_heads * dv)))
+        mLSE = cute.make_tensor(lse_ptr, cute.make_layout(
+            (seqlen_q, num_heads, batch), stride=(1, seqlen_q, Int64(seqlen_q) * num_heads)))
+        num_k_tiles = (seqlen_k + tn - 1) // tn
+        mIdx, mColMin, mColMax = None, None, None
+        if cutlass.const_expr(self.mask_columns is not None):
+            c = self.mask_columns
+            mIdx = cute.make_tensor(idx_ptr, cute.make_layout(
+                (c, seqlen_k, num_mask_heads, batch),
+                stride=(1, c, seqlen_k * c, Int64(seqlen_k) * num_mask_heads * c)))
+            summary_layout = cute.make_layout(
+                (c, num_k_tiles, num_mask_heads, batch),
+                stride=(1, c, num_k_tiles * c, num_k_tiles * num_mask_heads * c))
+            mColMin = cute.make_tensor(col_min_ptr, summary_layout)
+            mColMax = cute.make_tensor(col_max_ptr, summary_layout)
+        mSink = None
+        if cutlass.const_expr(self.has_sink):
+            mSink = cute.make_tensor(sink_ptr, cute.make_layout((num_heads,)))
+
+        tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K,
+            Float32, atom_layout_mnk=(self.num_consumer_wg, 1, 1), tiler_mn=(64, tn))
+        tiled_mma_pv = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN,
+            Float32, atom_layout_mnk=(self.num_consumer_wg, 1, 1), tiler_mn=(64, dv),
+            a_source=warpgroup.OperandSource.RMEM)
+
+        sQ_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (tm, tn, d), self.dtype, 1)
+        sK_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (tm, tn, d), self.dtype,
+                                                  self.stages)
+        sVt_layout = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, (tm, dv, tn), self.dtype,
+                                                   self.stages)
+        sQ_one = cute.slice_(sQ_layout, (None, None, 0))
+        sK_one = cute.slice_(sK_layout, (None, None, 0))
+        sVt_one = cute.slice_(sVt_layout, (None, None, 0))
+        g2s = cpasync.CopyBulkTensorTileG2SOp()
+        tma_q, tma_mQ = cpasync.make_tiled_tma_atom(g2s, mQ, sQ_one, (tm, d))
+        tma_k, tma_mK = cpasync.make_tiled_tma_atom(g2s, mK, sK_one, (tn, d))
+        tma_v, tma_mVt = cpasync.make_tiled_tma_atom(g2s, mVt, sVt_one, (dv, tn))
+        self.q_bytes = cute.size_in_bytes(self.dtype, sQ_one)
+        self.k_bytes = cute.size_in_bytes(self.dtype, sK_one)
+        self.v_bytes = cute.size_in_bytes(self.dtype, sVt_one)
+
+        stages, ncols = self.stages, self.ncols
+
+        @cute.struct
+        class SharedStorage:
+            mbar_q: cute.struct.MemRange[Int64, 2]
+            mbar_k: cute.struct.MemRange[Int64, stages * 2]
+            mbar_v: cute.struct.MemRange[Int64, stages * 2]
+            meta: cute.struct.MemRange[Int32, stages * 2]
+            bounds: cute.struct.Align[cute.struct.MemRange[Int32, stages * tn * ncols], 16]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sVt_layout)], 1024]
+
+        self.shared_storage = SharedStorage
+        num_m_blocks = (seqlen_q + tm - 1) // tm
+        self.kernel(
+            tiled_mma_qk, tiled_mma_pv, tma_q, tma_mQ, tma_k, tma_mK, tma_v, tma_mVt,
+            mO, mLSE, mIdx, mColMin, mColMax, mSink,
+            sQ_layout, sK_layout, sVt_layout,
+            seqlen_q, seqlen_k, num_heads, num_kv_heads, num_mask_heads,
+            softmax_scale, num_m_blocks, batch,
+        ).launch(
+            grid=[num_ctas, 1, 1],
+            block=[self.num_threads, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=1,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Device
+    # ------------------------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(
+        self,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        tma_q: cute.CopyAtom,
+        mQ: cute.Tensor,
+        tma_k: cute.CopyAtom,
+        mK: cute.Tensor,
+        tma_v: cute.CopyAtom,
+        mVt: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        mIdx: Optional[cute.Tensor],
+        mColMin: Optional[cute.Tensor],
+        mColMax: Optional[cute.Tensor],
+        mSink: Optional[cute.Tensor],
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sVt_layout: cute.ComposedLayout,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        num_heads: Int32,
+        num_kv_heads: Int32,
+        num_mask_heads: Int32,
+        softmax_scale: Float32,
+        num_m_blocks: Int32,
+        batch: Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_wg)
+
+        smem = utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        num_consumer_warps = self.num_consumer_wg * 4
+        producer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, num_consumer_warps)
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
+            producer_group=producer_group, consumer_group=consumer_group,
+            tx_count=self.q_bytes, defer_sync=True)
+        pipe_k = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages,
+            producer_group=producer_group, consumer_group=consumer_group,
+            tx_count=self.k_bytes, defer_sync=True)
+        pipe_v = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
+            producer_group=producer_group, consumer_group=consumer_group,
+            tx_count=self.v_bytes, defer_sync=True)
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)
+        s_meta = storage.meta.get_tensor(cute.make_layout((2, self.stages)))
+        s_bounds = storage.bounds.get_tensor(cute.make_layout(
+            (self.tile_n, self.ncols, self.stages),
+            stride=(self.ncols, 1, self.tile_n * self.ncols)))
+
+        if warp_idx == 0:
+            cpasync.prefetch_descriptor(tma_q)
+            cpasync.prefetch_descriptor(tma_k)
+            cpasync.prefetch_descriptor(tma_v)
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+
+        diag_offset = seqlen_k - seqlen_q
+        if wg_idx == 0:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp_idx == 0:
+                self.producer(tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
+                              mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q,
+                              seqlen_k, diag_offset, num_heads, num_kv_heads, num_mask_heads,
+                              num_m_blocks, batch)
+        else:
+            cute.arch.setmaxregister_increase(self.consumer_regs)
+            self.consumer(tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, s_meta, s_bounds, mO, mLSE,
+                          mSink, pipe_q, pipe_k, pipe_v, tidx - self.threads_per_wg, seqlen_q,
+                          seqlen_k, diag_offset, softmax_scale, num_heads, num_m_blocks, batch)
+
+    @cute.jit
+    def tile_bands(self, mColMin: Optional[cute.Tensor], mColMax: Optional[cute.Tensor],
+                   n_block: Int32, mask_head: Int32, batch: Int32, seqlen_q: Int32):
+        """(band_max, band_min) of one key tile from the summary (constants for plain masks)."""
+        if cutlass.const_expr(self.mask_columns is None):
+            const = fm_mask.constant_bands(self.causal, seqlen_q)
+            return const, const
+        col_max = [mColMax[k, n_block, mask_head, batch] for k in range(self.mask_columns)]
+        col_min = [mColMin[k, n_block, mask_head, batch] for k in range(self.mask_columns)]
+        return (fm_mask.bands_from_columns(col_max, self.causal),
+                fm_mask.bands_from_columns(col_min, self.causal))
+
+    @cute.jit
+    def producer(self, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
+                 mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q, seqlen_k, diag_offset,
+                 num_heads, num_kv_heads, num_mask_heads, num_m_blocks: Int32, num_batch: Int32):
+        tm, tn = self.tile_m, self.tile_n
+        lane = cute.arch.lane_idx()
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        num_k_tiles = (seqlen_k + tn - 1) // tn
+        total = sched.total_work(num_m_blocks, num_heads, num_batch)
+        t = sched.first_work()
+        while t < total:
+            m_block, head, batch = sched.decode_work(t, num_m_blocks, num_heads, num_batch)
+            kv_head = head // (num_heads // num_kv_heads)
+            mask_head = head // (num_heads // num_mask_heads)
+            row_begin = m_block * tm
+            row_end = cutlass.min(row_begin + tm, seqlen_q)
+
+            gQ = cute.local_tile(mQ[None, None, head, batch], (tm, self.d), (m_block, 0))
+            tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
+                                               cute.group_modes(sQ[None, None, 0], 0, 2),
+                                               cute.group_modes(gQ, 0, 2))
+            gK = cute.local_tile(mK[None, None, kv_head, batch], (tn, self.d), (None, 0))
+            tKsK, tKgK = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
+                                               cute.group_modes(sK, 0, 2),
+                                               cute.group_modes(gK, 0, 2))
+            gVt = cute.local_tile(mVt[None, None, kv_head, batch], (self.dv, tn), (0, None))
+            tVsV, tVgV = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
+                                               cute.group_modes(sVt, 0, 2),
+                                               cute.group_modes(gVt, 0, 2))
+
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            q_state.advance()
+
+            # Key tiles right of the causal diagonal of the last row are never visited.
+            n_end = num_k_tiles
+            if cutlass.const_expr(self.causal):
+                n_end = cutlass.max(cutlass.min((row_end + diag_offset + tn - 1) // tn,
+                                                num_k_tiles), 0)
+            num_chunks = (n_end + 31) // 32
+            for chunk in cutlass.range(num_chunks, unroll=1):
+                n_lane = chunk * 32 + lane
+                n_probe = cutlass.min(n_lane, n_end - 1)
+                band_max, band_min = self.tile_bands(mColMin, mColMax, n_probe, mask_head, batch,
+                                                     seqlen_q)
+                skip, partial = fm_mask.classify_key_tile(
+                    row_begin, row_end, n_probe, tn, seqlen_k, diag_offset, band_max, band_min,
+                    self.causal)
+                skip = skip | (n_lane >= n_end)
+                skip_bits = cute.arch.vote_ballot_sync(skip)
+                partial_bits = cute.arch.vote_ballot_sync(partial)
+                for bit in cutlass.range(32, unroll=1):
+                    if ((skip_bits >> bit) & 1) == 0:
+                        n_block = chunk * 32 + bit
+                        is_partial = (partial_bits >> bit) & 1
+                        # Stage the tile's metadata and bounds, then arm the K barrier.
+                        pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
+                        if lane == 0:
+                            s_meta[0, k_state.index] = n_block
+                            s_meta[1, k_state.index] = is_partial
+                        if cutlass.const_expr(self.mask_columns is not None):
+                            if is_partial != 0:
+                                self.stage_bounds(mIdx, s_bounds, k_state.index, n_block,
+                                                  mask_head, batch, seqlen_k, lane)
+                        cute.arch.sync_warp()
+                        pipe_k.producer_acquire(k_state, Boolean(True))
+                        cute.copy(tma_k, tKgK[None, n_block], tKsK[None, k_state.index],
+                                  tma_bar_ptr=pipe_k.producer_get_barrier(k_state))
+                        pipe_v.producer_acquire(v_state)
+                        cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
+                                  tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
+                        k_state.advance()
+                        v_state.advance()
+            # Sentinel: a K stage with no data and key-tile index -1 ends this work tile.
+            pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
+            if lane == 0:
+                s_meta[0, k_state.index] = -1
+                s_meta[1, k_state.index] = 0
+            cute.arch.sync_warp()
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(pipe_k.producer_get_barrier(k_state))
+            k_state.advance()
+            t = sched.next_work(t)
+
+    @cute.jit
+    def stage_bounds(self, mIdx: cute.Tensor, s_bounds: cute.Tensor, stage: Int32,
+                     n_block: Int32, mask_head: Int32, batch: Int32, seqlen_k: Int32, lane: Int32):
+        """Copy one key tile's C column values into its shared-memory stage (one warp)."""
+        c = self.mask_columns
+        col0 = n_block * self.tile_n
+        for j in cutlass.range_constexpr(self.tile_n * c // 32):
+            flat = j * 32 + lane
+            col = flat // c
+            k = flat - col * c
+            value = Int32(0)  # columns past Sk: masked by the sequence-edge rule anyway
+            if col0 + col < seqlen_k:
+                value = mIdx[k, col0 + col, mask_head, batch]
+            s_bounds[col, k, stage] = value
+
+    @cute.jit
+    def consumer(self, tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, s_meta, s_bounds, mO, mLSE,
+                 mSink, pipe_q, pipe_k, pipe_v, ctidx: Int32, seqlen_q, seqlen_k, diag_offset,
+                 softmax_scale: Float32, num_heads: Int32, num_m_blocks: Int32, num_batch: Int32):
+        tm, tn = self.tile_m, self.tile_n
+        thr_qk = tiled_mma_qk.get_slice(ctidx)
+        thr_pv = tiled_mma_pv.get_slice(ctidx)
+        tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ))
+        tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK))
+        tOrVt = thr_pv.make_fragment_B(thr_pv.partition_B(sVt))
+        acc_S = thr_qk.make_fragment_C(thr_qk.partition_shape_C((tm, tn)))
+        acc_O = thr_pv.make_fragment_C(thr_pv.partition_shape_C((tm, self.dv)))
+        tOrP = cute.make_rmem_tensor(_acc_to_a_operand(acc_S.layout), self.dtype)
+        tOrP_as_acc = cute.make_tensor(tOrP.iterator, acc_S.layout)
+        tScS_mn = acc_mn_view(thr_qk.partition_C(cute.make_identity_tensor((tm, tn))))
+        tOcO = thr_pv.partition_C(cute.make_identity_tensor((tm, self.dv)))
+        tOcO_mn = acc_mn_view(tOcO)
+        num_rows = cute.size(tScS_mn, mode=[0])
+        scale_log2 = softmax_scale * Float32(LOG2_E)
+        row_max = cute.make_rmem_tensor(cute.make_layout(num_rows), Float32)
+        row_sum = cute.make_rmem_tensor(cute.make_layout(num_rows), Float32)
+        row_scale = cute.make_rmem_tensor(cute.make_layout(num_rows), Float32)
+        lse = cute.make_rmem_tensor(cute.make_layout(num_rows), Float32)
+
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        mma_qk = cute.make_mma_atom(tiled_mma_qk.op)
+        mma_pv = cute.make_mma_atom(tiled_mma_pv.op)
+        mma_pv.set(warpgroup.Field.ACCUMULATE, True)
+
+        total = sched.total_work(num_m_blocks, num_heads, num_batch)
+        t = sched.first_work()
+        while t < total:
+            m_block, head, batch = sched.decode_work(t, num_m_blocks, num_heads, num_batch)
+            row_base = m_block * tm
+            row_max.fill(-Float32.inf)
+            row_sum.fill(0.0)
+            acc_O.fill(0.0)
+            pipe_q.consumer_wait(q_state)
+            pipe_k.consumer_wait(k_state)
+            n_block = s_meta[0, k_state.index]
+            is_partial = s_meta[1, k_state.index]
+            while n_block >= 0:
+                # S = Q Kᵀ
+                warpgroup.fence()
+                mma_qk.set(warpgroup.Field.ACCUMULATE, False)
+                for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                    cute.gemm(mma_qk, acc_S, tSrQ[None, None, kb, 0],
+                              tSrK[None, None, kb, k_state.index], acc_S)
+                    mma_qk.set(warpgroup.Field.ACCUMULATE, True)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+                if is_partial != 0:
+                    bounds = None
+                    if cutlass.const_expr(self.mask_columns is not None):
+                        bounds = s_bounds[None, None, k_state.index]
+                    fm_mask.apply_element_mask(
+                        acc_mn_view(acc_S), tScS_mn, bounds, row_base, n_block * tn, seqlen_q,
+                        seqlen_k, diag_offset, self.causal, self.ncols)
+                pipe_k.consumer_release(k_state)
+                k_state.advance()
+
+                fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
+                fm_softmax.rescale_o(acc_O, row_scale)
+                tOrP_as_acc.store(acc_S.load().to(self.dtype))
+
+                # O += P V (P from registers)
+                pipe_v.consumer_wait(v_state)
+                warpgroup.fence()
+                for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+                    cute.gemm(mma_pv, acc_O, tOrP[None, None, kb],
+                              tOrVt[None, None, kb, v_state.index], acc_O)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+                pipe_v.consumer_release(v_state)
+                v_state.advance()
+
+                pipe_k.consumer_wait(k_state)
+                n_block = s_meta[0, k_state.index]
+                is_partial = s_meta[1, k_state.index]
+            pipe_k.consumer_release(k_state)  # the sentinel stage
+            k_state.advance()
+            pipe_q.consumer_release(q_state)
+            q_state.advance()
+
+            sink = None
+            if cutlass.const_expr(self.has_sink):
+                sink = Float32(mSink[head])
+            fm_softmax.finalize(acc_O, row_max, row_sum, lse, softmax_scale, sink)
+            self.store_output(acc_O, tOcO, tOcO_mn, lse, mO, mLSE, row_base, head, batch,
+                              seqlen_q)
+            t = sched.next_work(t)
+
+    @cute.jit
+    def store_output(self, acc_O, tOcO, tOcO_mn, lse, mO, mLSE, row_base, head, batch,
+                     seqlen_q):
+        rO = cute.make_rmem_tensor(acc_O.layout, self.dtype)
+        rO.store(acc_O.load().to(self.dtype))
+        gO = mO[None, None, head, batch]
+        for i in cutlass.range_constexpr(cute.size(rO)):
+            row = row_base + tOcO[i][0]
+            if row < seqlen_q:
+                gO[row, tOcO[i][1]] = rO[i]
+        if tOcO_mn[0, 0][1] == 0:
+            for r in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[0])):
+                row = row_base + tOcO_mn[r, 0][0]
+                if row < seqlen_q:
+                    mLSE[row, head, batch] = lse[r]
+
+
+# ----------------------------------------------------------------------------------------------
+# Host API
+# ----------------------------------------------------------------------------------------------
+
+def _placeholder_ptr(dtype, align: int):
+    return cute.runtime.make_ptr(dtype, 1 << 12, cute.AddressSpace.gmem, assumed_align=align)
+
+
+class CompiledForward:
+    """A compiled forward variant. Call it with cute tensors (``cute.runtime.from_dlpack``):
+
+    ``fwd(q, k, v, out, lse, startend_row_indices, col_min, col_max, learnable_sink,
+    softmax_scale, stream, num_sms)``
+
+    q ``[B,Sq,H,D]``, k ``[B,Sk,Hk,D]``, v ``[B,Sk,Hk,Dv]``, out ``[B,Sq,H,Dv]`` (bf16/fp16,
+    contiguous, 16-byte aligned), lse fp32 ``[B,H,Sq]``; ``startend_row_indices`` int32
+    ``[B,Hm,Sk,C]`` and ``col_min``/``col_max`` int32 ``[B,Hm,ceil(Sk/tile_n),C]`` (the tile
+    summary with ``tile_n = config.tile_n``), or None for plain attention; learnable_sink fp32
+    ``[H]`` or None. ``stream`` is a CUDA stream handle (int or ``CUstream``); ``num_sms`` sizes
+    the persistent grid.
+    """
+
+    def __init__(self, config: FwdConfig, compiled):
+        self.config = config
+        self.compiled = compiled
+
+    def __call__(self, q, k, v, out, lse, startend_row_indices, col_min, col_max,
+                 learnable_sink, softmax_scale: float, stream, num_sms: int = 132) -> None:
+        cfg = self.config
+        b, sq, h, d = (int(x) for x in q.shape)
+        _, sk, hk, _ = (int(x) for x in k.shape)
+        if d != cfg.head_dim or int(v.shape[3]) != cfg.head_dim_v:
+            raise ValueError(f"q/v head dims: expected ({cfg.head_dim}, {cfg.head_dim_v}) for this "
+                             f"compiled variant, found ({d}, {int(v.shape[3])})")
+        if (startend_row_indices is None) != (cfg.mask_columns is None):
+            raise ValueError("startend_row_indices: presence must match config.mask_columns="
+                             f"{cfg.mask_columns}")
+        if (learnable_sink is None) == cfg.has_sink:
+            raise ValueError(f"learnable_sink: presence must match config.has_sink={cfg.has_sink}")
+        if sq == 0 or b == 0 or h == 0:
+            return
+        hm = int(startend_row_indices.shape[1]) if startend_row_indices is not None else 1
+        dt = _DTYPES[cfg.dtype]
+
+        def ptr(tensor, dtype, align):
+            if tensor is None:
+                return None
+            return cute.runtime.make_ptr(dtype, tensor.data_ptr, cute.AddressSpace.gmem,
+                                         assumed_align=align)
+
+        num_m_blocks = -(-sq // cfg.tile_m)
+        grid = sched.grid_size(num_m_blocks, h, b, num_sms)
+        if not isinstance(stream, cuda.CUstream):
+            stream = cuda.CUstream(int(stream))
+        self.compiled(
+            ptr(q, dt, 16), ptr(k, dt, 16), ptr(v, dt, 16), ptr(out, dt, 16),
+            ptr(lse, Float32, 4), ptr(startend_row_indices, Int32, 4), ptr(col_min, Int32, 4),
+            ptr(col_max, Int32, 4), ptr(learnable_sink, Float32, 4),
+            Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
+            Float32(softmax_scale), Int32(grid), stream)
+
+
+def compile_forward(config: FwdConfig) -> CompiledForward:
+    """Compile one forward variant (no GPU needed with ``CUTE_DSL_ARCH=sm_90a``)."""
+    dt = _DTYPES[config.dtype]
+    has_mask = config.mask_columns is not None
+    kernel = FlashFwdSm90(config)
+    args = (
+        _placeholder_ptr(dt, 16), _placeholder_ptr(dt, 16), _placeholder_ptr(dt, 16),
+        _placeholder_ptr(dt, 16), _placeholder_ptr(Float32, 4),
+        _placeholder_ptr(Int32, 4) if has_mask else None,
+        _placeholder_ptr(Int32, 4) if has_mask else None,
+        _placeholder_ptr(Int32, 4) if has_mask else None,
+        _placeholder_ptr(Float32, 4) if config.has_sink else None,
+        Int32(1), Int32(128), Int32(128), Int32(1), Int32(1), Int32(1), Float32(1.0), Int32(1),
+        cuda.CUstream(0),
+    )
+    compiled = cute.compile(kernel, *args)
+    return CompiledForward(config, compiled)

@@ -1,0 +1,97 @@
+"""FlashMask masking inside CuTe DSL kernels (forward owner; backward may call it read-only).
+
+Every rule comes from :mod:`paddle_flashmask.semantics`: this module only feeds DSL scalars into the
+duck-typed predicates there (``tile_fully_masked``, ``tile_needs_mask``, ``element_masked``) and
+applies their verdicts to register tiles. The one rule added here is the *sequence edge*
+(``col >= seqlen_k``), which is about tensor extents, not about the mask.
+
+Plain attention (``startend_row_indices=None``) reuses the same predicates with constant bands
+that never mask a real row: causal -> the C=1 form with ``LTS = Sq``; full -> the bidirectional C=2
+form with ``LTS = Sq, UTE = 0``. So causal/diagonal logic lives in one place only.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+
+from paddle_flashmask import semantics
+
+
+def num_mask_columns(causal: bool, mask_columns: Optional[int]) -> int:
+    """Columns the kernel carries per key: the real C, or the constant stand-in for plain masks."""
+    if mask_columns is not None:
+        semantics.column_names(causal, mask_columns)  # raises on an invalid (causal, C) pair
+        return mask_columns
+    return 1 if causal else 2
+
+
+def constant_bands(causal: bool, seqlen_q: Int32) -> semantics.Bands:
+    """Bands of plain attention: no real row is ever inside them (see module docstring)."""
+    if causal:
+        return semantics.band_bounds([seqlen_q], True)
+    return semantics.band_bounds([seqlen_q, Int32(0)], False)
+
+
+def bands_from_columns(values, causal: bool) -> semantics.Bands:
+    """Bands from the C column values of one key (or of a tile summary)."""
+    return semantics.band_bounds(list(values), causal)
+
+
+@cute.jit
+def classify_key_tile(
+    row_begin: Int32,
+    row_end: Int32,
+    n_block: Int32,
+    tile_n: cutlass.Constexpr[int],
+    seqlen_k: Int32,
+    diag_offset: Int32,
+    band_max: semantics.Bands,
+    band_min: semantics.Bands,
+    causal: cutlass.Constexpr[bool],
+):
+    """(skip, needs_mask) for query rows [row_begin, row_end) x key tile ``n_block``."""
+    col_begin = n_block * tile_n
+    col_end = col_begin + tile_n
+    skip = semantics.tile_fully_masked(row_begin, row_end, col_begin, band_max, band_min, causal,
+                                       diag_offset)
+    partial = semantics.tile_needs_mask(row_begin, row_end, col_begin, col_end, seqlen_k, band_max,
+                                        band_min, causal, diag_offset)
+    return skip, partial
+
+
+@cute.jit
+def apply_element_mask(
+    acc_s_mn: cute.Tensor,
+    coords_mn: cute.Tensor,
+    s_bounds: Optional[cute.Tensor],
+    row_base: Int32,
+    col_base: Int32,
+    seqlen_q: Int32,
+    seqlen_k: Int32,
+    diag_offset: Int32,
+    causal: cutlass.Constexpr[bool],
+    num_columns: cutlass.Constexpr[int],
+):
+    """Set masked scores of one partial tile to -inf, in registers.
+
+    ``acc_s_mn``: the thread's scores as an (M, N) view; ``coords_mn``: the matching (row, col)
+    coordinates inside the tile; ``s_bounds``: the tile's column values in shared memory,
+    ``(tile_n, C)`` int32, or None for plain attention (constant bands).
+    """
+    for c in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[1])):
+        col_local = coords_mn[0, c][1]
+        col = col_base + col_local
+        bands = None
+        if cutlass.const_expr(s_bounds is None):
+            bands = constant_bands(causal, seqlen_q)
+        else:
+            bands = bands_from_columns(
+                [s_bounds[col_local, k] for k in range(num_columns)], causal)
+        out_of_seq = col >= seqlen_k
+        for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
+            row = row_base + coords_mn[r, 0][0]
+            masked = semantics.element_masked(row, col, bands, causal, diag_offset) | out_of_seq
+            acc_s_mn[r, c] = -Float32.inf if masked else acc_s_mn[r, c]

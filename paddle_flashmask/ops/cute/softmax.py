@@ -1,0 +1,110 @@
+"""Online softmax on SM90 wgmma accumulators (forward).
+
+Scores stay in raw units (``Q·Kᵀ``); ``scale_log2 = softmax_scale * log2(e)`` turns them into base-2
+exponents. Rows are spread over the 4 threads of a quad in the wgmma accumulator layout, so row
+reductions finish with two butterfly shuffles. A row that has seen only masked scores keeps
+``row_max = -inf``; its exponent offset is taken as 0 so that ``exp2(-inf) = 0`` and no NaN appears.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+
+
+def acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
+    """((2, 2, V), MMA_M, MMA_N) accumulator -> ((2, MMA_M), (2, V, MMA_N)) row/column view."""
+    lay = cute.make_layout(acc.layout.shape)  # column-major over the accumulator's own shape
+    shape = (
+        (lay.shape[0][1], lay.shape[1]),
+        (lay.shape[0][0], *lay.shape[0][2:], lay.shape[2]),
+    )
+    stride = (
+        (lay.stride[0][1], lay.stride[1]),
+        (lay.stride[0][0], *lay.stride[0][2:], lay.stride[2]),
+    )
+    return cute.make_tensor(acc.iterator,
+                            cute.composition(acc.layout, cute.make_layout(shape, stride=stride)))
+
+
+@cute.jit
+def quad_allreduce_max(x: Float32) -> Float32:
+    x = cute.arch.fmax(x, cute.arch.shuffle_sync_bfly(x, offset=2))
+    return cute.arch.fmax(x, cute.arch.shuffle_sync_bfly(x, offset=1))
+
+
+@cute.jit
+def quad_allreduce_sum(x: Float32) -> Float32:
+    x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
+    return x + cute.arch.shuffle_sync_bfly(x, offset=1)
+
+
+@cute.jit
+def online_update(acc_s: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor,
+                  row_scale: cute.Tensor, scale_log2: Float32):
+    """Exponentiate one score tile in place, update the running row max / sum (thread-partial
+    sums; the quad reduction happens once in :func:`finalize`) and write each row's O rescale."""
+    s = acc_mn_view(acc_s)
+    for r in cutlass.range_constexpr(cute.size(s, mode=[0])):
+        tile_max = s[r, 0]
+        for c in cutlass.range_constexpr(1, cute.size(s, mode=[1])):
+            tile_max = cute.arch.fmax(tile_max, s[r, c])
+        tile_max = quad_allreduce_max(tile_max)
+        old_max = row_max[r]
+        new_max = cute.arch.fmax(old_max, tile_max)
+        row_max[r] = new_max
+        # -inf offsets would give (-inf) - (-inf) = NaN: use 0 while the row is still empty.
+        offset = new_max * scale_log2 if new_max != -Float32.inf else Float32(0.0)
+        old_offset = old_max * scale_log2 if old_max != -Float32.inf else Float32(0.0)
+        rescale = cute.math.exp2(old_offset - offset, fastmath=True)
+        row_scale[r] = rescale
+        partial_sum = Float32(0.0)
+        for c in cutlass.range_constexpr(cute.size(s, mode=[1])):
+            p = cute.math.exp2(s[r, c] * scale_log2 - offset, fastmath=True)
+            s[r, c] = p
+            partial_sum += p
+        row_sum[r] = row_sum[r] * rescale + partial_sum
+
+
+@cute.jit
+def rescale_o(acc_o: cute.Tensor, row_scale: cute.Tensor):
+    o = acc_mn_view(acc_o)
+    for r in cutlass.range_constexpr(cute.size(o, mode=[0])):
+        for c in cutlass.range_constexpr(cute.size(o, mode=[1])):
+            o[r, c] = o[r, c] * row_scale[r]
+
+
+@cute.jit
+def finalize(acc_o: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor, lse: cute.Tensor,
+             softmax_scale: Float32, sink_logit: Optional[Float32]):
+    """Normalise O in place and write each row's natural-log LSE.
+
+    Without a sink: O /= sum, LSE = max*scale + ln(sum); an empty row gets O = 0, LSE = -inf.
+    With a sink s (unscaled logit): the denominator gains exp(s), so
+    LSE = logaddexp(max*scale + ln(sum), s) and O *= exp(max*scale - LSE); empty row: LSE = s.
+    """
+    o = acc_mn_view(acc_o)
+    ln2 = Float32(math.log(2.0))
+    inv_ln2 = Float32(1.0 / math.log(2.0))
+    for r in cutlass.range_constexpr(cute.size(o, mode=[0])):
+        total = quad_allreduce_sum(row_sum[r])
+        has_keys = total > Float32(0.0)
+        safe_total = total if has_keys else Float32(1.0)
+        row_max_scaled = row_max[r] * softmax_scale if has_keys else Float32(0.0)
+        lse_keys = row_max_scaled + cute.math.log2(safe_total, fastmath=True) * ln2
+        out_scale = cute.arch.rcp_approx(safe_total)
+        row_lse = lse_keys if has_keys else -Float32.inf
+        if cutlass.const_expr(sink_logit is not None):
+            hi = cute.arch.fmax(lse_keys, sink_logit) if has_keys else sink_logit
+            lo = cute.arch.fmin(lse_keys, sink_logit) if has_keys else -Float32.inf
+            row_lse = hi + cute.math.log2(
+                Float32(1.0) + cute.math.exp2((lo - hi) * inv_ln2, fastmath=True),
+                fastmath=True) * ln2
+            out_scale = cute.math.exp2((row_max_scaled - row_lse) * inv_ln2, fastmath=True)
+        out_scale = out_scale if has_keys else Float32(0.0)
+        lse[r] = row_lse
+        for c in cutlass.range_constexpr(cute.size(o, mode=[1])):
+            o[r, c] = o[r, c] * out_scale
