@@ -1,0 +1,317 @@
+"""GPU check of the SM90 FlashMask forward kernel against fp32 dense attention (torch, on the GPU).
+
+Run on an SM90 machine: ``python3 tests/gpu/fwd_check.py [--quick] [--bench]``. Writes
+``$OUT/fwd_check.json`` (or ./fwd_check.json) with per-case errors, compile times and, with
+``--bench``, timings/TFLOP/s. Exit status 1 if any case fails its threshold.
+
+Oracle: the dense mask from ``semantics.to_dense``, scores in fp32, softmax with the learnable sink
+in the denominator, rows with no visible key -> O = 0, LSE = -inf (or = sink). The tile summary
+is computed with ``semantics.tile_summary`` on the host, so this check does not depend on the
+GPU summary kernel. Outputs are poisoned with NaN before each run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from paddle_flashmask import semantics  # noqa: E402
+
+
+# ------------------------------------------------------------------------------------------------
+# Masks: random and structured, every (causal, C) form
+# ------------------------------------------------------------------------------------------------
+
+def doc_ends(seqlen: int, doc_lens: list[int]) -> np.ndarray:
+    """Per key column: the end row of its document (keys past the documents are padding: 0)."""
+    ends = np.zeros(seqlen, dtype=np.int64)
+    start = 0
+    for n in doc_lens:
+        ends[start:start + n] = start + n
+        start += n
+    return ends, min(start, seqlen)
+
+
+def make_mask(kind: str, rng, b: int, hm: int, sq: int, sk: int):
+    """(indices int32 [B,Hm,Sk,C] or None, causal)."""
+    if kind in ("causal", "full"):
+        return None, kind == "causal"
+    cols = np.arange(sk)
+    out = []
+    for _ in range(b * hm):
+        if kind == "causal_doc":  # C=1: documents, causal inside; padding keys never visible
+            lens = list(rng.integers(1, max(2, sk // 3), size=8))
+            ends, total = doc_ends(sk, lens)
+            lts = np.where(cols < total, np.minimum(ends, sq), 0)
+            v = lts[:, None]
+        elif kind == "causal_window":  # C=2 sliding window: row i sees [i - w, i]
+            w = int(rng.integers(1, max(2, sk // 4)))
+            off = sk - sq
+            lts = np.clip(cols - off + w + 1, 0, sq)
+            v = np.stack([lts, np.full(sk, sq)], axis=1)
+        elif kind == "causal_random2":  # C=2 arbitrary bands
+            a = rng.integers(0, sq + 1, size=sk)
+            e = np.minimum(a + rng.integers(0, sq + 1, size=sk), sq)
+            v = np.stack([a, e], axis=1)
+        elif kind == "doc":  # non-causal C=2 documents with padding rows/keys
+            lens = list(rng.integers(1, max(2, min(sq, sk) // 3), size=6))
+            ends, total = doc_ends(sk, lens)
+            starts = np.zeros(sk, dtype=np.int64)
+            s0 = 0
+            for n in lens:
+                starts[s0:s0 + n] = s0
+                s0 += n
+            lts = np.where(cols < total, np.minimum(ends, sq), 0)
+            ute = np.where(cols < total, np.minimum(starts, sq), 0)
+            v = np.stack([lts, ute], axis=1)
+        elif kind == "random2":  # non-causal C=2: LTS, UTE random (UTE <= LTS)
+            a = rng.integers(0, sq + 1, size=sk)
+            u = rng.integers(0, a + 1)
+            v = np.stack([a, u], axis=1)
+        elif kind == "random4":  # non-causal C=4: two random bands
+            lts = rng.integers(0, sq + 1, size=sk)
+            lte = np.minimum(lts + rng.integers(0, sq // 2 + 1, size=sk), sq)
+            uts = rng.integers(0, sq + 1, size=sk)
+            ute = np.minimum(uts + rng.integers(0, sq // 2 + 1, size=sk), sq)
+            v = np.stack([lts, lte, uts, ute], axis=1)
+        elif kind == "empty_rows4":  # C=4 where a block of rows sees nothing
+            lo, hi = sq // 3, sq // 3 + 70
+            v = np.stack([np.full(sk, lo), np.full(sk, hi), np.full(sk, sq), np.full(sk, sq)], 1)
+        else:
+            raise ValueError(kind)
+        out.append(v)
+    idx = np.stack(out).reshape(b, hm, sk, -1).astype(np.int32)
+    causal = kind.startswith("causal")
+    return idx, causal
+
+
+# ------------------------------------------------------------------------------------------------
+# Reference
+# ------------------------------------------------------------------------------------------------
+
+def reference(torch, q, k, v, idx, causal, scale, sink):
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    if idx is None:
+        i = np.arange(sq)[:, None]
+        j = np.arange(sk)[None, :]
+        allowed = (j <= i + (sk - sq)) if causal else np.ones((sq, sk), bool)
+        allowed = np.broadcast_to(allowed, (b, 1, sq, sk))
+    else:
+        allowed = semantics.to_dense(idx, causal, sq)
+    hm = allowed.shape[1]
+    allowed = torch.from_numpy(np.ascontiguousarray(allowed)).cuda()
+    allowed = allowed.repeat_interleave(h // hm, dim=1)  # [B,H,Sq,Sk]
+    qf = q.float().permute(0, 2, 1, 3)
+    kf = k.float().permute(0, 2, 1, 3).repeat_interleave(h // hk, dim=1)
+    vf = v.float().permute(0, 2, 1, 3).repeat_interleave(h // hk, dim=1)
+    s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
+    s = s.masked_fill(~allowed, -math.inf)
+    m = s.amax(dim=-1, keepdim=True)
+    if sink is not None:
+        m = torch.maximum(m, sink.view(1, h, 1, 1).expand_as(m))
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m_safe)
+    denom = p.sum(-1, keepdim=True)
+    if sink is not None:
+        denom = denom + torch.exp(sink.view(1, h, 1, 1) - m_safe)
+    o = torch.matmul(p, vf) / torch.where(denom > 0, denom, torch.ones_like(denom))
+    lse = (torch.log(denom) + m_safe).squeeze(-1)
+    lse = torch.where(denom.squeeze(-1) > 0, lse, torch.full_like(lse, -math.inf))
+    return o.permute(0, 2, 1, 3).contiguous(), lse  # [B,Sq,H,Dv], [B,H,Sq]
+
+
+# ------------------------------------------------------------------------------------------------
+# Runner
+# ------------------------------------------------------------------------------------------------
+
+CASES_FULL = [
+    # name, dtype, d, dv, mask kind, B, Sq, Sk, H, Hk, Hm-mode, sink
+    ("causal_d128", "bf16", 128, 128, "causal", 2, 1000, 1000, 4, 2, "1", False),
+    ("full_d128_sq_ne_sk", "bf16", 128, 128, "full", 2, 300, 700, 4, 4, "1", False),
+    ("causal_d128_sq_lt_sk", "bf16", 128, 128, "causal", 1, 333, 1000, 2, 1, "1", False),
+    ("causal_d128_sq_gt_sk", "bf16", 128, 128, "causal", 1, 1000, 333, 2, 2, "1", False),
+    ("causal_doc_C1", "bf16", 128, 128, "causal_doc", 2, 1024, 1024, 4, 2, "1", False),
+    ("causal_doc_C1_partial", "bf16", 128, 128, "causal_doc", 1, 777, 777, 4, 4, "H", False),
+    ("causal_window_C2", "bf16", 128, 128, "causal_window", 2, 900, 900, 4, 2, "Hk", False),
+    ("causal_random_C2", "bf16", 128, 128, "causal_random2", 1, 600, 600, 2, 1, "H", False),
+    ("causal_window_C2_sq_lt_sk", "bf16", 128, 128, "causal_window", 1, 400, 900, 2, 2, "1", False),
+    ("doc_C2_padding", "bf16", 128, 128, "doc", 2, 1000, 1000, 4, 4, "1", False),
+    ("random_C2", "bf16", 128, 128, "random2", 1, 640, 700, 4, 2, "Hk", False),
+    ("random_C4", "bf16", 128, 128, "random4", 1, 700, 640, 4, 1, "1", False),
+    ("empty_rows_C4", "bf16", 128, 128, "empty_rows4", 1, 500, 500, 2, 2, "1", False),
+    ("empty_rows_C4_sink", "bf16", 128, 128, "empty_rows4", 1, 500, 500, 2, 2, "1", True),
+    ("fp16_d64_causal_doc_sink", "fp16", 64, 64, "causal_doc", 2, 1000, 1000, 4, 2, "1", True),
+    ("fp16_d128_random4", "fp16", 128, 128, "random4", 1, 512, 512, 2, 2, "H", False),
+    ("d96_causal", "bf16", 96, 96, "causal", 1, 700, 700, 4, 4, "1", False),
+    ("d96_doc", "bf16", 96, 96, "doc", 1, 700, 700, 4, 4, "1", False),
+    ("d192_random2", "bf16", 192, 128, "random2", 1, 600, 600, 4, 2, "1", False),
+    ("d192_causal", "bf16", 192, 128, "causal", 1, 600, 600, 4, 2, "1", False),
+    ("d256_causal_window_sink", "bf16", 256, 256, "causal_window", 1, 600, 600, 4, 2, "1", True),
+    ("d256_full", "bf16", 256, 256, "full", 1, 300, 500, 2, 2, "1", False),
+    ("mqa_causal_doc", "bf16", 128, 128, "causal_doc", 1, 800, 800, 8, 1, "1", False),
+    ("d64_full_sink", "bf16", 64, 64, "full", 1, 257, 513, 4, 2, "1", True),
+]
+
+CASES_QUICK = [c for c in CASES_FULL if c[0] in (
+    "causal_d128", "causal_doc_C1", "random_C4", "empty_rows_C4_sink", "d256_causal_window_sink")]
+
+
+def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms):
+    name, dt, d, dv, kind, b, sq, sk, h, hk, hm_mode, has_sink = case
+    hm = {"1": 1, "Hk": hk, "H": h}[hm_mode]
+    tdt = torch.bfloat16 if dt == "bf16" else torch.float16
+    idx, causal = make_mask(kind, rng, b, hm, sq, sk)
+    cols = None if idx is None else idx.shape[-1]
+    cfg = fwd_mod.default_config(dt, d, dv, causal, cols, has_sink)
+    t0 = time.time()
+    if cfg not in compiled_cache:
+        compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
+    compile_s = time.time() - t0
+    fn = compiled_cache[cfg]
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=tdt)
+    k = torch.randn(b, sk, hk, d, device="cuda", dtype=tdt)
+    v = torch.randn(b, sk, hk, dv, device="cuda", dtype=tdt)
+    sink = (torch.randn(h, device="cuda", dtype=torch.float32) * 2) if has_sink else None
+    out = torch.full((b, sq, h, dv), float("nan"), device="cuda", dtype=tdt)
+    lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
+    scale = 1.0 / math.sqrt(d)
+    idx_t = cmin = cmax = None
+    if idx is not None:
+        summ = semantics.tile_summary(idx, cfg.tile_n)
+        idx_t = torch.from_numpy(idx).cuda()
+        cmin = torch.from_numpy(np.ascontiguousarray(summ.col_min)).cuda()
+        cmax = torch.from_numpy(np.ascontiguousarray(summ.col_max)).cuda()
+    dl = lambda x: None if x is None else cute_rt.from_dlpack(x, assumed_align=16)  # noqa: E731
+    stream = torch.cuda.current_stream().cuda_stream
+    fn(dl(q), dl(k), dl(v), dl(out), dl(lse), dl(idx_t), dl(cmin), dl(cmax), dl(sink), scale,
+       stream, num_sms)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = reference(torch, q, k, v, idx, causal, scale, sink)
+    o = out.float()
+    nan_out = bool(torch.isnan(o).any())
+    err_o = float((o - ref_o).abs().max())
+    ref_scale = float(ref_o.abs().max().clamp_min(1e-6))
+    rel_o = err_o / ref_scale
+    fin = torch.isfinite(ref_lse)
+    inf_match = bool(((~fin) == (lse == -math.inf)).all()) if not has_sink else bool(
+        torch.isfinite(lse).all())
+    err_lse = float((lse[fin] - ref_lse[fin]).abs().max()) if bool(fin.any()) else 0.0
+    empty_rows = int((~fin).sum()) if not has_sink else int(
+        (ref_o.abs().amax(-1) == 0).sum())
+    # skipping stats from the host-side classifier (same predicates as the kernel)
+    stats = None
+    if idx is not None:
+        stats = semantics.computed_tile_counts(idx, causal, sq, cfg.tile_m, cfg.tile_n)
+    ok = (not nan_out) and rel_o <= 1e-2 and err_lse <= 1e-2 and inf_match
+    return {
+        "name": name, "ok": ok, "dtype": dt, "d": d, "dv": dv, "mask": kind, "causal": causal,
+        "C": cols, "B": b, "Sq": sq, "Sk": sk, "H": h, "Hk": hk, "Hm": hm, "sink": has_sink,
+        "tile_n": cfg.tile_n, "max_abs_err_o": err_o, "rel_err_o": rel_o, "max_abs_err_lse": err_lse,
+        "nan_in_out": nan_out, "neg_inf_lse_match": inf_match, "empty_rows": empty_rows,
+        "compile_s": round(compile_s, 2), "tiles": stats,
+    }
+
+
+def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng):
+    results = []
+    b, s, h, d = 2, 8192, 16, 128
+    for kind in ("causal", "full", "causal_doc"):
+        idx, causal = make_mask(kind, rng, b, 1, s, s) if kind != "causal_doc" else (None, None)
+        if kind == "causal_doc":  # 8 documents of 1K
+            lens = [1024] * 8
+            ends, _ = doc_ends(s, lens)
+            idx = np.broadcast_to(ends[None, None, :, None], (b, 1, s, 1)).astype(np.int32).copy()
+            causal = True
+        cols = None if idx is None else idx.shape[-1]
+        cfg = fwd_mod.default_config("bf16", d, d, causal, cols, False)
+        if cfg not in compiled_cache:
+            compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
+        fn = compiled_cache[cfg]
+        q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn_like(q)
+        v = torch.randn_like(q)
+        out = torch.empty_like(q)
+        lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+        idx_t = cmin = cmax = None
+        if idx is not None:
+            summ = semantics.tile_summary(idx, cfg.tile_n)
+            idx_t = torch.from_numpy(idx).cuda()
+            cmin = torch.from_numpy(np.ascontiguousarray(summ.col_min)).cuda()
+            cmax = torch.from_numpy(np.ascontiguousarray(summ.col_max)).cuda()
+        dl = lambda x: None if x is None else cute_rt.from_dlpack(x, assumed_align=16)  # noqa
+        args = [dl(x) for x in (q, k, v, out, lse, idx_t, cmin, cmax)] + [None]
+        stream = torch.cuda.current_stream().cuda_stream
+        call = lambda: fn(*args, 1.0 / math.sqrt(d), stream, num_sms)  # noqa: E731
+        for _ in range(3):
+            call()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        iters = 20
+        start.record()
+        for _ in range(iters):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+        ms = start.elapsed_time(end) / iters
+        flops = semantics.attention_flops(idx, causal, s, s, b, h, d)
+        results.append({"mask": kind, "B": b, "S": s, "H": h, "D": d, "ms": ms,
+                        "tflops": flops / ms / 1e9})
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    import torch
+    import cutlass.cute.runtime as cute_rt
+    from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd_mod
+
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rng = np.random.default_rng(1234)
+    torch.manual_seed(1234)
+    cases = CASES_QUICK if args.quick else CASES_FULL
+    if args.only:
+        cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]
+    compiled = {}
+    report = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cases": []}
+    for case in cases:
+        try:
+            r = run_case(torch, cute_rt, fwd_mod, compiled, case, rng, num_sms)
+        except Exception as exc:  # record and continue: one broken variant must not hide others
+            r = {"name": case[0], "ok": False, "error": repr(exc)[:1500],
+                 "trace": traceback.format_exc()[-3000:]}
+        report["cases"].append(r)
+        print(json.dumps({k: r.get(k) for k in ("name", "ok", "rel_err_o", "max_abs_err_lse",
+                                                  "empty_rows", "compile_s", "error")}),
+              flush=True)
+    if args.bench:
+        try:
+            report["bench"] = bench(torch, cute_rt, fwd_mod, compiled, num_sms, rng)
+            for row in report["bench"]:
+                print(json.dumps(row), flush=True)
+        except Exception as exc:
+            report["bench_error"] = traceback.format_exc()[-3000:]
+            print(report["bench_error"], flush=True)
+    n_ok = sum(1 for r in report["cases"] if r.get("ok"))
+    report["summary"] = {"passed": n_ok, "total": len(report["cases"])}
+    print(json.dumps(report["summary"]), flush=True)
+    out_dir = Path(os.environ.get("OUT", "."))
+    (out_dir / "fwd_check.json").write_text(json.dumps(report, indent=1))
+    return 0 if n_ok == len(report["cases"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
