@@ -120,8 +120,8 @@ class ContextParallelPlan:
                         dtype=np.int64)
 
 
-def _resolve_indices(startend_row_indices: Any, causal: bool, seqlen: int) -> tuple[np.ndarray, bool]:
-    """numpy int32 indices; ``None`` becomes the plain causal / full mask in explicit form."""
+def explicit_indices(startend_row_indices: Any, causal: bool, seqlen: int) -> tuple[np.ndarray, bool]:
+    """Validated numpy int32 indices; ``None`` becomes the plain causal / full mask in explicit form."""
     if startend_row_indices is None:
         if causal:  # LTS = S: no band, only the diagonal
             return np.full((1, 1, seqlen, 1), seqlen, dtype=np.int32), True
@@ -141,7 +141,7 @@ def chunk_work(startend_row_indices: Any, causal: bool, seqlen: int, chunk_size:
     ``work_model="tiles"``: pairs inside the ``tile x tile`` tiles the kernels compute (not SKIP, by
     :func:`semantics.classify_tiles`); ``chunk_size`` must be a multiple of ``tile``.
     """
-    idx, causal = _resolve_indices(startend_row_indices, causal, seqlen)
+    idx, causal = explicit_indices(startend_row_indices, causal, seqlen)
     bounds = [(min(c * chunk_size, seqlen), min((c + 1) * chunk_size, seqlen)) for c in range(num_chunks)]
     if work_model == "pairs":
         return np.array([int(sem.count_visible_pairs(idx, causal, seqlen, r0, r1).sum()) if r1 > r0 else 0
@@ -378,13 +378,13 @@ def rewrite_indices(startend_row_indices: Any, causal: bool, local_rows: np.ndar
 class RankMasks(NamedTuple):
     """Everything one rank needs to run its attention, from :func:`local_masks`.
 
-    ``local``: indices for local Q x own shard (columns = ``own_positions``).
+    ``local``: indices for local Q x local K (columns = ``rows``: a rank first attends to its own
+    tokens, which need no communication).
     ``remote[g]``: indices for local Q x gathered group g (columns = ``plan.group_positions(g)``,
     own columns masked because the local phase already covered them).
     ``local_work`` / ``remote_work[g]``: visible pairs of each phase (0 = the phase can be skipped).
     """
     rows: np.ndarray
-    own_positions: np.ndarray
     local: np.ndarray
     remote: tuple[np.ndarray, ...]
     local_work: int
@@ -395,12 +395,11 @@ class RankMasks(NamedTuple):
 def local_masks(startend_row_indices: Any, causal: bool, plan: ContextParallelPlan,
                 rank: int) -> RankMasks:
     """Rewrite the global indices for ``rank``: one local phase plus one per comm group."""
-    idx, causal = _resolve_indices(startend_row_indices, causal, plan.seqlen)
+    idx, causal = explicit_indices(startend_row_indices, causal, plan.seqlen)
     if not 0 <= rank < plan.world_size:
         raise ValueError(f"rank: expected in [0, {plan.world_size}), found {rank}")
     rows = plan.local_rows(rank)
-    own = plan.shard_positions(rank)
-    local = rewrite_indices(idx, causal, rows, own, plan.seqlen)
+    local = rewrite_indices(idx, causal, rows, rows, plan.seqlen)
     own_set = np.zeros(plan.seqlen, dtype=bool)
     own_set[rows] = True
     remote, remote_work = [], []
@@ -409,7 +408,7 @@ def local_masks(startend_row_indices: Any, causal: bool, plan: ContextParallelPl
         pos = np.where((pos >= 0) & own_set[np.maximum(pos, 0)], PAD, pos)
         remote.append(rewrite_indices(idx, causal, rows, pos, plan.seqlen))
         remote_work.append(_pairs(remote[-1], rows.size))
-    return RankMasks(rows, own, local, tuple(remote), _pairs(local, rows.size), tuple(remote_work),
+    return RankMasks(rows, local, tuple(remote), _pairs(local, rows.size), tuple(remote_work),
                      local_form(causal, idx.shape[3]))
 
 

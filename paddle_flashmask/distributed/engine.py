@@ -1,0 +1,168 @@
+"""Context-parallel attention, written once for both frameworks.
+
+The torch and Paddle modules supply an adapter (tensor ops + collectives, the only framework code)
+and wrap :func:`cp_forward` / :func:`cp_backward` in their autograd mechanism.
+
+Forward on rank r (local rows R, the plan's comm groups g = 0..G-1):
+  1. pack the local K/V into the padded shard ``[shard_len, B, Hk, D + Dv]`` and launch one async
+     all-gather per comm group (NCCL runs them on its own stream, in order);
+  2. attend R x own keys (no communication needed) while the gathers are in flight;
+  3. for each group: wait for its gather, attend R x the group's keys (own keys masked there), and
+     merge the partial result into the running output with its log-sum-exp;
+  4. add the learnable sink (one more term of the denominator) once, at the end.
+Phases whose rewritten mask has no visible pair are not computed (their gathers still complete).
+
+Backward: every phase's gradient comes from the backend backward called with the *merged* output
+and LSE (``P = exp(S - LSE)`` is then the true probability restricted to the phase's keys, and
+``rowsum(dO * O)`` the true correction term), so no gradient ever flows through a partial LSE --
+the kernels' backward does not take one. Each gathered group's dK/dV is reduce-scattered as soon as
+it is computed, overlapping the next phase; the sink gradient is computed from the merged LSE.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+from ..ops import backend as backend_ops
+from .planner import ContextParallelPlan, RankMasks
+
+
+class PhaseIndices(NamedTuple):
+    """Device tensors of a rank's rewritten indices, one per phase (None = phase skipped)."""
+    local: Any
+    remote: tuple[Any, ...]
+
+
+class ShardMaps(NamedTuple):
+    """Row maps between the local rows and the padded K/V shard (numpy, host side)."""
+    shard_src: np.ndarray      # [shard_len] local row feeding each shard position; pad -> n_local
+    local_to_shard: np.ndarray  # [n_local] shard position of each local row
+
+
+def shard_maps(plan: ContextParallelPlan, rank: int) -> ShardMaps:
+    src = plan.shard_local_index(rank)
+    n_local = int(plan.local_rows(rank).size)
+    real = src >= 0
+    local_to_shard = np.empty(n_local, dtype=np.int64)
+    local_to_shard[src[real]] = np.nonzero(real)[0]
+    return ShardMaps(np.where(real, src, n_local), local_to_shard)
+
+
+class CPState:
+    """What the backward needs from the forward (kept off the autograd graph)."""
+
+    def __init__(self) -> None:
+        self.gathered: list[Any] = []  # (k, v) per comm group, None when the phase was skipped
+
+
+def _sizes(adapter, plan: ContextParallelPlan, rank: int, q, k, v, masks: RankMasks) -> None:
+    n_local = int(masks.rows.size)
+    for name, x in (("query", q), ("key", k), ("value", v)):
+        if len(x.shape) != 4 or int(x.shape[1]) != n_local:
+            raise ValueError(f"{name}: expected the local rows of rank {rank} "
+                             f"[batch, {n_local}, heads, dim], found shape {[int(s) for s in x.shape]}")
+    if adapter.world_size != plan.world_size:
+        raise ValueError(f"group: expected {plan.world_size} ranks (the plan's world_size), found "
+                         f"{adapter.world_size}")
+    b = int(masks.local.shape[0])
+    if b != int(q.shape[0]):
+        raise ValueError(f"startend_row_indices: expected batch size {int(q.shape[0])} (dim 0), found {b}")
+
+
+def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: PhaseIndices,
+               maps: ShardMaps, q, k, v, learnable_sink, *, softmax_scale: float,
+               backend: Optional[str], state: CPState):
+    """Returns ``(out [B, R, H, Dv] in q's dtype, lse fp32 [B, H, R])``."""
+    rank = adapter.rank
+    _sizes(adapter, plan, rank, q, k, v, masks)
+    d = int(k.shape[3])
+    shard = adapter.pack_shard(k, v, maps.shard_src)  # [shard_len, B, Hk, D + Dv]
+    cs = plan.chunk_size
+    pending = [adapter.all_gather(adapter.rows(shard, s0 * cs, s1 * cs)) for s0, s1 in plan.comm_groups]
+
+    acc = _Merge(adapter, q, int(v.shape[3]))
+    if masks.local_work > 0:
+        out, lse, _ = backend_ops.run_fwd(backend, q, k, v, phase_idx.local, None, causal=False,
+                                          softmax_scale=softmax_scale)
+        acc.add(out, lse)
+    for g, work in enumerate(pending):
+        gathered = work.wait()  # [world * group_len, B, Hk, D + Dv]
+        if masks.remote_work[g] == 0:
+            state.gathered.append(None)
+            continue
+        kg, vg = adapter.unpack_gathered(gathered, d)
+        state.gathered.append((kg, vg))
+        out, lse, _ = backend_ops.run_fwd(backend, q, kg, vg, phase_idx.remote[g], None, causal=False,
+                                          softmax_scale=softmax_scale)
+        acc.add(out, lse)
+    if learnable_sink is not None:
+        acc.add_sink(learnable_sink)
+    return adapter.cast(acc.out, q), acc.lse
+
+
+class _Merge:
+    """Running (O, LSE) over phases: O = sum_s exp(lse_s - LSE) o_s, LSE = logsumexp_s lse_s."""
+
+    def __init__(self, adapter, q, head_dim_v: int) -> None:
+        self.a = adapter
+        b, r, h, _ = (int(s) for s in q.shape)
+        self.out = adapter.zeros((b, r, h, head_dim_v), q)
+        self.lse = adapter.zeros((b, h, r), q) - math.inf
+
+    def add(self, out, lse) -> None:
+        a = self.a
+        m = a.maximum(self.lse, lse)
+        m = a.where(m == -math.inf, a.zeros_like(m), m)  # two empty rows: shift by 0, not -inf
+        w_old, w_new = a.exp(self.lse - m), a.exp(lse - m)
+        total = w_old + w_new
+        self.lse = m + a.log(total)
+        safe = a.where(total == 0, a.zeros_like(total) + 1.0, total)
+        self.out = self.out * a.lse_to_rows(w_old / safe) + a.f32(out) * a.lse_to_rows(w_new / safe)
+
+    def add_sink(self, sink) -> None:
+        a = self.a
+        s = a.sink_like_lse(sink, self.lse)  # [1, H, 1] fp32
+        m = a.maximum(self.lse, s)
+        new_lse = m + a.log(a.exp(self.lse - m) + a.exp(s - m))
+        self.out = self.out * a.lse_to_rows(a.exp(self.lse - new_lse))
+        self.lse = new_lse
+
+
+def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: PhaseIndices,
+                maps: ShardMaps, state: CPState, dout, q, k, v, out, lse, learnable_sink, *,
+                softmax_scale: float, backend: Optional[str], deterministic: Optional[bool]):
+    """Returns ``(dq, dk, dv, dsink)``; dk/dv are summed over every rank's use of the local keys."""
+    d, dv_dim = int(k.shape[3]), int(v.shape[3])
+    cs = plan.chunk_size
+    dq = adapter.zeros(tuple(int(s) for s in q.shape), q)
+    pending = []
+    # Remote groups first: each reduce-scatter overlaps the phases computed after it.
+    for g, (s0, s1) in enumerate(plan.comm_groups):
+        rows = plan.world_size * (s1 - s0) * cs
+        if state.gathered[g] is None:
+            dkv = adapter.zeros((rows,) + tuple(int(s) for s in k.shape[:1]) + (int(k.shape[2]), d + dv_dim), q)
+        else:
+            kg, vg = state.gathered[g]
+            dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout, q, kg, vg, out, lse, phase_idx.remote[g],
+                                                      None, None, causal=False, softmax_scale=softmax_scale,
+                                                      deterministic=deterministic)
+            dq = dq + adapter.f32(dq_g)
+            dkv = adapter.pack_rows_first(dk_g, dv_g)
+        pending.append(adapter.reduce_scatter(dkv))
+    dk_local = dv_local = None
+    if masks.local_work > 0:
+        dq_l, dk_local, dv_local, _ = backend_ops.run_bwd(backend, dout, q, k, v, out, lse, phase_idx.local,
+                                                          None, None, causal=False,
+                                                          softmax_scale=softmax_scale,
+                                                          deterministic=deterministic)
+        dq = dq + adapter.f32(dq_l)
+    shard_grad = adapter.concat_rows([work.wait() for work in pending])  # [shard_len, B, Hk, D+Dv]
+    dk, dv = adapter.unpack_shard(shard_grad, maps.local_to_shard, d, k, v)
+    if dk_local is not None:
+        dk, dv = dk + adapter.f32(dk_local), dv + adapter.f32(dv_local)
+    dsink = None
+    if learnable_sink is not None:
+        dsink = adapter.sink_grad(learnable_sink, dout, out, lse)
+    return adapter.cast(dq, q), adapter.cast(dk, k), adapter.cast(dv, v), dsink

@@ -1,0 +1,250 @@
+"""Context-parallel FlashMask attention on ``torch.distributed`` (NCCL on GPU, gloo on CPU).
+
+Typical step (every rank runs the same code; the plan is deterministic, so no rank broadcasts it)::
+
+    plan, masks = prepare(indices, causal, group=group)          # numpy, host side
+    q, k, v = (shard_sequence(x, plan, rank) for x in (q_g, k_g, v_g))  # or build them locally
+    out = context_parallel_attention(q, k, v, plan, masks, group=group)
+    # position ids of the local rows (e.g. for RoPE): torch.as_tensor(masks.rows)
+
+``out`` holds the rows ``masks.rows`` of the single-device output; ``out.backward`` gives the local
+rows' dq and the dK/dV of the local keys summed over every rank that attended to them.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ..ops import arguments
+from . import engine
+from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel
+
+
+def _torch():
+    try:
+        import torch
+        import torch.distributed  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("paddle_flashmask.distributed.torch_cp needs PyTorch: "
+                          "pip install 'paddle_flashmask[torch]'") from exc
+    return torch
+
+
+class _Pending:
+    """An async collective and what its result is once it completes."""
+
+    def __init__(self, work, result) -> None:
+        self.work, self.result = work, result
+
+    def wait(self):
+        if self.work is not None:
+            self.work.wait()
+        return self.result() if callable(self.result) else self.result
+
+
+class TorchAdapter:
+    """Tensor ops and collectives of the engine for torch tensors."""
+
+    # Use reduce_scatter where the backend has it (NCCL; gloo in recent torch); tests force False.
+    prefer_native_reduce_scatter = True
+
+    def __init__(self, group=None) -> None:
+        torch = _torch()
+        self.torch, self.dist = torch, torch.distributed
+        self.group = group
+        self.world_size = self.dist.get_world_size(group)
+        self.rank = self.dist.get_rank(group)
+        self._all_gather = getattr(self.dist, "all_gather_single", None) or self.dist.all_gather_into_tensor
+        self._reduce_scatter = (getattr(self.dist, "reduce_scatter_single", None)
+                                or self.dist.reduce_scatter_tensor)
+        self.reduce_scatter_native = type(self).prefer_native_reduce_scatter
+
+    # collectives -----------------------------------------------------------------------------------
+    def all_gather(self, x) -> _Pending:
+        x = x.contiguous()
+        out = x.new_empty((self.world_size * int(x.shape[0]),) + tuple(x.shape[1:]))
+        work = self._all_gather(out, x, group=self.group, async_op=True)
+        return _Pending(work, out)
+
+    def reduce_scatter(self, x) -> _Pending:
+        """Sum over ranks, keep this rank's slice of dim 0; all-reduce + slice if the backend lacks it."""
+        x = x.contiguous()
+        part = int(x.shape[0]) // self.world_size
+        if self.reduce_scatter_native:
+            out = x.new_empty((part,) + tuple(x.shape[1:]))
+            try:
+                work = self._reduce_scatter(out, x, group=self.group, async_op=True)
+                return _Pending(work, out)
+            except (RuntimeError, NotImplementedError, ValueError):
+                self.reduce_scatter_native = False  # e.g. an old gloo: fall back once and for all
+        work = self.dist.all_reduce(x, group=self.group, async_op=True)
+        lo = self.rank * part
+        return _Pending(work, lambda: x[lo:lo + part])
+
+    # tensor ops ------------------------------------------------------------------------------------
+    def rows(self, x, lo: int, hi: int):
+        return x[lo:hi]
+
+    def pack_shard(self, k, v, shard_src: np.ndarray):
+        """[B, R, Hk, D], [B, R, Hk, Dv] -> [shard_len, B, Hk, D + Dv] (row R = zero padding)."""
+        kv = self.torch.cat([k, v], dim=-1).permute(1, 0, 2, 3)
+        kv = self.torch.cat([kv, kv.new_zeros((1,) + tuple(kv.shape[1:]))], dim=0)
+        index = self.torch.as_tensor(shard_src, device=k.device)
+        return kv.index_select(0, index).contiguous()
+
+    def unpack_gathered(self, gathered, d: int):
+        kv = gathered.permute(1, 0, 2, 3)
+        return kv[..., :d].contiguous(), kv[..., d:].contiguous()
+
+    def pack_rows_first(self, dk, dv):
+        return self.torch.cat([dk, dv], dim=-1).permute(1, 0, 2, 3).contiguous()
+
+    def concat_rows(self, parts):
+        return self.torch.cat(parts, dim=0)
+
+    def unpack_shard(self, shard_grad, local_to_shard: np.ndarray, d: int, k, v):
+        index = self.torch.as_tensor(local_to_shard, device=k.device)
+        kv = shard_grad.index_select(0, index).permute(1, 0, 2, 3).float()
+        return kv[..., :d], kv[..., d:]
+
+    def zeros(self, shape, like):
+        return self.torch.zeros(tuple(shape), dtype=self.torch.float32, device=like.device)
+
+    def zeros_like(self, x):
+        return self.torch.zeros_like(x)
+
+    def f32(self, x):
+        return x.float()
+
+    def cast(self, x, like):
+        return x.to(like.dtype)
+
+    def exp(self, x):
+        return self.torch.exp(x)
+
+    def log(self, x):
+        return self.torch.log(x)
+
+    def maximum(self, a, b):
+        return self.torch.maximum(a, b)
+
+    def where(self, cond, a, b):
+        return self.torch.where(cond, a, b)
+
+    def lse_to_rows(self, w):  # [B, H, R] -> [B, R, H, 1]
+        return w.permute(0, 2, 1).unsqueeze(-1)
+
+    def sink_like_lse(self, sink, lse):
+        return sink.float().reshape(1, -1, 1).to(lse.device)
+
+    def sink_grad(self, sink, dout, out, lse):
+        """dsink[h] = -sum_{b,i} exp(sink[h] - LSE[b,h,i]) * rowsum(dO * O)[b,i,h] (local rows)."""
+        delta = (dout.float() * out.float()).sum(-1).permute(0, 2, 1)  # [B, H, R]
+        share = self.torch.exp(self.sink_like_lse(sink, lse) - lse)
+        return (-(share * delta).sum(dim=(0, 2))).to(sink.dtype)
+
+
+_FUNCTION = None
+
+
+def _function():
+    global _FUNCTION
+    if _FUNCTION is not None:
+        return _FUNCTION
+    torch = _torch()
+
+    class ContextParallelFlashMask(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, sink, call):
+            state = engine.CPState()
+            out, lse = engine.cp_forward(call["adapter"], call["plan"], call["masks"], call["phase_idx"],
+                                         call["maps"], q, k, v, sink, softmax_scale=call["scale"],
+                                         backend=call["backend"], state=state)
+            ctx.save_for_backward(q, k, v, out, lse, *([sink] if sink is not None else []))
+            ctx.call, ctx.state = call, state
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, dout, _dlse):
+            q, k, v, out, lse, *rest = ctx.saved_tensors
+            sink = rest[0] if rest else None
+            call = ctx.call
+            dq, dk, dv, dsink = engine.cp_backward(
+                call["adapter"], call["plan"], call["masks"], call["phase_idx"], call["maps"],
+                ctx.state, dout.contiguous(), q, k, v, out, lse, sink, softmax_scale=call["scale"],
+                backend=call["backend"], deterministic=call["deterministic"])
+            ctx.state = None
+            return dq, dk, dv, dsink, None
+
+    _FUNCTION = ContextParallelFlashMask
+    return _FUNCTION
+
+
+def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[int] = None,
+            **plan_kwargs) -> tuple[ContextParallelPlan, RankMasks]:
+    """Plan the split over the ranks of ``group`` and rewrite the indices for this rank.
+
+    ``startend_row_indices``: the *global* ``[B, Hm, S, C]`` indices (numpy or tensor; ``None`` for
+    plain attention, then pass ``seqlen=``). ``plan_kwargs`` go to :func:`plan_context_parallel`.
+    """
+    torch = _torch()
+    world = torch.distributed.get_world_size(group)
+    rank = torch.distributed.get_rank(group) if rank is None else rank
+    plan = plan_context_parallel(startend_row_indices, causal, world, **plan_kwargs)
+    return plan, local_masks(startend_row_indices, causal, plan, rank)
+
+
+def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks: RankMasks, *,
+                               group=None, softmax_scale: Optional[float] = None, learnable_sink=None,
+                               return_softmax_lse: bool = False, backend: Optional[str] = None,
+                               deterministic: Optional[bool] = None):
+    """FlashMask attention of this rank's query rows against the keys of all ranks.
+
+    ``query`` ``[B, R, H, D]``, ``key``/``value`` ``[B, R, Hk, D(v)]``: the local rows ``masks.rows``
+    (see :func:`shard_sequence`). Returns the local rows of the single-device output (and the LSE
+    ``[B, H, R]`` with ``return_softmax_lse``). ``backend`` / ``deterministic`` as in
+    ``paddle_flashmask.torch.flashmask_attention``. ``learnable_sink``'s gradient is this rank's
+    share: sum it over the context-parallel ranks like any replicated parameter (DDP over the
+    data x context group does).
+    """
+    dims = arguments.check_inputs(query, key, value, learnable_sink)
+    scale = arguments.resolve_softmax_scale(softmax_scale, dims.head_dim)
+    adapter = TorchAdapter(group)
+    torch = adapter.torch
+
+    def to_dev(x):
+        return torch.as_tensor(x, dtype=torch.int32, device=query.device)
+
+    phase_idx = engine.PhaseIndices(
+        to_dev(masks.local) if masks.local_work > 0 else None,
+        tuple(to_dev(m) if w > 0 else None for m, w in zip(masks.remote, masks.remote_work)))
+    call = {"adapter": adapter, "plan": plan, "masks": masks, "phase_idx": phase_idx,
+            "maps": engine.shard_maps(plan, adapter.rank), "scale": scale, "backend": backend,
+            "deterministic": deterministic}
+    out, lse = _function().apply(query, key, value, learnable_sink, call)
+    return (out, lse) if return_softmax_lse else out
+
+
+def shard_sequence(x, plan: ContextParallelPlan, rank: int, dim: int = 1):
+    """The rows of ``rank`` (ascending global order) of a full-sequence tensor."""
+    torch = _torch()
+    return x.index_select(dim, torch.as_tensor(plan.local_rows(rank), device=x.device))
+
+
+def gather_sequence(x, plan: ContextParallelPlan, group=None, dim: int = 1):
+    """Inverse of :func:`shard_sequence` on every rank (all-gather; no gradient). For tests/eval."""
+    torch = _torch()
+    world = plan.world_size
+    x = x.movedim(dim, 0).contiguous()
+    longest = max(plan.local_rows(r).size for r in range(world))
+    padded = x.new_zeros((longest,) + tuple(x.shape[1:]))
+    padded[: x.shape[0]] = x
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    torch.distributed.all_gather(parts, padded, group=group)
+    full = x.new_empty((plan.seqlen,) + tuple(x.shape[1:]))
+    for r in range(world):
+        rows = plan.local_rows(r)
+        full[torch.as_tensor(rows, device=x.device)] = parts[r][: rows.size]
+    return full.movedim(0, dim)
