@@ -164,6 +164,6 @@ def configure_model_config(config, flash_mask: bool = True) -> Any:
     if flash_mask:
         register_paddleformers()
         config._attn_implementation = "flashmask"
-    if not paddle.is_compiled_with_cuda() and hasattr(config, "fuse_rms_norm"):
+    if not paddle.is_compiled_with_cuda():
         config.fuse_rms_norm = False
     return config
