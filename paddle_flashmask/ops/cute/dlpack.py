@@ -1,0 +1,186 @@
+"""DLPack glue for the framework-free kernels: inspect caller tensors, allocate scratch buffers.
+
+The frontends hand ``flashmask_fwd`` / ``flashmask_bwd`` objects supporting ``__dlpack__`` (torch or
+paddle CUDA tensors). This module turns them into CuTe tensors with ``cute.runtime.from_dlpack``
+and checks them (:func:`describe`). Kernels also need scratch memory the frontends do not pass
+(the per-key-tile summary, fp32 dQ accumulators...): :class:`DeviceBuffer` allocates it with the
+CUDA driver's stream-ordered allocator on the caller's stream and exposes it through DLPack too,
+so every kernel argument is made the same way.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import cuda.bindings.driver as cu
+
+KDL_CUDA = 2
+# DLPack (code, bits) for the element types the kernels use.
+_DL_TYPES = {"int32": (0, 32), "float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16)}
+_ITEM_SIZE = {name: bits // 8 for name, (_, bits) in _DL_TYPES.items()}
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                             ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor)))]
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def check(result: Any, what: str) -> Any:
+    """Unpack a cuda-python ``(CUresult, *values)`` tuple, raising on an error."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+class DeviceBuffer:
+    """A compact CUDA array owned by this object, allocated and freed in stream order.
+
+    ``__dlpack__`` exports it (the capsule has no destructor: this object owns the memory), so keep
+    the buffer referenced until the work that uses it is enqueued. ``release()`` (or garbage
+    collection) frees it on the same stream, after that work.
+    """
+
+    def __init__(self, shape: Sequence[int], dtype: str, device: int, stream: int,
+                 zero: bool = False) -> None:
+        if dtype not in _DL_TYPES:
+            raise ValueError(f"dtype: expected one of {sorted(_DL_TYPES)}, found {dtype!r}")
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.device = int(device)
+        self.stream = cu.CUstream(stream)
+        self.nbytes = _ITEM_SIZE[dtype] * _product(self.shape)
+        self.ptr = int(check(cu.cuMemAllocAsync(max(self.nbytes, 1), self.stream), "cuMemAllocAsync"))
+        if zero and self.nbytes:
+            check(cu.cuMemsetD8Async(self.ptr, 0, self.nbytes, self.stream), "cuMemsetD8Async")
+        ndim = len(self.shape)
+        self._shape = (ctypes.c_int64 * max(ndim, 1))(*self.shape)
+        strides, running = [], 1
+        for extent in reversed(self.shape):
+            strides.append(running)
+            running *= extent
+        self._strides = (ctypes.c_int64 * max(ndim, 1))(*reversed(strides))
+        code, bits = _DL_TYPES[dtype]
+        self._managed = _DLManagedTensor()
+        self._managed.dl_tensor = _DLTensor(
+            ctypes.c_void_p(self.ptr), _DLDevice(KDL_CUDA, self.device), ndim,
+            _DLDataType(code, bits, 1), self._shape, self._strides, 0)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (KDL_CUDA, self.device)
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        if self.ptr is None:
+            raise RuntimeError("DeviceBuffer was released")
+        return _PyCapsule_New(ctypes.addressof(self._managed), b"dltensor", None)
+
+    def release(self) -> None:
+        if self.ptr is not None:
+            cu.cuMemFreeAsync(self.ptr, self.stream)
+            self.ptr = None
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+def _product(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the host API checks about one argument."""
+    name: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str
+    device: tuple[int, int]
+
+    @property
+    def contiguous(self) -> bool:
+        running = 1
+        for extent, stride in zip(reversed(self.shape), reversed(self.stride)):
+            if extent != 1 and stride != running:
+                return False
+            running *= extent
+        return True
+
+
+# cutlass element type name -> the dtype names used in messages and configs
+_ELEMENT_NAMES = {"BFloat16": "bfloat16", "Float16": "float16", "Float32": "float32",
+                  "Int32": "int32"}
+
+
+# --------------------------------------------------------------------------------------------------
+# The tensor-type contract between compile time and run time
+# --------------------------------------------------------------------------------------------------
+# A compiled CuTe function reads each tensor argument as a descriptor holding exactly the DYNAMIC
+# extents and strides of the type it was compiled for. Nothing checks at call time that the
+# runtime tensor has the same static/dynamic pattern: a mismatch silently reads garbage extents
+# (measured on the H200: a grid computed from such an extent fails with cudaErrorInvalidValue).
+# So every kernel of this package is compiled with ``fake_tensor`` arguments and called with
+# ``runtime_tensor`` arguments, which produce the same type: every extent dynamic (Int32), every
+# stride dynamic (Int64) except the innermost, which is the static 1 (row-major, innermost
+# contiguous). Compile-time sizes (head dims, C) come from the kernel config, never from a type.
+
+def runtime_tensor(obj: Any, assumed_align: Optional[int] = None) -> Any:
+    """CuTe tensor of a DLPack object, typed as :func:`fake_tensor` of the same rank."""
+    import cutlass.cute as cute
+
+    tensor = cute.runtime.from_dlpack(obj, assumed_align=assumed_align)
+    ndim = len(tensor.shape)
+    return tensor.mark_layout_dynamic(leading_dim=ndim - 1) if ndim > 0 else tensor
+
+
+def fake_tensor(dtype: Any, ndim: int, assumed_align: Optional[int] = None) -> Any:
+    """Compile-time stand-in for a row-major tensor of rank ``ndim`` (see the contract above)."""
+    import cutlass.cute as cute
+
+    shape = tuple(cute.sym_int32() for _ in range(ndim))
+    stride = tuple(cute.sym_int64() for _ in range(ndim - 1)) + (1,)
+    return cute.runtime.make_fake_tensor(dtype, shape, stride, assumed_align=assumed_align)
+
+
+def to_cute(obj: Any, name: str, assumed_align: Optional[int] = None) -> tuple[Any, TensorInfo]:
+    """:func:`runtime_tensor` of ``obj`` plus a :class:`TensorInfo` for validation."""
+    import cutlass.cute as cute
+
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError(f"{name}: expected an object supporting __dlpack__ (a CUDA tensor), "
+                        f"found {type(obj).__name__}")
+    device = tuple(int(x) for x in obj.__dlpack_device__())
+    plain = cute.runtime.from_dlpack(obj, assumed_align=assumed_align)
+    element = getattr(plain.element_type, "__name__", str(plain.element_type))
+    info = TensorInfo(name, tuple(int(s) for s in plain.shape), tuple(int(s) for s in plain.stride),
+                      _ELEMENT_NAMES.get(element, element), device)
+    if info.shape and info.stride[-1] == 1:  # else not row-major: the caller rejects it
+        plain = plain.mark_layout_dynamic(leading_dim=len(info.shape) - 1)
+    return plain, info
