@@ -210,7 +210,8 @@ def test_window_matches_paddle_window_size_construction():
     s, left, right = 9, 3, 2
     lts = np.clip(np.arange(left + 1, s + left + 1), 0, s)
     ute = np.clip(np.arange(-right, s - right), 0, s)
-    assert window_mask(s, s, left, right, causal=True).startend_row_indices[0, 0, :, 0].tolist() == lts.tolist()
+    causal = window_mask(s, s, left, right, causal=True).startend_row_indices[0, 0, :, 0]
+    assert causal.tolist() == lts.tolist()
     nc = window_mask(s, s, left, right, causal=False).startend_row_indices[0, 0]
     assert nc[:, 0].tolist() == lts.tolist() and nc[:, 1].tolist() == ute.tolist()
 
@@ -395,8 +396,8 @@ def test_stack_rows_and_promotion():
     assert np.array_equal(to_dense(*p)[0], to_dense(*a)[0])
     q = stack([document_mask([1, 3]), window_mask(4, 4, 1, 1, causal=False)], promote=True)
     assert q.startend_row_indices.shape == (1 * 2, 1, 4, 2)
-    r = stack([prefix_lm_document_mask([(1, 4)]), FlashMask(np.array([[[[4, 4, 0, 0]] * 4]], np.int32), False)],
-              promote=True)
+    full_c4 = FlashMask(np.array([[[[4, 4, 0, 0]] * 4]], np.int32), False)
+    r = stack([prefix_lm_document_mask([(1, 4)]), full_c4], promote=True)
     assert r.startend_row_indices.shape == (2, 1, 4, 4)
     assert np.array_equal(to_dense(*r)[0], to_dense(*prefix_lm_document_mask([(1, 4)]))[0])
 

@@ -16,7 +16,9 @@ from .flashmask import FlashMask, check_int, check_lengths, finish, make_mask, r
 
 
 def _unbounded(value: Optional[int]) -> bool:
-    return value is None or (not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value == -1)
+    if value is None:
+        return True
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value == -1
 
 
 def _doc_bounds(doc_lens: Sequence[int], seqlen: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -121,11 +121,13 @@ def stack(masks: Sequence[FlashMask], promote: bool = False) -> FlashMask:
         raise ValueError("masks: expected at least one FlashMask, found an empty sequence")
     for k, m in enumerate(masks):
         if not isinstance(m, tuple) or len(m) != 2:
-            raise ValueError(f"masks[{k}]: expected a FlashMask (startend_row_indices, causal), found {type(m).__name__}")
+            raise ValueError(f"masks[{k}]: expected a FlashMask (startend_row_indices, causal), "
+                             f"found {type(m).__name__}")
     masks = [FlashMask(np.asarray(m[0]), bool(m[1])) for m in masks]
     causal, seqlen = masks[0].causal, masks[0].startend_row_indices.shape[2]
     for k, m in enumerate(masks):
-        validate(m.startend_row_indices, m.causal, m.startend_row_indices.shape[2], m.startend_row_indices.shape[2])
+        s = m.startend_row_indices.shape[2]
+        validate(m.startend_row_indices, m.causal, s, s)
         if m.causal != causal:
             raise ValueError(f"masks[{k}]: expected causal={causal} like masks[0], found causal={m.causal}")
         if m.startend_row_indices.shape[2] != seqlen:

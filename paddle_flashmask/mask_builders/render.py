@@ -21,7 +21,8 @@ def _as_mask(mask: Any) -> FlashMask:
         return _as_mask(mask.mask)
     if isinstance(mask, tuple) and len(mask) == 2:
         return FlashMask(np.asarray(mask[0]), bool(mask[1]))
-    raise ValueError(f"mask: expected a FlashMask or (startend_row_indices, causal), found {type(mask).__name__}")
+    raise ValueError(f"mask: expected a FlashMask or (startend_row_indices, causal), "
+                     f"found {type(mask).__name__}")
 
 
 def _select(mask: Any, batch: int, head: int, seqlen_q: Optional[int]) -> tuple[np.ndarray, bool, int]:

@@ -154,7 +154,8 @@ def plan_rows(lengths: Sequence[int], max_len: int, greedy: bool = True,
         else:
             kept.append(n)
     if not kept:
-        raise ValueError(f"example_lens: expected at least one example of length <= max_len={max_len}, found none")
+        raise ValueError(f"example_lens: expected at least one example of length <= max_len={max_len}, "
+                         f"found none")
     if not greedy:
         rows, used = [[]], 0
         for n in kept:
@@ -229,7 +230,8 @@ def _pack_documents(lengths: list[int], max_len: int, greedy: bool, convention: 
         for n, s in zip(members, starts):
             spans[n] = (r, shift + s, shift + s + lengths[n])
     mask = finish(idx, True)
-    return mask, rows, spans, example_ids, position_ids, dropped, _collated(mask.startend_row_indices, convention)
+    collated = _collated(mask.startend_row_indices, convention)
+    return mask, rows, spans, example_ids, position_ids, dropped, collated
 
 
 def pack_sft(example_lens: Sequence[int], max_len: int, greedy: bool = True,
@@ -347,10 +349,12 @@ def pack_preference(triples: Sequence[Sequence[int]], max_len: int, greedy: bool
     convention = _check_convention(convention)
     max_len = _check_max_len(max_len)
     if isinstance(triples, (str, bytes)) or not hasattr(triples, "__iter__"):
-        raise ValueError(f"triples: expected a sequence of (prompt_len, chosen_len, rejected_len), found {triples!r}")
+        raise ValueError(f"triples: expected a sequence of (prompt_len, chosen_len, rejected_len), "
+                         f"found {triples!r}")
     triples = list(triples)
     if not triples:
-        raise ValueError("triples: expected at least one (prompt_len, chosen_len, rejected_len), found an empty sequence")
+        raise ValueError("triples: expected at least one (prompt_len, chosen_len, rejected_len), "
+                         "found an empty sequence")
     layouts = []
     for k, t in enumerate(triples):
         if isinstance(t, (str, bytes)) or not hasattr(t, "__len__") or len(t) != 3:
