@@ -353,3 +353,79 @@ def test_torch_cp_allreduce_fallback_and_single_group(tmp_path):
     """The all-reduce + slice path used where reduce_scatter is missing, one gather group."""
     run_torch(2, tmp_path, s=33, chunk=5, comm_groups=1, native_rs=False,
               case_names=("causal_document", "random_causal_c2", "random_bidir_c4"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Multi-process attention (Paddle, gloo): paddle.distributed.spawn is slow to start, so one run of
+# 2 ranks covers a causal form (uneven documents, padding rows, sink), a bidirectional C=4 batch of 2
+# with GQA, and plain causal attention.
+# ------------------------------------------------------------------------------------------------
+
+PADDLE_CASES = ("causal_document", "random_bidir_c4", "plain_causal", "random_causal_c2")
+
+
+def _paddle_worker(s, chunk, path):
+    import paddle
+    import paddle.distributed as dist
+
+    import paddle_flashmask
+    from paddle_flashmask.distributed import paddle_cp
+
+    dist.init_parallel_env()
+    rank = dist.get_rank()
+    errors = []
+    for case in torch_cases(s):
+        if case["name"] not in PADDLE_CASES:
+            continue
+        rng = np.random.default_rng(zlib.crc32(case["name"].encode()))
+        b, h, hk, dv = case["batch"], case["heads"], case["kv_heads"], case["dv"]
+        arrays = [rng.standard_normal(shape).astype(np.float32)
+                  for shape in ((b, s, h, 16), (b, s, hk, 16), (b, s, hk, dv), (b, s, h, dv))]
+        sink_np = rng.standard_normal(h).astype(np.float32) if case["sink"] else None
+        idx, causal = case["idx"], case["causal"]
+
+        leaves = [paddle.to_tensor(a, stop_gradient=False) for a in arrays[:3]]
+        w = paddle.to_tensor(arrays[3])
+        sink_ref = None if sink_np is None else paddle.to_tensor(sink_np, stop_gradient=False)
+        out_ref, lse_ref = paddle_flashmask.flashmask_attention(
+            *leaves, idx, causal=causal, return_softmax_lse=True, learnable_sink=sink_ref, backend="reference")
+        (out_ref * w).sum().backward()
+
+        plan, masks = paddle_cp.prepare(idx, causal, seqlen=s, chunk_size=chunk)
+        rows = masks.rows
+        local = [paddle.to_tensor(a[:, rows], stop_gradient=False) for a in arrays[:3]]
+        sink_cp = None if sink_np is None else paddle.to_tensor(sink_np, stop_gradient=False)
+        out, lse = paddle_cp.context_parallel_attention(*local, plan, masks, learnable_sink=sink_cp,
+                                                        return_softmax_lse=True, backend="reference")
+        (out * paddle.to_tensor(arrays[3][:, rows])).sum().backward()
+        got = {"out": paddle_cp.gather_sequence(out, plan), "lse": paddle_cp.gather_sequence(lse, plan, axis=2),
+               "dq": paddle_cp.gather_sequence(local[0].grad, plan),
+               "dk": paddle_cp.gather_sequence(local[1].grad, plan),
+               "dv": paddle_cp.gather_sequence(local[2].grad, plan)}
+        want = {"out": out_ref, "lse": lse_ref, "dq": leaves[0].grad, "dk": leaves[1].grad, "dv": leaves[2].grad}
+        if sink_np is not None:
+            dsink = sink_cp.grad.clone()
+            dist.all_reduce(dsink)
+            got["dsink"], want["dsink"] = dsink, sink_ref.grad
+        for key in got:
+            a, e = got[key].numpy(), want[key].numpy()
+            fin = np.isfinite(e)
+            if not (np.array_equal(fin, np.isfinite(a)) and np.array_equal(a[~fin], e[~fin])):
+                errors.append(f"paddle {case['name']} rank {rank} {key}: non-finite entries differ")
+            elif _rel_err(a[fin], e[fin]) > 1e-5:
+                errors.append(f"paddle {case['name']} rank {rank} {key}: rel err {_rel_err(a[fin], e[fin]):.2e}")
+        oracle = dense_oracle(*(a.astype(np.float64) for a in arrays[:3]), idx, causal, 16 ** -0.5,
+                              None if sink_np is None else sink_np.astype(np.float64))
+        if _rel_err(got["out"].numpy(), oracle) > 1e-5:
+            errors.append(f"paddle {case['name']} rank {rank} out vs fp64 oracle")
+    with open(f"{path}.{rank}", "w") as f:
+        f.write("\n".join(errors) + f"\ndone {len(errors)}")
+
+
+def test_paddle_cp_two_ranks(tmp_path):
+    pytest.importorskip("paddle")
+    import paddle.distributed as dist
+    path = str(tmp_path / "paddle")
+    dist.spawn(_paddle_worker, args=(45, 4, path), nprocs=2, backend="gloo")
+    lines = [line for r in range(2) for line in open(f"{path}.{r}").read().splitlines() if line]
+    assert [x for x in lines if x.startswith("done")] == ["done 0", "done 0"], "\n".join(lines)

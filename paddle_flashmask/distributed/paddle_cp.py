@@ -1,0 +1,237 @@
+"""Context-parallel FlashMask attention on ``paddle.distributed`` (NCCL on GPU, gloo on CPU).
+
+Same algorithm and planner as :mod:`paddle_flashmask.distributed.torch_cp` (the math lives in
+``engine.py``); launch with ``python -m paddle.distributed.launch --nproc_per_node N train.py``::
+
+    plan, masks = prepare(indices, causal)                   # numpy, host side
+    q, k, v = (shard_sequence(x, plan, rank) for x in (q_g, k_g, v_g))
+    out = context_parallel_attention(q, k, v, plan, masks)
+
+Paddle's gloo process group has no ``reduce_scatter``: there the dK/dV reduction falls back to an
+``all_reduce`` and each rank keeps its slice (same result, ``world_size`` times the traffic; NCCL uses
+the real reduce-scatter).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ..ops import arguments
+from . import engine
+from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel
+
+
+def _paddle():
+    try:
+        import paddle
+        import paddle.distributed  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("paddle_flashmask.distributed.paddle_cp needs PaddlePaddle: "
+                          "pip install 'paddle_flashmask[paddle]'") from exc
+    return paddle
+
+
+class _Pending:
+    def __init__(self, task, result) -> None:
+        self.task, self.result = task, result
+
+    def wait(self):
+        if self.task is not None:
+            self.task.wait()
+        return self.result() if callable(self.result) else self.result
+
+
+class PaddleAdapter:
+    """Tensor ops and collectives of the engine for Paddle tensors."""
+
+    prefer_native_reduce_scatter = True
+
+    def __init__(self, group=None) -> None:
+        paddle = _paddle()
+        self.paddle, self.dist = paddle, paddle.distributed
+        self.group = group
+        self.world_size = self.dist.get_world_size(group) if group is not None else self.dist.get_world_size()
+        self.rank = group.rank if group is not None else self.dist.get_rank()
+        self.reduce_scatter_native = type(self).prefer_native_reduce_scatter
+
+    # collectives -----------------------------------------------------------------------------------
+    def all_gather(self, x) -> _Pending:
+        x = x.contiguous()
+        out = self.paddle.empty([self.world_size * int(x.shape[0])] + list(x.shape[1:]), dtype=x.dtype)
+        task = self.dist.stream.all_gather(out, x, group=self.group, sync_op=False)
+        return _Pending(task, out)
+
+    def reduce_scatter(self, x) -> _Pending:
+        x = x.contiguous()
+        part = int(x.shape[0]) // self.world_size
+        if self.reduce_scatter_native:
+            out = self.paddle.empty([part] + list(x.shape[1:]), dtype=x.dtype)
+            try:
+                task = self.dist.reduce_scatter(out, x, group=self.group, sync_op=False)
+                return _Pending(task, out)
+            except (NotImplementedError, RuntimeError, ValueError):
+                self.reduce_scatter_native = False  # gloo: all-reduce + slice from now on
+        task = self.dist.all_reduce(x, group=self.group, sync_op=False)
+        lo = self.rank * part
+        return _Pending(task, lambda: x[lo:lo + part])
+
+    # tensor ops ------------------------------------------------------------------------------------
+    def _index(self, array: np.ndarray, like):
+        return self.paddle.to_tensor(array, dtype="int64", place=like.place)
+
+    def rows(self, x, lo: int, hi: int):
+        return x[lo:hi]
+
+    def pack_shard(self, k, v, shard_src: np.ndarray):
+        p = self.paddle
+        kv = p.transpose(p.concat([k, v], axis=-1), [1, 0, 2, 3])
+        kv = p.concat([kv, p.zeros([1] + list(kv.shape[1:]), dtype=kv.dtype)], axis=0)
+        return p.index_select(kv, self._index(shard_src, k), axis=0).contiguous()
+
+    def unpack_gathered(self, gathered, d: int):
+        kv = self.paddle.transpose(gathered, [1, 0, 2, 3])
+        return kv[..., :d].contiguous(), kv[..., d:].contiguous()
+
+    def pack_rows_first(self, dk, dv):
+        p = self.paddle
+        return p.transpose(p.concat([dk, dv], axis=-1), [1, 0, 2, 3]).contiguous()
+
+    def concat_rows(self, parts):
+        return self.paddle.concat(parts, axis=0)
+
+    def unpack_shard(self, shard_grad, local_to_shard: np.ndarray, d: int, k, v):
+        p = self.paddle
+        kv = p.index_select(shard_grad, self._index(local_to_shard, k), axis=0)
+        kv = p.transpose(kv, [1, 0, 2, 3]).astype("float32")
+        return kv[..., :d], kv[..., d:]
+
+    def zeros(self, shape, like):
+        return self.paddle.zeros(list(shape), dtype="float32").to(like.place)
+
+    def zeros_like(self, x):
+        return self.paddle.zeros_like(x)
+
+    def f32(self, x):
+        return x.astype("float32")
+
+    def cast(self, x, like):
+        return x.astype(like.dtype)
+
+    def exp(self, x):
+        return self.paddle.exp(x)
+
+    def log(self, x):
+        return self.paddle.log(x)
+
+    def maximum(self, a, b):
+        return self.paddle.maximum(a, b)
+
+    def where(self, cond, a, b):
+        return self.paddle.where(cond, a, b)
+
+    def lse_to_rows(self, w):  # [B, H, R] -> [B, R, H, 1]
+        return self.paddle.transpose(w, [0, 2, 1]).unsqueeze(-1)
+
+    def sink_like_lse(self, sink, lse):
+        return sink.astype("float32").reshape([1, -1, 1])
+
+    def sink_grad(self, sink, dout, out, lse):
+        p = self.paddle
+        delta = p.transpose((dout.astype("float32") * out.astype("float32")).sum(-1), [0, 2, 1])
+        share = p.exp(self.sink_like_lse(sink, lse) - lse)
+        return (-(share * delta).sum(axis=[0, 2])).astype(sink.dtype)
+
+
+_PYLAYER = None
+
+
+def _pylayer():
+    global _PYLAYER
+    if _PYLAYER is not None:
+        return _PYLAYER
+    paddle = _paddle()
+
+    class ContextParallelFlashMask(paddle.autograd.PyLayer):
+        @staticmethod
+        def forward(ctx, q, k, v, sink, call):
+            state = engine.CPState()
+            out, lse = engine.cp_forward(call["adapter"], call["plan"], call["masks"], call["phase_idx"],
+                                         call["maps"], q, k, v, sink, softmax_scale=call["scale"],
+                                         backend=call["backend"], state=state)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.call, ctx.state, ctx.sink = call, state, sink
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, dout, _dlse):
+            q, k, v, out, lse = ctx.saved_tensor()
+            call, sink = ctx.call, ctx.sink
+            dq, dk, dv, dsink = engine.cp_backward(
+                call["adapter"], call["plan"], call["masks"], call["phase_idx"], call["maps"],
+                ctx.state, dout.contiguous(), q, k, v, out, lse, sink, softmax_scale=call["scale"],
+                backend=call["backend"], deterministic=call["deterministic"])
+            ctx.state = None
+            # PyLayer: one gradient per Tensor input (the sink only when it was given).
+            return (dq, dk, dv) if sink is None else (dq, dk, dv, dsink)
+
+    _PYLAYER = ContextParallelFlashMask
+    return _PYLAYER
+
+
+def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[int] = None,
+            **plan_kwargs) -> tuple[ContextParallelPlan, RankMasks]:
+    """Plan over the ranks of ``group`` (default: all) and rewrite the indices for this rank."""
+    paddle = _paddle()
+    world = group.nranks if group is not None else paddle.distributed.get_world_size()
+    if rank is None:
+        rank = group.rank if group is not None else paddle.distributed.get_rank()
+    plan = plan_context_parallel(startend_row_indices, causal, world, **plan_kwargs)
+    return plan, local_masks(startend_row_indices, causal, plan, rank)
+
+
+def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks: RankMasks, *,
+                               group=None, softmax_scale: Optional[float] = None, learnable_sink=None,
+                               return_softmax_lse: bool = False, backend: Optional[str] = None,
+                               deterministic: Optional[bool] = None):
+    """Paddle twin of :func:`paddle_flashmask.distributed.torch_cp.context_parallel_attention`."""
+    dims = arguments.check_inputs(query, key, value, learnable_sink)
+    scale = arguments.resolve_softmax_scale(softmax_scale, dims.head_dim)
+    adapter = PaddleAdapter(group)
+    paddle = adapter.paddle
+
+    def to_dev(x):
+        return paddle.to_tensor(x, dtype="int32", place=query.place)
+
+    phase_idx = engine.PhaseIndices(
+        to_dev(masks.local) if masks.local_work > 0 else None,
+        tuple(to_dev(m) if w > 0 else None for m, w in zip(masks.remote, masks.remote_work)))
+    call = {"adapter": adapter, "plan": plan, "masks": masks, "phase_idx": phase_idx,
+            "maps": engine.shard_maps(plan, adapter.rank), "scale": scale, "backend": backend,
+            "deterministic": deterministic}
+    out, lse = _pylayer().apply(query, key, value, learnable_sink, call)
+    return (out, lse) if return_softmax_lse else out
+
+
+def shard_sequence(x, plan: ContextParallelPlan, rank: int, axis: int = 1):
+    """The rows of ``rank`` (ascending global order) of a full-sequence tensor."""
+    paddle = _paddle()
+    return paddle.index_select(x, paddle.to_tensor(plan.local_rows(rank), place=x.place), axis=axis)
+
+
+def gather_sequence(x, plan: ContextParallelPlan, group=None, axis: int = 1):
+    """Inverse of :func:`shard_sequence` on every rank (all-gather; no gradient). For tests/eval."""
+    paddle = _paddle()
+    world = plan.world_size
+    perm = [axis] + [i for i in range(len(x.shape)) if i != axis]
+    x = paddle.transpose(x.detach(), perm)
+    longest = max(plan.local_rows(r).size for r in range(world))
+    pad = paddle.zeros([longest - int(x.shape[0])] + list(x.shape[1:]), dtype=x.dtype)
+    parts: list = []
+    paddle.distributed.all_gather(parts, paddle.concat([x, pad], axis=0), group=group)
+    order = np.concatenate([plan.local_rows(r) for r in range(world)])
+    stacked = paddle.concat([parts[r][: plan.local_rows(r).size] for r in range(world)], axis=0)
+    full = paddle.index_select(stacked, paddle.to_tensor(np.argsort(order), place=x.place), axis=0)
+    inverse = [perm.index(i) for i in range(len(perm))]
+    return paddle.transpose(full, inverse)
