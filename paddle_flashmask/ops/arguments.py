@@ -83,7 +83,7 @@ def resolve_softmax_scale(softmax_scale: Optional[float], head_dim: int) -> floa
 
 
 def window_bounds(window_size: Any) -> tuple[int, int]:
-    """``int w`` -> (w, w); ``(left, right)`` -> itself. Non-negative ints only."""
+    """``int w`` -> (w, w); ``(left, right)`` -> itself. Ints >= 0, or -1 for "unbounded on that side"."""
     if isinstance(window_size, bool):
         raise ValueError(f"window_size: expected an int or a (left, right) pair, found {window_size!r}")
     if isinstance(window_size, int):
@@ -93,8 +93,9 @@ def window_bounds(window_size: Any) -> tuple[int, int]:
     else:
         raise ValueError(f"window_size: expected an int or a (left, right) pair, found {window_size!r}")
     for side, w in zip(("left", "right"), pair):
-        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-            raise ValueError(f"window_size: expected a non-negative int {side} size, found {w!r}")
+        if isinstance(w, bool) or not isinstance(w, int) or w < -1:
+            raise ValueError(f"window_size: expected an int >= 0 (or -1 = unbounded) {side} size, "
+                             f"found {w!r}")
     return int(pair[0]), int(pair[1])
 
 

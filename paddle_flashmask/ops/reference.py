@@ -23,7 +23,7 @@ from typing import Any, Optional
 from .. import semantics
 
 # Elements of one [B, H, tile_rows, Sk] fp32 score tile; a few such tensors are alive at once.
-_DEFAULT_TILE_ELEMENTS = 1 << 22
+_DEFAULT_TILE_ELEMENTS = 1 << 20
 
 
 # --------------------------------------------------------------------------------------------------
@@ -86,6 +86,17 @@ class TorchOps:
     def concat(self, xs, axis):
         return self.fw.cat(xs, dim=axis)
 
+    def visible_range(self, masked, cols, seqlen_k):
+        """(first, last + 1) of the key columns some row of ``masked`` [..., Sk] can see."""
+        visible = (~masked).reshape(-1, seqlen_k).any(dim=0)
+        first = int(self.fw.where(visible, cols[0], seqlen_k).min())
+        last = int(self.fw.where(visible, cols[0], -1).max())
+        return first, last + 1
+
+    def add_cols(self, acc, part, c0, c1):  # acc[:, :, c0:c1] += part
+        acc[:, :, c0:c1] += part
+        return acc
+
 
 class PaddleOps:
     name = "paddle"
@@ -138,6 +149,16 @@ class PaddleOps:
 
     def concat(self, xs, axis):
         return self.fw.concat(xs, axis=axis)
+
+    def visible_range(self, masked, cols, seqlen_k):
+        visible = self.fw.any(self.fw.reshape(~masked, [-1, seqlen_k]), axis=0)
+        first = int(self.fw.where(visible, cols[0], self.fw.full_like(cols[0], seqlen_k)).min())
+        last = int(self.fw.where(visible, cols[0], self.fw.full_like(cols[0], -1)).max())
+        return first, last + 1
+
+    def add_cols(self, acc, part, c0, c1):
+        acc[:, :, c0:c1] = acc[:, :, c0:c1] + part
+        return acc
 
 
 _ADAPTERS: dict[str, Any] = {}
@@ -211,6 +232,17 @@ class _Layout:
         b, hm = self.batch, self.mask_heads
         return ops.reshape(masked, (b, hm, 1, r1 - r0, self.seqlen_k))
 
+    def tile(self, r0: int, r1: int):
+        """(mask, c0, c1): the tile's mask restricted to the key columns [c0, c1) outside of which
+        every element of the tile is masked (so the tile's matmuls skip them). c1 > c0 always."""
+        masked = self.tile_masked(r0, r1)
+        if masked is None:
+            return None, 0, self.seqlen_k
+        c0, c1 = self.ops.visible_range(masked, self.cols, self.seqlen_k)
+        if c1 <= c0:  # nothing visible: keep one (masked) column so the math stays uniform
+            c0, c1 = 0, 1
+        return masked[..., c0:c1], c0, c1
+
     def apply_mask(self, scores, masked):
         """scores [B, Hk, G, t, Sk] with masked elements set to -inf (mask head h // (H // Hm))."""
         if masked is None:
@@ -220,9 +252,10 @@ class _Layout:
         if len(masked.shape) == 2:
             return ops.where(masked, _neg_inf(ops, scores), scores)
         hm = self.mask_heads
-        view = ops.reshape(scores, (self.batch, hm, self.heads // hm, t, self.seqlen_k))
+        n = int(scores.shape[4])
+        view = ops.reshape(scores, (self.batch, hm, self.heads // hm, t, n))
         view = ops.where(masked, _neg_inf(ops, view), view)
-        return ops.reshape(view, (self.batch, self.kv_heads, self.group, t, self.seqlen_k))
+        return ops.reshape(view, (self.batch, self.kv_heads, self.group, t, n))
 
     def sink_5d(self, learnable_sink):  # [H] -> fp32 [1, Hk, G, 1, 1]
         if learnable_sink is None:
@@ -254,11 +287,12 @@ def flashmask_fwd(q, k, v, startend_row_indices=None, *, causal: bool, softmax_s
     outs, lses = [], []
     for r0 in range(0, lay.seqlen_q, lay.tile_rows):
         r1 = min(r0 + lay.tile_rows, lay.seqlen_q)
-        scores = ops.matmul(q5[:, :, :, r0:r1], k5, transpose_b=True) * lay.scale
-        scores = lay.apply_mask(scores, lay.tile_masked(r0, r1))
+        masked, c0, c1 = lay.tile(r0, r1)
+        scores = ops.matmul(q5[:, :, :, r0:r1], k5[:, :, :, c0:c1], transpose_b=True) * lay.scale
+        scores = lay.apply_mask(scores, masked)
         row_max = ops.amax(scores, -1)
         if sink is not None:
-            row_max = ops.maximum(row_max, sink + ops.zeros(row_max.shape, q5))
+            row_max = ops.maximum(row_max, sink)
         # An empty row has max -inf: shift by 0 so exp() gives exact zeros, not NaN.
         shift = ops.where(row_max == -math.inf, ops.zeros((1,), q5), row_max)
         probs = ops.exp(scores - shift)
@@ -267,7 +301,7 @@ def flashmask_fwd(q, k, v, startend_row_indices=None, *, causal: bool, softmax_s
             denom = denom + ops.exp(sink - shift)
         lses.append(shift + ops.log(denom))  # log(0) = -inf for an empty row without a sink
         safe_denom = ops.where(denom == 0, ops.zeros((1,), q5) + 1.0, denom)
-        outs.append(ops.matmul(probs, v5) / safe_denom)
+        outs.append(ops.matmul(probs, v5[:, :, :, c0:c1]) / safe_denom)
     out = lay.from_heads_5d(ops.concat(outs, 3), q)
     lse = ops.concat(lses, 3)  # [B, Hk, G, Sq, 1]
     lse = ops.reshape(lse, (lay.batch, lay.heads, lay.seqlen_q))
@@ -306,23 +340,28 @@ def flashmask_bwd(dout, q, k, v, out, lse, startend_row_indices=None, *, causal:
         lse_t = lse5[:, :, :, r0:r1]
         # Empty rows (LSE -inf) have only -inf scores: exp(-inf - 0) = 0 gives zero gradients.
         lse_t = ops.where(lse_t == -math.inf, zero, lse_t)
-        scores = ops.matmul(q_t, k5, transpose_b=True) * lay.scale
-        scores = lay.apply_mask(scores, lay.tile_masked(r0, r1))
-        probs = ops.exp(scores - lse_t)  # [B, Hk, G, t, Sk]
+        masked, c0, c1 = lay.tile(r0, r1)
+        n = c1 - c0
+        k_t, v_t = k5[:, :, :, c0:c1], v5[:, :, :, c0:c1]
+        scores = ops.matmul(q_t, k_t, transpose_b=True) * lay.scale
+        scores = lay.apply_mask(scores, masked)
+        probs = ops.exp(scores - lse_t)  # [B, Hk, G, t, n]
         delta = ops.sum(do_t * o5[:, :, :, r0:r1], -1)  # rowsum(dO * O)
         if dlse5 is not None:
             delta = delta - dlse5[:, :, :, r0:r1]
-        dprobs = ops.matmul(do_t, v5, transpose_b=True)
+        dprobs = ops.matmul(do_t, v_t, transpose_b=True)
         dscores = probs * (dprobs - delta)
-        dqs.append(ops.matmul(dscores, k5) * lay.scale)
-        # Sum the G query heads sharing a kv head inside the matmul: [B, Hk, G*t, Sk].
-        probs_g = ops.reshape(probs, (b, hk, g * t, lay.seqlen_k))
-        dscores_g = ops.reshape(dscores, (b, hk, g * t, lay.seqlen_k))
-        dv = dv + ops.matmul(probs_g, ops.reshape(do_t, (b, hk, g * t, dv_dim)), transpose_a=True)
-        dk = dk + ops.matmul(dscores_g, ops.reshape(q_t, (b, hk, g * t, d)), transpose_a=True) * lay.scale
+        dqs.append(ops.matmul(dscores, k_t) * lay.scale)
+        # Sum the G query heads sharing a kv head inside the matmul: [B, Hk, G*t, n].
+        probs_g = ops.reshape(probs, (b, hk, g * t, n))
+        dscores_g = ops.reshape(dscores, (b, hk, g * t, n))
+        dv = ops.add_cols(dv, ops.matmul(probs_g, ops.reshape(do_t, (b, hk, g * t, dv_dim)),
+                                         transpose_a=True), c0, c1)
+        dk = ops.add_cols(dk, ops.matmul(dscores_g, ops.reshape(q_t, (b, hk, g * t, d)),
+                                         transpose_a=True) * lay.scale, c0, c1)
         if sink is not None:
             sink_prob = ops.exp(sink - lse_t)  # share of the denominator taken by the sink
-            dsink = dsink + ops.sum(ops.sum(ops.sum(-sink_prob * delta, 3), 0, True), -1)
+            dsink = dsink + ops.sum(ops.sum(-sink_prob * delta, 3), 0)
     dq = lay.from_heads_5d(ops.concat(dqs, 3), q)
     dk = ops.cast(ops.permute(dk, (0, 2, 1, 3)), k)
     dv = ops.cast(ops.permute(dv, (0, 2, 1, 3)), v)
