@@ -454,7 +454,7 @@ def test_invalid_arguments(call, words):
 
 def test_docstring_pictures():
     """Every docstring picture is a doctest: the docs cannot drift from the code."""
-    for module in (mb.attention_patterns, mb.training_layouts, mb.flashmask):
+    for module in (mb.attention_patterns, mb.training_layouts, mb.flashmask, mb.pictures):
         result = doctest.testmod(module, extraglobs={"picture": picture, **vars(mb)},
                                  optionflags=doctest.NORMALIZE_WHITESPACE)
         assert result.failed == 0, module.__name__
@@ -526,3 +526,23 @@ def test_render_large_mask_is_downsampled(tmp_path):
     path = render(causal_document_mask([1500, 1000, 548]), tmp_path / "big.png", max_pixels=256)
     img = Image.open(path)
     assert max(img.size) <= 256
+
+
+def test_render_block_shading_is_the_visible_fraction(tmp_path):
+    from PIL import Image
+    img = np.asarray(Image.open(render(causal_mask(64), tmp_path / "c.png", max_pixels=32,
+                                       boundaries=[])).convert("RGB")).astype(float)
+    assert img.shape == (32, 32, 3)
+    white, blue = np.array([245, 245, 245]), np.array([37, 99, 235])
+    # a 2x2 block on the diagonal has 3 of 4 pairs visible; above it none, below it all
+    assert np.allclose(img[5, 5], 0.25 * white + 0.75 * blue, atol=1)
+    assert np.allclose(img[5, 6], white) and np.allclose(img[6, 5], blue)
+
+
+def test_encode_png_round_trip():
+    from PIL import Image
+    import io
+    rgb = np.random.default_rng(0).integers(0, 256, size=(7, 5, 3), dtype=np.uint8)
+    data = mb.encode_png(rgb)
+    _png_chunks(data)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")), rgb)

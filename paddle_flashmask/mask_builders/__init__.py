@@ -11,7 +11,7 @@ from .attention_patterns import (causal_blockwise_mask, causal_document_mask, ca
                                  prefix_lm_document_mask, qk_sparse_mask, random_eviction_mask,
                                  shared_question_mask, sliding_window_mask, window_mask)
 from .flashmask import FlashMask, stack
-from .render import boundaries_of, parse_picture, picture, render
+from .pictures import boundaries_of, encode_png, parse_picture, picture, render
 from .training_layouts import (CONVENTIONS, LoRAPack, PreferencePack, SFTPack, pack_lora,
                                pack_preference, pack_sft, plan_rows)
 
@@ -20,7 +20,7 @@ __all__ = [
     "causal_mask", "window_mask", "sliding_window_mask", "global_sliding_window_mask",
     "causal_document_mask", "document_mask", "causal_blockwise_mask", "shared_question_mask",
     "prefix_lm_causal_mask", "prefix_lm_document_mask", "qk_sparse_mask", "random_eviction_mask",
-    "render", "picture", "parse_picture", "boundaries_of",
+    "render", "picture", "parse_picture", "boundaries_of", "encode_png",
     "pack_sft", "pack_preference", "pack_lora", "plan_rows", "SFTPack", "PreferencePack", "LoRAPack",
     "CONVENTIONS",
 ]

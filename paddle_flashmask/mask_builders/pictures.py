@@ -6,11 +6,13 @@ Both take a :class:`FlashMask`, a ``(startend_row_indices, causal)`` pair, or a 
 from __future__ import annotations
 
 import os
+import struct
+import zlib
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from ..semantics import rows_masked, validate
+from ..semantics import count_visible_pairs, rows_masked, validate
 from .flashmask import FlashMask, check_int
 
 
@@ -81,10 +83,9 @@ def render(mask: Any, path: Union[str, os.PathLike], batch: int = 0, head: int =
     ``max_boundaries`` of them (a sliding window changes at every column). Small masks are drawn
     with several pixels per element (at least 4, grid-free); masks longer than ``max_pixels`` are
     averaged into blocks (shade = fraction of visible pairs), computed block-row by block-row so no
-    full ``[Sq, Sk]`` array is built. Returns ``path`` as a string.
+    full ``[Sq, Sk]`` array is built. Returns ``path`` as a string. Needs no imaging library: the
+    PNG is encoded here (numpy + zlib).
     """
-    from PIL import Image  # Pillow; a test dependency and part of most scientific installs
-
     idx, causal, sq = _select(mask, batch, head, seqlen_q)
     sk = idx.shape[2]
     max_pixels = check_int("max_pixels", max_pixels, 16)
@@ -96,10 +97,9 @@ def render(mask: Any, path: Union[str, os.PathLike], batch: int = 0, head: int =
     shade = np.empty((rows_out, cols_out), dtype=np.float64)
     for r in range(rows_out):
         r0, r1 = r * block, min((r + 1) * block, sq)
-        visible = ~rows_masked(idx, causal, sq, r0, r1)[0, 0]  # [r1 - r0, Sk]
-        pad = cols_out * block - sk
-        vis = np.pad(visible.astype(np.float64), ((0, 0), (0, pad)))
-        counts = vis.reshape(r1 - r0, cols_out, block).sum(axis=(0, 2))
+        # exact visible pairs per key column for this block of rows, O(Sk) (interval arithmetic)
+        per_col = count_visible_pairs(idx, causal, sq, r0, r1, per_column=True)[0, 0]
+        counts = np.pad(per_col, (0, cols_out * block - sk)).reshape(cols_out, block).sum(axis=1)
         widths = np.minimum(np.arange(1, cols_out + 1) * block, sk) - np.arange(cols_out) * block
         shade[r] = counts / ((r1 - r0) * widths)
     rgb = (_MASKED[None, None, :] * (1 - shade[..., None]) + _VISIBLE[None, None, :] * shade[..., None])
@@ -115,5 +115,23 @@ def render(mask: Any, path: Union[str, os.PathLike], batch: int = 0, head: int =
         if sq == sk and 0 < px < rgb.shape[0]:  # self-attention: the same position as a row
             rgb[px, :] = _LINE
     path = os.fspath(path)
-    Image.fromarray(rgb).save(path, format="PNG")
+    with open(path, "wb") as f:
+        f.write(encode_png(rgb))
     return path
+
+
+def encode_png(rgb: np.ndarray) -> bytes:
+    """Minimal PNG encoder for an 8-bit RGB ``[H, W, 3]`` array (filter 0 on every row)."""
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    if rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"rgb: expected shape [H, W, 3], found {list(rgb.shape)}")
+    height, width = rgb.shape[:2]
+    rows = np.concatenate([np.zeros((height, 1), np.uint8), rgb.reshape(height, width * 3)], axis=1)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(kind + body) & 0xFFFFFFFF
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit depth, colour type 2 = RGB
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6))
+            + chunk(b"IEND", b""))
