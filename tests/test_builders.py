@@ -454,7 +454,7 @@ def test_invalid_arguments(call, words):
 
 def test_docstring_pictures():
     """Every docstring picture is a doctest: the docs cannot drift from the code."""
-    for module in (mb.attention_patterns, mb.training_layouts, mb.flashmask, mb.pictures):
+    for module in (mb.attention_patterns, mb.training_layouts, mb.flashmask, mb.pictures, mb.converters):
         result = doctest.testmod(module, extraglobs={"picture": picture, **vars(mb)},
                                  optionflags=doctest.NORMALIZE_WHITESPACE)
         assert result.failed == 0, module.__name__
@@ -546,3 +546,51 @@ def test_encode_png_round_trip():
     data = mb.encode_png(rgb)
     _png_chunks(data)
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")), rgb)
+
+
+# --------------------------------------------------------------------------------------------------
+# from_dense (dense -> smallest FlashMask form)
+# --------------------------------------------------------------------------------------------------
+
+FORMS = [(True, 1), (True, 2), (False, 2), (False, 4)]
+
+
+@FAST
+@given(st.sampled_from(FORMS), st.integers(1, 9), st.integers(1, 9), st.integers(1, 2), st.data())
+def test_from_dense_round_trips_random_indices(form, sq, sk, heads, data):
+    causal, c = form
+    values = data.draw(st.lists(st.integers(0, sq), min_size=heads * sk * c, max_size=heads * sk * c))
+    idx = np.array(values, np.int32).reshape(1, heads, sk, c)
+    dense_in = to_dense(idx, causal, sq)
+    for flag in (causal, None):
+        out = mb.from_dense(dense_in, causal=flag)
+        assert np.array_equal(to_dense(*out, sq), dense_in)
+        if flag is not None:
+            assert out.causal == causal and out.startend_row_indices.shape[-1] <= c
+
+
+def test_from_dense_picks_the_smallest_form():
+    assert mb.from_dense(to_dense(*causal_document_mask([2, 3], 7))).startend_row_indices.shape[-1] == 1
+    assert mb.from_dense(to_dense(*qk_sparse_mask(6, [(1, 2)]))).startend_row_indices.shape[-1] == 2
+    both = mb.from_dense(np.ones((4, 4), bool))
+    assert not both.causal and both.startend_row_indices.shape[-1] == 2
+    two_bands = parse_picture("""
+        x...
+        .x..
+        x.x.
+        .x.x""")
+    m = mb.from_dense(two_bands)
+    assert (m.causal, m.startend_row_indices.shape[-1]) == (False, 4)
+    assert np.array_equal(to_dense(*m)[0, 0], two_bands)
+
+
+def test_from_dense_rejects_unrepresentable_masks():
+    checker = (np.add.outer(np.arange(6), np.arange(6)) % 2 == 0)
+    with pytest.raises(ValueError, match="key column 0 .*more than two intervals"):
+        mb.from_dense(checker)
+    with pytest.raises(ValueError, match="causal form.*key column 1"):
+        mb.from_dense(np.ones((3, 3), bool), causal=True)
+    with pytest.raises(ValueError, match="bool"):
+        mb.from_dense(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="shape"):
+        mb.from_dense(np.ones((3,), bool))

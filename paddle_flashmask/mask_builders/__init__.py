@@ -10,6 +10,7 @@ from .attention_patterns import (causal_blockwise_mask, causal_document_mask, ca
                                  document_mask, global_sliding_window_mask, prefix_lm_causal_mask,
                                  prefix_lm_document_mask, qk_sparse_mask, random_eviction_mask,
                                  shared_question_mask, sliding_window_mask, window_mask)
+from .converters import from_dense
 from .flashmask import FlashMask, stack
 from .pictures import boundaries_of, encode_png, parse_picture, picture, render
 from .training_layouts import (CONVENTIONS, LoRAPack, PreferencePack, SFTPack, pack_lora,
@@ -22,5 +23,5 @@ __all__ = [
     "prefix_lm_causal_mask", "prefix_lm_document_mask", "qk_sparse_mask", "random_eviction_mask",
     "render", "picture", "parse_picture", "boundaries_of", "encode_png",
     "pack_sft", "pack_preference", "pack_lora", "plan_rows", "SFTPack", "PreferencePack", "LoRAPack",
-    "CONVENTIONS",
+    "CONVENTIONS", "from_dense",
 ]
