@@ -100,3 +100,25 @@ def dense_attention_grads_fp64(q, k, v, allowed_mask_bhqk, scale: float, dout,
     if sink is not None:
         dsink = (p_sink * (0.0 - row + g_lse)).sum(axis=(0, 2))
     return dq.transpose(0, 2, 1, 3), _fold_heads(dk, hk), _fold_heads(dv, hk), dsink
+
+
+FORMS = [(True, 1), (True, 2), (False, 2), (False, 4)]
+
+
+def random_indices(rng: np.random.Generator, batch: int, mask_heads: int, seqlen_q: int,
+                   seqlen_k: int, causal: bool, num_columns: int,
+                   empty_from_row: Optional[int] = None) -> np.ndarray:
+    """Random valid int32 ``[B, Hm, Sk, C]`` for a (causal, C) form; mostly well-formed bands.
+
+    ``empty_from_row``: additionally make every row >= it see no key (padding rows), by pulling the
+    lower band start of every column up to it (and its end, when present, past the last row).
+    """
+    vals = rng.integers(0, seqlen_q + 1, size=(batch, mask_heads, seqlen_k, num_columns))
+    for lo, hi in ((0, 1), (2, 3)):
+        if hi < num_columns and not (num_columns == 2 and not causal):
+            vals[..., [lo, hi]] = np.sort(vals[..., [lo, hi]], axis=-1)
+    if empty_from_row is not None:
+        vals[..., 0] = np.minimum(vals[..., 0], empty_from_row)
+        if num_columns == 4 or (causal and num_columns == 2):
+            vals[..., 1] = seqlen_q
+    return vals.astype(np.int32)

@@ -268,6 +268,12 @@ def _neg_inf(ops, like):
     return ops.zeros((1,), like) - math.inf
 
 
+def _exp_masked(ops, scores, shift):
+    """exp(scores - shift) with exact zeros where scores is -inf (Paddle's CPU exp(-inf) returns a
+    denormal, not 0, which would leak into the output of rows that see nothing)."""
+    return ops.where(scores == -math.inf, ops.zeros((1,), scores), ops.exp(scores - shift))
+
+
 # --------------------------------------------------------------------------------------------------
 # Forward and backward
 # --------------------------------------------------------------------------------------------------
@@ -295,12 +301,15 @@ def flashmask_fwd(q, k, v, startend_row_indices=None, *, causal: bool, softmax_s
             row_max = ops.maximum(row_max, sink)
         # An empty row has max -inf: shift by 0 so exp() gives exact zeros, not NaN.
         shift = ops.where(row_max == -math.inf, ops.zeros((1,), q5), row_max)
-        probs = ops.exp(scores - shift)
+        probs = _exp_masked(ops, scores, shift)
         denom = ops.sum(probs, -1)
         if sink is not None:
             denom = denom + ops.exp(sink - shift)
-        lses.append(shift + ops.log(denom))  # log(0) = -inf for an empty row without a sink
-        safe_denom = ops.where(denom == 0, ops.zeros((1,), q5) + 1.0, denom)
+        # An empty row without a sink has denom 0: LSE -inf, set explicitly (Paddle's CPU log(0)
+        # returns about -87, not -inf).
+        empty = denom == 0
+        safe_denom = ops.where(empty, ops.zeros((1,), q5) + 1.0, denom)
+        lses.append(ops.where(empty, _neg_inf(ops, q5), shift + ops.log(safe_denom)))
         outs.append(ops.matmul(probs, v5[:, :, :, c0:c1]) / safe_denom)
     out = lay.from_heads_5d(ops.concat(outs, 3), q)
     lse = ops.concat(lses, 3)  # [B, Hk, G, Sq, 1]
@@ -345,7 +354,7 @@ def flashmask_bwd(dout, q, k, v, out, lse, startend_row_indices=None, *, causal:
         k_t, v_t = k5[:, :, :, c0:c1], v5[:, :, :, c0:c1]
         scores = ops.matmul(q_t, k_t, transpose_b=True) * lay.scale
         scores = lay.apply_mask(scores, masked)
-        probs = ops.exp(scores - lse_t)  # [B, Hk, G, t, n]
+        probs = _exp_masked(ops, scores, lse_t)  # [B, Hk, G, t, n]
         delta = ops.sum(do_t * o5[:, :, :, r0:r1], -1)  # rowsum(dO * O)
         if dlse5 is not None:
             delta = delta - dlse5[:, :, :, r0:r1]
