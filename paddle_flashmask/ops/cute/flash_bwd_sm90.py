@@ -1,0 +1,703 @@
+"""SM90 FlashMask backward (CuTe DSL): TMA + wgmma, warp-specialised, KV-tile-major.
+
+One CTA owns one key tile ``[n0, n0 + tile_n)`` of one (batch, query head) and walks the query tiles
+of 64 rows. Warp group 0 is the producer (one warp issues TMA loads of K, V once and of Q, dO per
+visited query tile through a 2-stage mbarrier pipeline); warp groups 1 and 2 are consumers that run
+the five GEMMs on wgmma with operands in shared memory:
+
+    S^T  = K  Q^T      dP^T = V  dO^T          (keys on the M side: "swapped" S/dP)
+    P^T  = exp2(S^T * scale*log2e - lse2)      dS^T = P^T * (dP^T - delta)
+    dV  += P^T dO      dK  += dS^T Q           dQ   = dS K   (fp32, added to a global accumulator)
+
+Masking (DESIGN §3/§4): the kernel reads the per-key-tile summary (``semantics.tile_summary`` layout,
+int32 ``[B, Hm, ceil(Sk/tile_n), C]`` min / max) once per CTA and asks ``semantics.tile_fully_masked``
+whether a query tile is skipped (never loaded, never computed) and ``semantics.tile_needs_mask``
+whether the element rule is needed; only then ``semantics.element_masked`` runs per element on the
+column values of the thread's own key rows (held in registers: each thread owns the same two keys
+for the whole CTA). No ``[S/tile, S/tile]`` table exists anywhere.
+
+dQ: fp32 ``red.global.add`` of each consumer thread's dQ fragment into ``dq_accum [B, H, Sq_pad, D]``.
+Deterministic mode: per ``(b, h, m_tile)`` int32 semaphore; the CTA of key tile n waits until the
+semaphore equals n, adds, then releases n + 1 — every CTA passes every query tile in order (also the
+ones it skips), so the summation order is fixed and reruns are bit-identical.
+
+dK/dV: accumulated in registers over the whole walk, scaled, then written once: directly in the input
+dtype when H == Hk, else as fp32 per-query-head partials ``[B, Sk, H, D]`` that the postprocess
+reduces over the GQA group (fixed order).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Float32, Int32, const_expr
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.utils import LayoutEnum
+import cuda.bindings.driver as cuda
+
+from paddle_flashmask import semantics
+
+from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, rowmajor
+
+_LOG2_E = math.log2(math.e)
+_SUPPORTED_DIMS = {(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)}
+
+# named barrier ids (0 is __syncthreads)
+_BAR_PDS_READY = 1  # P^T/dS^T written to smem by both consumer WGs
+_BAR_PDS_FREE = 2  # all wgmma of the iteration finished reading P^T/dS^T
+_BAR_DQ = 3  # deterministic dQ ordering inside the CTA
+
+
+def default_tile_n(head_dim: int) -> int:
+    """Keys per CTA: 128 (each consumer WG owns 64 key rows) up to D = 128, else 64 (the WGs split
+    the head dim of dK/dV so the fp32 accumulators fit in registers)."""
+    return 128 if head_dim <= 128 else 64
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """Compile-time parameters of the backward main kernel (frozen, hashable: a cache key).
+
+    ``num_columns`` is C of ``startend_row_indices`` or None for plain causal / full attention.
+    ``gqa``: H != Hk, so dK/dV are written as fp32 per-query-head partials (see module doc).
+    """
+
+    dtype: str
+    head_dim: int
+    head_dim_v: int
+    causal: bool
+    num_columns: Optional[int]
+    gqa: bool = False
+    has_sink: bool = False
+    deterministic: bool = False
+    tile_m: int = ROWS_PER_CTA
+    tile_n: int = 0  # 0 = default_tile_n(head_dim)
+
+    def __post_init__(self):
+        if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
+            raise ValueError(f"head_dim/head_dim_v: expected one of {sorted(_SUPPORTED_DIMS)}, "
+                             f"found ({self.head_dim}, {self.head_dim_v})")
+        _dsl_dtype(self.dtype)
+        if self.num_columns is not None:
+            semantics.column_names(self.causal, self.num_columns)
+        if self.tile_m != ROWS_PER_CTA:
+            raise ValueError(f"tile_m: expected {ROWS_PER_CTA}, found {self.tile_m}")
+        if self.tile_n == 0:
+            object.__setattr__(self, "tile_n", default_tile_n(self.head_dim))
+        if self.tile_n not in (64, 128):
+            raise ValueError(f"tile_n: expected 64 or 128, found {self.tile_n}")
+
+    @property
+    def prepost(self):
+        from .flash_bwd_prepost import PrePostConfig
+        return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.gqa, self.has_sink,
+                             self.deterministic)
+
+
+# --------------------------------------------------------------------------------------------------
+# small layout helpers
+# --------------------------------------------------------------------------------------------------
+
+def _smem_layout(dtype, rows: int, cols: int, swizzle_cols: int, stages: Optional[int] = None):
+    """Row-major ``[rows, cols]`` (cols contiguous) wgmma-canonical smem layout whose swizzle atom is
+    chosen for ``swizzle_cols`` contiguous elements (the narrowest slice any GEMM reads along cols)."""
+    kind = sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, swizzle_cols)
+    atom = warpgroup.make_smem_layout_atom(kind, dtype)
+    if stages is None:
+        return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
+    return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
+
+
+def _transposed(t: cute.Tensor) -> cute.Tensor:
+    """View of an smem tensor with its first two modes swapped (same bytes)."""
+    rank = cute.rank(t)
+    shape = (t.shape[1], t.shape[0], *t.shape[2:])
+    order = (1, 0, *range(2, rank))
+    return cute.composition(t, cute.make_ordered_layout(shape, order=order))
+
+
+def _acc_mn(t: cute.Tensor) -> cute.Tensor:
+    """(rows, cols) view of a wgmma accumulator-shaped partition ((2, 2, V), M, N):
+    value mode 0 = two adjacent columns, 1 = rows r and r + 8, 2 = column groups of 8."""
+    flat = cute.make_layout(t.layout.shape)
+    s, d = flat.shape, flat.stride
+    mn = cute.make_layout(((s[0][1], s[1]), (s[0][0], s[0][2], s[2])),
+                          stride=((d[0][1], d[1]), (d[0][0], d[0][2], d[2])))
+    return cute.make_tensor(t.iterator, cute.composition(t.layout, mn))
+
+
+# --------------------------------------------------------------------------------------------------
+# the kernel
+# --------------------------------------------------------------------------------------------------
+
+class FlashMaskBwdSm90:
+    def __init__(self, cfg: BwdConfig):
+        self.cfg = cfg
+        self.dtype = _dsl_dtype(cfg.dtype)
+        self.tile_m = cfg.tile_m
+        self.tile_n = cfg.tile_n
+        self.d = cfg.head_dim
+        self.dv = cfg.head_dim_v
+        self.stages = 2
+        self.num_consumer_threads = 256
+        self.num_threads = 384
+        # warp-group layouts of the GEMMs (two consumer WGs)
+        if self.tile_n == 128:
+            self.sdp_atom = (2, 1, 1)  # S^T [128 x 64]: each WG owns 64 keys
+            self.dkv_atom = (2, 1, 1)  # dK/dV [128 x D]: each WG owns 64 keys
+        else:
+            self.sdp_atom = (1, 2, 1)  # S^T [64 x 64]: WGs split the query columns
+            self.dkv_atom = (1, 2, 1)  # dK/dV [64 x D]: WGs split the head dim
+        self.dq_atom = (1, 2, 1)  # dQ [64 x D]: WGs split the head dim
+
+    # ---- host side -------------------------------------------------------------------------------
+    def _mmas(self):
+        K, MN = warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN
+        dt = self.dtype
+        mk = sm90_utils.make_trivial_tiled_mma
+        sdp = mk(dt, dt, K, K, Float32, self.sdp_atom,
+                 (64, self.tile_m // self.sdp_atom[1]))
+        dk = mk(dt, dt, K, MN, Float32, self.dkv_atom, (64, self.d // self.dkv_atom[1]))
+        dv = mk(dt, dt, K, MN, Float32, self.dkv_atom, (64, self.dv // self.dkv_atom[1]))
+        dq = mk(dt, dt, MN, MN, Float32, self.dq_atom, (64, self.d // self.dq_atom[1]))
+        return sdp, dk, dv, dq
+
+    def _layouts(self):
+        dt, tm, tn = self.dtype, self.tile_m, self.tile_n
+        kv_split = self.dkv_atom[1]
+        self.sQ_layout = _smem_layout(dt, tm, self.d, self.d // kv_split, self.stages)
+        self.sdO_layout = _smem_layout(dt, tm, self.dv, self.dv // kv_split, self.stages)
+        self.sK_layout = _smem_layout(dt, tn, self.d, self.d // self.dq_atom[1])
+        self.sV_layout = _smem_layout(dt, tn, self.dv, self.dv)
+        self.sP_layout = _smem_layout(dt, tn, tm, tm)
+        self.sdS_layout = _smem_layout(dt, tn, tm, tm)
+
+    @cute.jit
+    def __call__(self, q_ptr: cute.Pointer, k_ptr: cute.Pointer, v_ptr: cute.Pointer,
+                 do_ptr: cute.Pointer, lse2_ptr: cute.Pointer, delta_ptr: cute.Pointer,
+                 dqacc_ptr: cute.Pointer, dk_ptr: cute.Pointer, dv_ptr: cute.Pointer,
+                 smin_ptr: Optional[cute.Pointer], smax_ptr: Optional[cute.Pointer],
+                 idx_ptr: Optional[cute.Pointer], sem_ptr: Optional[cute.Pointer],
+                 b: Int32, sq: Int32, sk: Int32, h: Int32, hk: Int32, hm: Int32,
+                 softmax_scale: Float32, stream):
+        d, dv, tm, tn = self.d, self.dv, self.tile_m, self.tile_n
+        sqp = cute.ceil_div(sq, tm) * tm
+        mQ = rowmajor(q_ptr, (b, sq, h, d))
+        mK = rowmajor(k_ptr, (b, sk, hk, d))
+        mV = rowmajor(v_ptr, (b, sk, hk, dv))
+        mdO = rowmajor(do_ptr, (b, sq, h, dv))
+        mLSE2 = rowmajor(lse2_ptr, (b, h, sqp))
+        mDelta = rowmajor(delta_ptr, (b, h, sqp))
+        mdQacc = rowmajor(dqacc_ptr, (b, h, sqp, d))
+        kv_heads = h if const_expr(self.cfg.gqa) else hk
+        mdK = rowmajor(dk_ptr, (b, sk, kv_heads, d))
+        mdV = rowmajor(dv_ptr, (b, sk, kv_heads, dv))
+        mSumMin = mSumMax = mIdx = mSem = None
+        if const_expr(self.cfg.num_columns is not None):
+            C = self.cfg.num_columns
+            nt = cute.ceil_div(sk, tn)
+            mSumMin = rowmajor(smin_ptr, (b, hm, nt, C))
+            mSumMax = rowmajor(smax_ptr, (b, hm, nt, C))
+            mIdx = rowmajor(idx_ptr, (b, hm, sk, C))
+        if const_expr(self.cfg.deterministic):
+            mSem = rowmajor(sem_ptr, (b, h, sqp // tm))
+        self._layouts()
+        tiled_sdp, tiled_dk, tiled_dv, tiled_dq = self._mmas()
+        # [B, S, H, D] -> (S, D, H, B) views for TMA
+        qv = [cute.make_tensor(t.iterator, cute.select(t.layout, mode=[1, 3, 2, 0]))
+              for t in (mQ, mK, mV, mdO)]
+        tma_q, tQ = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), qv[0],
+                                                cute.slice_(self.sQ_layout, (None, None, 0)),
+                                                (self.tile_m, self.d))
+        tma_k, tK = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), qv[1],
+                                                self.sK_layout, (self.tile_n, self.d))
+        tma_v, tV = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), qv[2],
+                                                self.sV_layout, (self.tile_n, self.dv))
+        tma_do, tdO = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), qv[3],
+                                                  cute.slice_(self.sdO_layout, (None, None, 0)),
+                                                  (self.tile_m, self.dv))
+        el = self.dtype.width // 8
+        self.q_bytes = self.tile_m * self.d * el
+        self.do_bytes = self.tile_m * self.dv * el
+        self.kv_bytes = self.tile_n * (self.d + self.dv) * el
+
+        @cute.struct
+        class Storage:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            mbar_do: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            mbar_kv: cute.struct.MemRange[cutlass.Int64, 2]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sQ_layout)], 1024]
+            sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdO_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sV_layout)], 1024]
+            sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sP_layout)], 1024]
+            sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdS_layout)], 1024]
+
+        self.storage = Storage
+        grid = [cute.ceil_div(sk, self.tile_n), h, b]
+        scale_log2 = softmax_scale * Float32(_LOG2_E)
+        self.kernel(tQ, tK, tV, tdO, tma_q, tma_k, tma_v, tma_do, mLSE2, mDelta, mdQacc, mdK, mdV,
+                    mSumMin, mSumMax, mIdx, mSem, tiled_sdp, tiled_dk, tiled_dv, tiled_dq,
+                    self.sQ_layout, self.sdO_layout, self.sK_layout, self.sV_layout,
+                    self.sP_layout, self.sdS_layout, scale_log2, softmax_scale).launch(
+            grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1)
+
+    # ---- mask helpers (all rules come from paddle_flashmask.semantics) ---------------------------
+    def _tile_bands(self, mSumMin, mSumMax, b, hm, n_blk, seqlen_q):
+        """(band_max, band_min) of this CTA's key tile; plain attention uses a band starting at Sq,
+        which masks nothing inside the sequence, so the same predicates apply."""
+        if const_expr(self.cfg.num_columns is None):
+            none = semantics.Bands(seqlen_q, None, None, None)
+            return none, none
+        C = self.cfg.num_columns
+        bmax = semantics.band_bounds([mSumMax[b, hm, n_blk, c] for c in range(C)], self.cfg.causal)
+        bmin = semantics.band_bounds([mSumMin[b, hm, n_blk, c] for c in range(C)], self.cfg.causal)
+        return bmax, bmin
+
+    def _skipped(self, m_blk, n0, bmax, bmin, seqlen_q, diag):
+        row_begin = m_blk * self.tile_m
+        row_end = cutlass.min(row_begin + self.tile_m, seqlen_q)
+        return semantics.tile_fully_masked(row_begin, row_end, n0, bmax, bmin, self.cfg.causal,
+                                           diag)
+
+    def _needs_mask(self, m_blk, n0, bmax, bmin, seqlen_q, seqlen_k, diag):
+        row_begin = m_blk * self.tile_m
+        row_end = cutlass.min(row_begin + self.tile_m, seqlen_q)
+        return semantics.tile_needs_mask(row_begin, row_end, n0, n0 + self.tile_n, seqlen_k, bmax,
+                                         bmin, self.cfg.causal, diag)
+
+    # ---- device side -----------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mdO: cute.Tensor,
+               tma_q: cute.CopyAtom, tma_k: cute.CopyAtom, tma_v: cute.CopyAtom,
+               tma_do: cute.CopyAtom, mLSE2: cute.Tensor, mDelta: cute.Tensor,
+               mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
+               mSumMin: Optional[cute.Tensor], mSumMax: Optional[cute.Tensor],
+               mIdx: Optional[cute.Tensor], mSem: Optional[cute.Tensor],
+               tiled_sdp: cute.TiledMma, tiled_dk: cute.TiledMma, tiled_dv: cute.TiledMma,
+               tiled_dq: cute.TiledMma, sQ_layout: cute.ComposedLayout,
+               sdO_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
+               sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
+               sdS_layout: cute.ComposedLayout, scale_log2: Float32, softmax_scale: Float32):
+        cfg = self.cfg
+        tidx, _, _ = cute.arch.thread_idx()
+        n_blk, h, b = cute.arch.block_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+
+        seqlen_q = mQ.shape[0]
+        seqlen_k = mK.shape[0]
+        num_h = mQ.shape[2]
+        hk = h // (num_h // mK.shape[2])
+        hm = h
+        if const_expr(cfg.num_columns is not None):
+            hm = h // (num_h // mIdx.shape[1])
+        diag = seqlen_k - seqlen_q
+        n0 = n_blk * self.tile_n
+        num_m = cute.ceil_div(seqlen_q, self.tile_m)
+
+        if warp_idx == 0:
+            for atom in (tma_q, tma_k, tma_v, tma_do):
+                cpasync.prefetch_descriptor(atom)
+
+        smem = cutlass.utils.SmemAllocator()
+        st = smem.allocate(self.storage)
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                              self.num_consumer_threads // 32)
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=st.mbar_q.data_ptr(), num_stages=self.stages, producer_group=producer,
+            consumer_group=consumers, tx_count=self.q_bytes, defer_sync=True)
+        pipe_do = pipeline.PipelineTmaAsync.create(
+            barrier_storage=st.mbar_do.data_ptr(), num_stages=self.stages, producer_group=producer,
+            consumer_group=consumers, tx_count=self.do_bytes, defer_sync=True)
+        pipe_kv = pipeline.PipelineTmaAsync.create(
+            barrier_storage=st.mbar_kv.data_ptr(), num_stages=1, producer_group=producer,
+            consumer_group=consumers, tx_count=self.kv_bytes, defer_sync=True)
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+
+        sQ = st.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sdO = st.sdO.get_tensor(sdO_layout.outer, swizzle=sdO_layout.inner)
+        sK = st.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = st.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sP = st.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
+        sdS = st.sdS.get_tensor(sdS_layout.outer, swizzle=sdS_layout.inner)
+
+        bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hm, n_blk, seqlen_q)
+
+        if warp_idx < 4:
+            # ------------------------------------------------------------ producer warp group
+            cute.arch.setmaxregister_decrease(24)
+            if warp_idx == 0:
+                gK = cute.local_tile(mK[None, None, hk, b], (self.tile_n, self.d), (n_blk, 0))
+                gV = cute.local_tile(mV[None, None, hk, b], (self.tile_n, self.dv), (n_blk, 0))
+                gQ = cute.local_tile(mQ[None, None, h, b], (self.tile_m, self.d), (None, 0))
+                gdO = cute.local_tile(mdO[None, None, h, b], (self.tile_m, self.dv), (None, 0))
+                tKs, tKg = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
+                                                 cute.group_modes(sK, 0, 2),
+                                                 cute.group_modes(gK, 0, 2))
+                tVs, tVg = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
+                                                 cute.group_modes(sV, 0, 2),
+                                                 cute.group_modes(gV, 0, 2))
+                tQs, tQg = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
+                                                 cute.group_modes(sQ, 0, 2),
+                                                 cute.group_modes(gQ, 0, 2))
+                tdOs, tdOg = cpasync.tma_partition(tma_do, 0, cute.make_layout(1),
+                                                   cute.group_modes(sdO, 0, 2),
+                                                   cute.group_modes(gdO, 0, 2))
+                kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                pipe_kv.producer_acquire(kv_state)
+                cute.copy(tma_k, tKg, tKs, tma_bar_ptr=pipe_kv.producer_get_barrier(kv_state))
+                cute.copy(tma_v, tVg, tVs, tma_bar_ptr=pipe_kv.producer_get_barrier(kv_state))
+                state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                     self.stages)
+                for m_blk in cutlass.range(num_m, unroll=1):
+                    if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
+                        pipe_q.producer_acquire(state)
+                        cute.copy(tma_q, tQg[None, m_blk], tQs[None, state.index],
+                                  tma_bar_ptr=pipe_q.producer_get_barrier(state))
+                        pipe_do.producer_acquire(state)
+                        cute.copy(tma_do, tdOg[None, m_blk], tdOs[None, state.index],
+                                  tma_bar_ptr=pipe_do.producer_get_barrier(state))
+                        state.advance()
+        else:
+            # ------------------------------------------------------------ consumer warp groups
+            cute.arch.setmaxregister_increase(240)
+            ctid = tidx - 128
+            wg = ctid // 128
+            self._consume(ctid, wg, b, h, hk, hm, n_blk, n0, num_m, seqlen_q, seqlen_k, diag,
+                          bmax, bmin, sQ, sdO, sK, sV, sP, sdS, pipe_q, pipe_do, pipe_kv,
+                          mLSE2, mDelta, mdQacc, mdK, mdV, mIdx, mSem, tiled_sdp, tiled_dk,
+                          tiled_dv, tiled_dq, scale_log2, softmax_scale)
+
+    @cute.jit
+    def _wgmma(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, tA: cute.Tensor,
+               tB: cute.Tensor, zero_init: cutlass.Constexpr[bool]):
+        atom = cute.make_mma_atom(tiled_mma.op)
+        atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+        for k in cutlass.range_constexpr(cute.size(tA.shape[2])):
+            cute.gemm(atom, acc, tA[None, None, k], tB[None, None, k], acc)
+            atom.set(warpgroup.Field.ACCUMULATE, True)
+
+    @cute.jit
+    def _consume(self, ctid, wg, b, h, hk, hm, n_blk, n0, num_m, seqlen_q, seqlen_k, diag,
+                 bmax, bmin, sQ, sdO, sK, sV, sP, sdS, pipe_q, pipe_do, pipe_kv, mLSE2, mDelta,
+                 mdQacc, mdK, mdV, mIdx, mSem, tiled_sdp, tiled_dk, tiled_dv, tiled_dq,
+                 scale_log2, softmax_scale):
+        cfg = self.cfg
+        wg_first = wg * 128
+        # per-WG slices (operand descriptors / accumulator shapes) and per-thread slices (coords)
+        wg_sdp = tiled_sdp.get_slice(wg_first)
+        wg_dk = tiled_dk.get_slice(wg_first)
+        wg_dv = tiled_dv.get_slice(wg_first)
+        wg_dq = tiled_dq.get_slice(wg_first)
+        th_sdp = tiled_sdp.get_slice(ctid)
+        th_dk = tiled_dk.get_slice(ctid)
+        th_dv = tiled_dv.get_slice(ctid)
+        th_dq = tiled_dq.get_slice(ctid)
+
+        # S^T = K Q^T and dP^T = V dO^T : A = K/V (K-major), B = Q/dO (K-major)
+        tSrK = wg_sdp.make_fragment_A(wg_sdp.partition_A(sK))
+        tSrQ = wg_sdp.make_fragment_B(wg_sdp.partition_B(sQ))
+        tPrV = wg_sdp.make_fragment_A(wg_sdp.partition_A(sV))
+        tPrdO = wg_sdp.make_fragment_B(wg_sdp.partition_B(sdO))
+        # dV += P^T dO : A = P^T [keys x queries] (K-major), B = dO viewed [Dv x queries] (MN-major)
+        tVrP = wg_dv.make_fragment_A(wg_dv.partition_A(sP))
+        tVrdO = wg_dv.make_fragment_B(wg_dv.partition_B(_transposed(sdO)))
+        # dK += dS^T Q
+        tKrdS = wg_dk.make_fragment_A(wg_dk.partition_A(sdS))
+        tKrQ = wg_dk.make_fragment_B(wg_dk.partition_B(_transposed(sQ)))
+        # dQ = dS K : A = dS viewed [queries x keys] (MN-major), B = K viewed [D x keys] (MN-major)
+        tQrdS = wg_dq.make_fragment_A(wg_dq.partition_A(_transposed(sdS)))
+        tQrK = wg_dq.make_fragment_B(wg_dq.partition_B(_transposed(sK)))
+
+        acc_shape_s = wg_sdp.partition_shape_C((self.tile_n, self.tile_m))
+        acc_dK = cute.make_rmem_tensor(wg_dk.partition_shape_C((self.tile_n, self.d)), Float32)
+        acc_dV = cute.make_rmem_tensor(wg_dv.partition_shape_C((self.tile_n, self.dv)), Float32)
+        acc_dK.fill(0.0)
+        acc_dV.fill(0.0)
+
+        # coordinates of this thread's S^T elements: (key row in tile, query col in tile)
+        tScS = _acc_mn(th_sdp.partition_C(cute.make_identity_tensor((self.tile_n, self.tile_m))))
+        tPsP = th_sdp.partition_C(sP)
+        tPsdS = th_sdp.partition_C(sdS)
+        n_rows = cute.size(tScS, mode=[0])
+        n_cols = cute.size(tScS, mode=[1])
+
+        # column values of this thread's key rows: loaded once, reused for every query tile
+        C = cfg.num_columns if const_expr(cfg.num_columns is not None) else 1
+        key_vals = cute.make_rmem_tensor(cute.make_layout((n_rows, C)), Int32)
+        if const_expr(cfg.num_columns is not None):
+            for r in cutlass.range_constexpr(n_rows):
+                key_row = cutlass.min(n0 + tScS[r, 0][0], seqlen_k - 1)
+                for c in cutlass.range_constexpr(C):
+                    key_vals[r, c] = mIdx[b, hm, key_row, c]
+
+        gdQacc_bh = mdQacc[b, h, None, None]
+
+        st_kv = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        pipe_kv.consumer_wait(st_kv)
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+
+        for m_blk in cutlass.range(num_m, unroll=1):
+            skipped = self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag)
+            if not skipped:
+                m0 = m_blk * self.tile_m
+                stage = state.index
+                pipe_q.consumer_wait(state)
+                acc_S = cute.make_rmem_tensor(acc_shape_s, Float32)
+                warpgroup.fence()
+                self._wgmma(tiled_sdp, acc_S, tSrK, tSrQ[None, None, None, stage], True)
+                warpgroup.commit_group()
+                pipe_do.consumer_wait(state)
+                acc_dP = cute.make_rmem_tensor(acc_shape_s, Float32)
+                self._wgmma(tiled_sdp, acc_dP, tPrV, tPrdO[None, None, None, stage], True)
+                warpgroup.commit_group()
+
+                # per-query statistics of this thread's columns (lse2 = LSE*log2e, +inf if empty)
+                lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
+                dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
+                for c in cutlass.range_constexpr(n_cols):
+                    q = m0 + tScS[0, c][1]
+                    lse_c[c] = mLSE2[b, h, q]
+                    dlt_c[c] = mDelta[b, h, q]
+
+                warpgroup.wait_group(1)
+                S = _acc_mn(acc_S)
+                for r in cutlass.range_constexpr(n_rows):
+                    for c in cutlass.range_constexpr(n_cols):
+                        S[r, c] = cute.math.exp2(S[r, c] * scale_log2 - lse_c[c], fastmath=True)
+                if self._needs_mask(m_blk, n0, bmax, bmin, seqlen_q, seqlen_k, diag):
+                    for r in cutlass.range_constexpr(n_rows):
+                        key = n0 + tScS[r, 0][0]
+                        bands = semantics.Bands(seqlen_q, None, None, None)
+                        if const_expr(cfg.num_columns is not None):
+                            bands = semantics.band_bounds(
+                                [key_vals[r, c] for c in range(C)], cfg.causal)
+                        for c in cutlass.range_constexpr(n_cols):
+                            q = m0 + tScS[r, c][1]
+                            dead = semantics.element_masked(q, key, bands, cfg.causal, diag)
+                            if dead | (key >= seqlen_k):
+                                S[r, c] = Float32(0.0)
+                warpgroup.wait_group(0)
+                dP = _acc_mn(acc_dP)
+                for r in cutlass.range_constexpr(n_rows):
+                    for c in cutlass.range_constexpr(n_cols):
+                        dP[r, c] = S[r, c] * (dP[r, c] - dlt_c[c])
+
+                # P^T and dS^T to shared memory (input dtype) for the three remaining GEMMs
+                rP = cute.make_rmem_tensor_like(acc_S, self.dtype)
+                rP.store(acc_S.load().to(self.dtype))
+                rdS = cute.make_rmem_tensor_like(acc_dP, self.dtype)
+                rdS.store(acc_dP.load().to(self.dtype))
+                cute.autovec_copy(rP, tPsP)
+                cute.autovec_copy(rdS, tPsdS)
+                cute.arch.fence_view_async_shared()
+                cute.arch.barrier(barrier_id=_BAR_PDS_READY,
+                                  number_of_threads=self.num_consumer_threads)
+
+                warpgroup.fence()
+                self._wgmma(tiled_dv, acc_dV, tVrP, tVrdO[None, None, None, stage], False)
+                self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
+                acc_dQ = cute.make_rmem_tensor(wg_dq.partition_shape_C((self.tile_m, self.d)),
+                                               Float32)
+                self._wgmma(tiled_dq, acc_dQ, tQrdS, tQrK, True)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+                pipe_q.consumer_release(state)
+                pipe_do.consumer_release(state)
+                state.advance()
+
+                # dQ (fp32) into the global accumulator
+                gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
+                tdQg = th_dq.partition_C(gdQ)
+                if const_expr(cfg.deterministic):
+                    self._sem_wait(mSem, b, h, m_blk, n_blk, ctid)
+                    cute.arch.barrier(barrier_id=_BAR_DQ,
+                                      number_of_threads=self.num_consumer_threads)
+                for i in cutlass.range_constexpr(cute.size(acc_dQ)):
+                    cute.arch.red(tdQg.iterator + cute.crd2idx(i, tdQg.layout), acc_dQ[i],
+                                  op="add", dtype=Float32, sem="relaxed", scope="gpu")
+                if const_expr(cfg.deterministic):
+                    cute.arch.fence_acq_rel_gpu()
+                    cute.arch.barrier(barrier_id=_BAR_DQ,
+                                      number_of_threads=self.num_consumer_threads)
+                    self._sem_release(mSem, b, h, m_blk, n_blk, ctid)
+                # both WGs are past their reads of P^T / dS^T before the next tile overwrites them
+                cute.arch.barrier(barrier_id=_BAR_PDS_FREE,
+                                  number_of_threads=self.num_consumer_threads)
+            else:
+                if const_expr(cfg.deterministic):
+                    # pass the tile in order so later key tiles are not blocked
+                    self._sem_wait(mSem, b, h, m_blk, n_blk, ctid)
+                    self._sem_release(mSem, b, h, m_blk, n_blk, ctid)
+
+        # ---- epilogue: dK (scaled) and dV, written once
+        self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
+        self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+
+    @cute.jit
+    def _sem_wait(self, mSem, b, h, m_blk, n_blk, ctid):
+        if ctid == 0:
+            ptr = mSem.iterator + cute.crd2idx((b, h, m_blk), mSem.layout)
+            seen = cute.arch.load(ptr, Int32, sem="acquire", scope="gpu")
+            while seen != n_blk:
+                seen = cute.arch.load(ptr, Int32, sem="acquire", scope="gpu")
+
+    @cute.jit
+    def _sem_release(self, mSem, b, h, m_blk, n_blk, ctid):
+        if ctid == 0:
+            ptr = mSem.iterator + cute.crd2idx((b, h, m_blk), mSem.layout)
+            cute.arch.atomic_add(ptr, Int32(1), sem="release", scope="gpu")
+
+    @cute.jit
+    def _store_rows(self, acc, th_mma, mOut, b, h, hk, n0, seqlen_k, width, scale):
+        head = hk
+        if const_expr(self.cfg.gqa):
+            head = h
+        g = cute.local_tile(mOut[b, None, head, None], (self.tile_n, width), (n0 // self.tile_n, 0))
+        tg = th_mma.partition_C(g)
+        tc = th_mma.partition_C(cute.make_identity_tensor((self.tile_n, width)))
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            if n0 + tc[i][0] < seqlen_k:
+                tg[i] = (acc[i] * scale).to(mOut.element_type)
+
+
+# --------------------------------------------------------------------------------------------------
+# compile entry points
+# --------------------------------------------------------------------------------------------------
+
+def _placeholder(dtype, align: int) -> cute.Pointer:
+    return cute.runtime.make_ptr(dtype, 1 << 12, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def compile_backward(cfg: BwdConfig):
+    """Compile the main backward kernel for ``cfg`` (no GPU needed with ``CUTE_DSL_ARCH=sm_90a``).
+
+    The compiled callable takes raw device pointers (``cute.runtime.make_ptr``) and sizes:
+    ``(q, k, v, do, lse2, delta, dq_accum, dk, dv, summary_min|None, summary_max|None,
+    startend_row_indices|None, semaphores|None, B, Sq, Sk, H, Hk, Hm, softmax_scale, stream)``.
+    Use :class:`CompiledBackward` (via :func:`compile_backward_all`) to call it with cute tensors.
+    """
+    dt = _dsl_dtype(cfg.dtype)
+    has_mask = cfg.num_columns is not None
+    kv_dt = Float32 if cfg.gqa else dt
+    args = [_placeholder(dt, 16) for _ in range(4)]
+    args += [_placeholder(Float32, 16) for _ in range(3)]
+    args += [_placeholder(kv_dt, 16), _placeholder(kv_dt, 16)]
+    args += [_placeholder(Int32, 4) if has_mask else None for _ in range(3)]
+    args += [_placeholder(Int32, 4) if cfg.deterministic else None]
+    args += [Int32(1), Int32(128), Int32(128), Int32(1), Int32(1), Int32(1), Float32(1.0),
+             cuda.CUstream(0)]
+    return cute.compile(FlashMaskBwdSm90(cfg), *args)
+
+
+def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, num_heads: int,
+                     num_kv_heads: int) -> dict:
+    """Shapes/dtypes of the scratch tensors the host allocates for one backward call.
+
+    ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]``, ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
+    preprocess), ``dk_part``/``dv_part`` fp32 ``[B, Sk, H, D]`` only for GQA, ``semaphores`` int32
+    ``[B, H, Sq_pad/64]`` only when deterministic, ``dsink_part`` fp32 ``[B, H, Sq_pad/64]`` only with
+    a sink, summary int32 ``[B, Hm, ceil(Sk/tile_n), C]`` (from ``semantics.tile_summary`` /
+    the summary kernel with ``tile_n = cfg.tile_n``).
+    """
+    nm = -(-seqlen_q // cfg.tile_m)
+    sqp = nm * cfg.tile_m
+    out = {
+        "lse2": ((batch, num_heads, sqp), "float32"),
+        "delta": ((batch, num_heads, sqp), "float32"),
+        "dq_accum": ((batch, num_heads, sqp, cfg.head_dim), "float32"),
+    }
+    if cfg.gqa:
+        out["dk_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim), "float32")
+        out["dv_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim_v), "float32")
+    if cfg.deterministic:
+        out["semaphores"] = ((batch, num_heads, nm), "int32")
+    if cfg.has_sink:
+        out["dsink_part"] = ((batch, num_heads, nm), "float32")
+    return out
+
+
+class CompiledBackward:
+    """The three compiled backward kernels of one variant, called with cute tensors.
+
+    ``bwd(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, col_min, col_max,
+    learnable_sink, dsink, workspace, softmax_scale, stream)``
+
+    Tensors are ``cute.runtime.from_dlpack`` views of contiguous CUDA tensors: q ``[B,Sq,H,D]``,
+    k ``[B,Sk,Hk,D]``, v ``[B,Sk,Hk,Dv]``, out/dout ``[B,Sq,H,Dv]`` and dq/dk/dv (bf16/fp16),
+    lse fp32 ``[B,H,Sq]``; ``startend_row_indices`` int32 ``[B,Hm,Sk,C]`` and ``col_min``/``col_max``
+    (``semantics.tile_summary`` layout with ``tile_n = config.tile_n``) or None; learnable_sink /
+    dsink fp32 ``[H]`` or None; ``workspace``: dict name -> cute tensor with the shapes of
+    :func:`workspace_shapes` (contents need not be initialised). ``stream``: CUDA stream handle.
+    dq/dk/dv/dsink are written in full (zeros where no key/query is visible).
+    """
+
+    def __init__(self, config: BwdConfig):
+        from .flash_bwd_prepost import compile_postprocess, compile_preprocess
+        self.config = config
+        self.pre = compile_preprocess(config.prepost)
+        self.main = compile_backward(config)
+        self.post = compile_postprocess(config.prepost)
+
+    def __call__(self, q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, col_min,
+                 col_max, learnable_sink, dsink, workspace: dict, softmax_scale: float,
+                 stream) -> None:
+        cfg = self.config
+        b, sq, h, d = (int(x) for x in q.shape)
+        _, sk, hk, _ = (int(x) for x in k.shape)
+        if d != cfg.head_dim or int(v.shape[3]) != cfg.head_dim_v:
+            raise ValueError(f"q/v head dims: expected ({cfg.head_dim}, {cfg.head_dim_v}) for this "
+                             f"compiled variant, found ({d}, {int(v.shape[3])})")
+        if (startend_row_indices is None) != (cfg.num_columns is None):
+            raise ValueError("startend_row_indices: presence must match config.num_columns="
+                             f"{cfg.num_columns}")
+        if (learnable_sink is None) == cfg.has_sink or (dsink is None) == cfg.has_sink:
+            raise ValueError(f"learnable_sink/dsink: presence must match has_sink={cfg.has_sink}")
+        if (h != hk) != cfg.gqa:
+            raise ValueError(f"num_heads/num_kv_heads: config.gqa={cfg.gqa} but H={h}, Hk={hk}")
+        if b == 0 or sq == 0 or h == 0:
+            return
+        hm = int(startend_row_indices.shape[1]) if startend_row_indices is not None else 1
+        dt = _dsl_dtype(cfg.dtype)
+        kv_dt = Float32 if cfg.gqa else dt
+        if not isinstance(stream, cuda.CUstream):
+            stream = cuda.CUstream(int(stream))
+        ws = workspace
+
+        def ptr(t, dtype, align=16):
+            if t is None:
+                return None
+            return cute.runtime.make_ptr(dtype, t.data_ptr, cute.AddressSpace.gmem,
+                                         assumed_align=align)
+
+        f32 = Float32
+        self.pre(ptr(out, dt), ptr(dout, dt), ptr(lse, f32, 4), ptr(ws["lse2"], f32),
+                 ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32),
+                 ptr(learnable_sink, f32, 4), ptr(ws.get("dsink_part"), f32),
+                 ptr(ws.get("semaphores"), Int32, 4), Int32(b), Int32(sq), Int32(h), stream)
+        dk_main = ws["dk_part"] if cfg.gqa else dk
+        dv_main = ws["dv_part"] if cfg.gqa else dv
+        if sk > 0:
+            self.main(ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt), ptr(ws["lse2"], f32),
+                      ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32), ptr(dk_main, kv_dt),
+                      ptr(dv_main, kv_dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
+                      ptr(startend_row_indices, Int32, 4), ptr(ws.get("semaphores"), Int32, 4),
+                      Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
+                      Float32(softmax_scale), stream)
+        self.post(ptr(ws["dq_accum"], f32), ptr(dq, dt), ptr(ws.get("dk_part"), f32),
+                  ptr(ws.get("dv_part"), f32), ptr(dk, dt) if cfg.gqa else None,
+                  ptr(dv, dt) if cfg.gqa else None, ptr(ws.get("dsink_part"), f32),
+                  ptr(dsink, f32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk),
+                  Float32(softmax_scale), stream)
+
+
+def compile_backward_all(config: BwdConfig) -> CompiledBackward:
+    """Compile preprocess + main + postprocess of one variant (what the host API calls)."""
+    return CompiledBackward(config)

@@ -1,0 +1,305 @@
+"""GPU check of the SM90 FlashMask backward against torch fp32 autograd of dense masked attention.
+
+Run on an SM90 machine: ``python3 tests/gpu/bwd_check.py [--quick] [--bench]``. Writes
+``$OUT/bwd_check.json`` (or ./bwd_check.json): per case the relative errors of dq/dk/dv/dsink
+(``max|x - ref| / max|ref|``), NaN flags, compile time; the deterministic-mode bit-exactness over
+10 reruns; with ``--bench`` timings. Exit status 1 if any case fails.
+
+The backward's inputs O and LSE come from the same fp32 torch oracle (not from the forward kernel),
+so this check is independent of the forward. Oracle gradients: autograd through the dense masked
+softmax (``semantics.to_dense``) with rows of no visible key giving P = 0, in fp32 on the GPU. The
+tile summary comes from ``semantics.tile_summary`` on the host. All outputs and workspaces are
+poisoned with NaN / garbage before each run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from paddle_flashmask import semantics  # noqa: E402
+from fwd_check import make_mask  # noqa: E402  (shared mask zoo of the GPU checks)
+
+GRAD_TOL = {"bf16": 2e-2, "fp16": 1e-2}
+
+
+def reference(torch, q, k, v, do, idx, causal, scale, sink):
+    """fp32 dense attention with autograd: returns o, lse, dq, dk, dv, dsink."""
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    if idx is None:
+        i = np.arange(sq)[:, None]
+        j = np.arange(sk)[None, :]
+        allowed = (j <= i + (sk - sq)) if causal else np.ones((sq, sk), bool)
+        allowed = np.broadcast_to(allowed, (b, 1, sq, sk))
+    else:
+        allowed = semantics.to_dense(idx, causal, sq)
+    hm = allowed.shape[1]
+    allowed = torch.from_numpy(np.ascontiguousarray(allowed)).cuda().repeat_interleave(h // hm, 1)
+    qf = q.float().detach().requires_grad_(True)
+    kf = k.float().detach().requires_grad_(True)
+    vf = v.float().detach().requires_grad_(True)
+    sf = sink.detach().clone().requires_grad_(True) if sink is not None else None
+    qh = qf.permute(0, 2, 1, 3)
+    kh = kf.permute(0, 2, 1, 3).repeat_interleave(h // hk, dim=1)
+    vh = vf.permute(0, 2, 1, 3).repeat_interleave(h // hk, dim=1)
+    s = torch.matmul(qh, kh.transpose(-1, -2)) * scale
+    s = s.masked_fill(~allowed, -math.inf)
+    m = s.amax(dim=-1, keepdim=True).detach()
+    if sf is not None:
+        m = torch.maximum(m, sf.detach().view(1, h, 1, 1).expand_as(m))
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)  # masked -> exactly 0
+    denom = p.sum(-1, keepdim=True)
+    if sf is not None:
+        denom = denom + torch.exp(sf.view(1, h, 1, 1) - m)
+    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
+    o = torch.matmul(p / safe, vh).permute(0, 2, 1, 3)
+    lse = torch.where(denom > 0, torch.log(safe) + m, torch.full_like(m, -math.inf)).squeeze(-1)
+    o.backward(do.float())
+    return (o.detach().contiguous(), lse.detach().contiguous(), qf.grad, kf.grad, vf.grad,
+            None if sf is None else sf.grad)
+
+
+def rel_err(torch, x, ref):
+    x, ref = x.float(), ref.float()
+    denom = max(ref.abs().max().item(), 1e-6)
+    return (x - ref).abs().max().item() / denom
+
+
+CASES_FULL = [
+    # name, dtype, d, dv, mask kind, B, Sq, Sk, H, Hk, Hm-mode, sink
+    ("causal_d128", "bf16", 128, 128, "causal", 2, 1000, 1000, 4, 2, "1", False),
+    ("full_d128_sq_ne_sk", "bf16", 128, 128, "full", 2, 300, 700, 4, 4, "1", False),
+    ("causal_d128_sq_lt_sk", "bf16", 128, 128, "causal", 1, 333, 1000, 2, 1, "1", False),
+    ("causal_d128_sq_gt_sk", "bf16", 128, 128, "causal", 1, 1000, 333, 2, 2, "1", False),
+    ("causal_doc_C1", "bf16", 128, 128, "causal_doc", 2, 1024, 1024, 4, 2, "1", False),
+    ("causal_doc_C1_partial", "bf16", 128, 128, "causal_doc", 1, 777, 777, 4, 4, "H", False),
+    ("causal_window_C2", "bf16", 128, 128, "causal_window", 2, 900, 900, 4, 2, "Hk", False),
+    ("causal_random_C2", "bf16", 128, 128, "causal_random2", 1, 600, 600, 2, 1, "H", False),
+    ("causal_window_C2_sq_lt_sk", "bf16", 128, 128, "causal_window", 1, 400, 900, 2, 2, "1", False),
+    ("doc_C2_padding", "bf16", 128, 128, "doc", 2, 1000, 1000, 4, 4, "1", False),
+    ("random_C2", "bf16", 128, 128, "random2", 1, 640, 700, 4, 2, "Hk", False),
+    ("random_C4", "bf16", 128, 128, "random4", 1, 700, 640, 4, 1, "1", False),
+    ("empty_rows_C4", "bf16", 128, 128, "empty_rows4", 1, 500, 500, 2, 2, "1", False),
+    ("empty_rows_C4_sink", "bf16", 128, 128, "empty_rows4", 1, 500, 500, 2, 2, "1", True),
+    ("fp16_d64_causal_doc_sink", "fp16", 64, 64, "causal_doc", 2, 1000, 1000, 4, 2, "1", True),
+    ("fp16_d128_random4", "fp16", 128, 128, "random4", 1, 512, 512, 2, 2, "H", False),
+    ("d96_causal", "bf16", 96, 96, "causal", 1, 700, 700, 4, 4, "1", False),
+    ("d96_doc", "bf16", 96, 96, "doc", 1, 700, 700, 4, 4, "1", False),
+    ("d192_random2", "bf16", 192, 128, "random2", 1, 600, 600, 4, 2, "1", False),
+    ("d192_causal", "bf16", 192, 128, "causal", 1, 600, 600, 4, 2, "1", False),
+    ("d256_causal_window_sink", "bf16", 256, 256, "causal_window", 1, 600, 600, 4, 2, "1", True),
+    ("d256_full", "bf16", 256, 256, "full", 1, 300, 500, 2, 2, "1", False),
+    ("mqa_causal_doc", "bf16", 128, 128, "causal_doc", 1, 800, 800, 8, 1, "1", False),
+    ("d64_full_sink", "bf16", 64, 64, "full", 1, 257, 513, 4, 2, "1", True),
+]
+CASES_QUICK = [c for c in CASES_FULL if c[0] in (
+    "causal_d128", "causal_doc_C1", "random_C4", "empty_rows_C4_sink", "d256_causal_window_sink",
+    "d192_random2", "fp16_d64_causal_doc_sink")]
+DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink"]
+
+
+class Runner:
+    def __init__(self, torch, bwd_mod, cute_rt):
+        self.torch = torch
+        self.bwd = bwd_mod
+        self.rt = cute_rt
+        self.compiled = {}
+
+    def get(self, cfg):
+        t0 = time.time()
+        if cfg not in self.compiled:
+            self.compiled[cfg] = self.bwd.compile_backward_all(cfg)
+        return self.compiled[cfg], time.time() - t0
+
+    def prepare(self, case, seed):
+        torch = self.torch
+        name, dt, d, dv, kind, b, sq, sk, h, hk, hm_mode, has_sink = case
+        rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        hm = {"1": 1, "Hk": hk, "H": h}[hm_mode]
+        tdt = torch.bfloat16 if dt == "bf16" else torch.float16
+        idx, causal = make_mask(kind, rng, b, hm, sq, sk)
+        q = torch.randn(b, sq, h, d, device="cuda", dtype=tdt)
+        k = torch.randn(b, sk, hk, d, device="cuda", dtype=tdt)
+        v = torch.randn(b, sk, hk, dv, device="cuda", dtype=tdt)
+        do = torch.randn(b, sq, h, dv, device="cuda", dtype=tdt)
+        sink = (torch.randn(h, device="cuda", dtype=torch.float32) * 2) if has_sink else None
+        scale = 1.0 / math.sqrt(d)
+        ref = reference(torch, q, k, v, do, idx, causal, scale, sink)
+        return dict(name=name, dt=dt, d=d, dv=dv, b=b, sq=sq, sk=sk, h=h, hk=hk, idx=idx,
+                    causal=causal, q=q, k=k, v=v, do=do, sink=sink, scale=scale, ref=ref,
+                    out=ref[0].to(tdt), lse=ref[1])
+
+    def run(self, p, deterministic):
+        torch = self.torch
+        cols = None if p["idx"] is None else p["idx"].shape[-1]
+        cfg = self.bwd.BwdConfig(p["dt"].replace("bf16", "bfloat16").replace("fp16", "float16"),
+                                 p["d"], p["dv"], p["causal"], cols, gqa=p["h"] != p["hk"],
+                                 has_sink=p["sink"] is not None, deterministic=deterministic)
+        fn, compile_s = self.get(cfg)
+        b, sq, sk, h, hk = p["b"], p["sq"], p["sk"], p["h"], p["hk"]
+        nan = float("nan")
+        dq = torch.full_like(p["q"], nan)
+        dk = torch.full_like(p["k"], nan)
+        dv = torch.full_like(p["v"], nan)
+        dsink = torch.full((h,), nan, device="cuda") if p["sink"] is not None else None
+        ws = {}
+        for wname, (shape, dtype) in self.bwd.workspace_shapes(cfg, b, sq, sk, h, hk).items():
+            tdt = torch.float32 if dtype == "float32" else torch.int32
+            t = torch.empty(shape, device="cuda", dtype=tdt)
+            t.fill_(nan if tdt == torch.float32 else 12345)  # poison: kernels must initialise
+            ws[wname] = t
+        idx_t = cmin = cmax = None
+        if p["idx"] is not None:
+            summ = semantics.tile_summary(p["idx"], cfg.tile_n)
+            idx_t = torch.from_numpy(p["idx"]).cuda()
+            cmin = torch.from_numpy(np.ascontiguousarray(summ.col_min)).cuda()
+            cmax = torch.from_numpy(np.ascontiguousarray(summ.col_max)).cuda()
+        dl = lambda x: None if x is None else self.rt.from_dlpack(x, assumed_align=16)  # noqa
+        stream = torch.cuda.current_stream().cuda_stream
+        args = (dl(p["q"]), dl(p["k"]), dl(p["v"]), dl(p["out"]), dl(p["do"]), dl(p["lse"]),
+                dl(dq), dl(dk), dl(dv), dl(idx_t), dl(cmin), dl(cmax), dl(p["sink"]), dl(dsink),
+                {n: dl(t) for n, t in ws.items()}, p["scale"], stream)
+        fn(*args)
+        torch.cuda.synchronize()
+        return cfg, compile_s, (dq, dk, dv, dsink), (fn, args)
+
+
+def check_case(runner, case, seed, tol_scale=1.0):
+    torch = runner.torch
+    p = runner.prepare(case, seed)
+    cfg, compile_s, (dq, dk, dv, dsink), _ = runner.run(p, deterministic=False)
+    _, _, rdq, rdk, rdv, rdsink = p["ref"]
+    res = {"name": p["name"], "config": repr(cfg), "compile_s": round(compile_s, 2)}
+    tol = GRAD_TOL[p["dt"]] * tol_scale
+    ok = True
+    for nm, x, r in (("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv), ("dsink", dsink, rdsink)):
+        if x is None:
+            continue
+        nan = bool(torch.isnan(x).any().item())
+        err = rel_err(torch, x, r)
+        res[f"{nm}_rel_err"] = err
+        res[f"{nm}_nan"] = nan
+        ok = ok and not nan and err <= tol
+    res["pass"] = ok
+    return res
+
+
+def determinism(runner, case, seed, reruns=10):
+    torch = runner.torch
+    p = runner.prepare(case, seed)
+    outs = []
+    for _ in range(reruns):
+        _, _, grads, _ = runner.run(p, deterministic=True)
+        outs.append([g.clone() if g is not None else None for g in grads])
+    same = all(all((a is None and c is None) or torch.equal(a, c)
+                   for a, c in zip(outs[0], o)) for o in outs[1:])
+    _, _, rdq, rdk, rdv, rdsink = p["ref"]
+    errs = {nm: rel_err(torch, x, r) for nm, x, r in zip(("dq", "dk", "dv"), outs[0][:3],
+                                                          (rdq, rdk, rdv))}
+    ok = same and all(e <= GRAD_TOL[p["dt"]] for e in errs.values())
+    return {"name": p["name"], "reruns": reruns, "bit_identical": same, "rel_err": errs,
+            "pass": ok}
+
+
+def bench(runner, seed):
+    torch = runner.torch
+    rows = []
+    for kind in ("full", "causal", "causal_doc"):
+        # no dense oracle at this size: timing only, on random inputs
+        rng = np.random.default_rng(seed)
+        idx, causal = make_mask(kind, rng, 2, 1, 8192, 8192)
+        b, s, h, d = 2, 8192, 16, 128
+        q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+        p = dict(name=f"bench_{kind}", dt="bf16", d=d, dv=d, b=b, sq=s, sk=s, h=h, hk=h, idx=idx,
+                 causal=causal, q=q, k=torch.randn_like(q), v=torch.randn_like(q),
+                 do=torch.randn_like(q), sink=None, scale=d ** -0.5,
+                 out=torch.randn_like(q), lse=torch.randn(b, h, s, device="cuda") + 5)
+        res = {"name": f"bench_{kind}"}
+        for det in (False, True):
+            _, _, _, (fn, args) = runner.run(p, deterministic=det)
+            for _ in range(2):
+                fn(*args)
+            torch.cuda.synchronize()
+            st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            st.record()
+            n = 5
+            for _ in range(n):
+                fn(*args)
+            en.record()
+            torch.cuda.synchronize()
+            ms = st.elapsed_time(en) / n
+            pairs = semantics.dense_pair_count(causal, s, s) * b * h if idx is None else \
+                semantics.head_pairs(semantics.count_visible_pairs(idx, causal, s), h)
+            tflops = 2.5 * 4 * d * pairs / (ms * 1e-3) / 1e12
+            res["det_ms" if det else "ms"] = ms
+            res["det_tflops" if det else "tflops"] = tflops
+        rows.append(res)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    import torch
+    import cutlass.cute.runtime as cute_rt
+    from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd_mod
+
+    runner = Runner(torch, bwd_mod, cute_rt)
+    cases = CASES_QUICK if args.quick else CASES_FULL
+    if args.only:
+        cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]
+    report = {"device": torch.cuda.get_device_name(), "cases": [], "determinism": []}
+    t0 = time.time()
+    for i, case in enumerate(cases):
+        try:
+            res = check_case(runner, case, seed=1000 + i)
+        except Exception as e:  # keep going: one broken variant must not hide the others
+            res = {"name": case[0], "pass": False, "error": f"{type(e).__name__}: {e}",
+                   "trace": traceback.format_exc()[-2000:]}
+        print(json.dumps(res), flush=True)
+        report["cases"].append(res)
+    for name in DETERMINISM_CASES:
+        case = next(c for c in CASES_FULL if c[0] == name)
+        try:
+            res = determinism(runner, case, seed=7)
+        except Exception as e:
+            res = {"name": name, "pass": False, "error": f"{type(e).__name__}: {e}",
+                   "trace": traceback.format_exc()[-2000:]}
+        print(json.dumps(res), flush=True)
+        report["determinism"].append(res)
+    if args.bench:
+        try:
+            report["bench"] = bench(runner, seed=3)
+        except Exception as e:
+            report["bench"] = {"error": f"{type(e).__name__}: {e}"}
+        print(json.dumps(report["bench"]), flush=True)
+    report["seconds"] = round(time.time() - t0, 1)
+    report["passed"] = sum(r["pass"] for r in report["cases"])
+    report["total"] = len(report["cases"])
+    out_dir = Path(os.environ.get("OUT", "."))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bwd_check.json").write_text(json.dumps(report, indent=1))
+    print(f"passed {report['passed']}/{report['total']}, determinism "
+          f"{[r.get('bit_identical') for r in report['determinism']]}")
+    ok = report["passed"] == report["total"] and all(r["pass"] for r in report["determinism"])
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
