@@ -314,7 +314,8 @@ class attention_implementation:
         return False
 
 
-def check_against_eager(stage: str, model, batch: dict, loss_fn: Callable[[dict], Any]) -> float:
+def check_against_eager(stage: str, model, batch: dict, loss_fn: Callable[[dict], Any],
+                        what: str = "loss") -> float:
     """Loss of ``batch`` with our attention vs PaddleFormers' eager dense-mask attention (no grad)."""
     import paddle
     with paddle.no_grad():
@@ -322,6 +323,6 @@ def check_against_eager(stage: str, model, batch: dict, loss_fn: Callable[[dict]
         with attention_implementation(model, "eager"):
             dense = float(loss_fn(batch))
     rel = abs(ours - dense) / max(abs(dense), 1e-12)
-    log(stage, f"check: loss with paddle_flashmask {ours:.6f} vs PaddleFormers eager dense mask "
+    log(stage, f"check: {what} with paddle_flashmask {ours:.6f} vs PaddleFormers eager dense mask "
                f"{dense:.6f} (rel diff {rel:.1e})")
     return rel
