@@ -126,6 +126,7 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     dims = arguments.check_inputs(query, key, value, learnable_sink)
     scale = arguments.resolve_softmax_scale(softmax_scale, dims.head_dim)
     backends.requested_backend(backend)  # reject a bad name / env value before any work
+    backends.check_deterministic_request(deterministic)
     idx = arguments.prepare_indices(startend_row_indices, causal=bool(causal), window_size=window_size,
                                     dims=dims, validate_indices=validate_indices,
                                     to_tensor=_to_tensor_like(query))

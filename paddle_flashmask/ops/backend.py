@@ -201,6 +201,14 @@ def _parse_bool_env(name: str, value: str) -> bool:
     raise ValueError(f"{name}: expected one of 1/0/true/false/yes/no/on/off, found {value!r}")
 
 
+def check_deterministic_request(deterministic: Optional[bool]) -> None:
+    """Reject a malformed env switch at call time (the backward may run much later)."""
+    if deterministic is None:
+        env = os.environ.get(DETERMINISTIC_ENV, "")
+        if env.strip():
+            _parse_bool_env(DETERMINISTIC_ENV, env)
+
+
 def resolve_deterministic(deterministic: Optional[bool], query: Any) -> bool:
     if deterministic is not None:
         return bool(deterministic)

@@ -46,6 +46,7 @@ def flashmask_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     dims = arguments.check_inputs(query, key, value, learnable_sink)
     scale = arguments.resolve_softmax_scale(softmax_scale, dims.head_dim)
     requested = backends.requested_backend(backend)
+    backends.check_deterministic_request(deterministic)
     idx = arguments.prepare_indices(
         startend_row_indices, causal=bool(causal), window_size=window_size, dims=dims,
         validate_indices=validate_indices, check_values=not _is_compiling(),
