@@ -253,6 +253,14 @@ def torch_cases(s):
     return cases
 
 
+def edge_cases(s):
+    """Tiny sequences where a rank owns no row, or only fully masked rows (padding tail)."""
+    return [dict(name="padding_tail", idx=mb.causal_document_mask([s // 2], s)[0], causal=True, batch=1,
+                 heads=2, kv_heads=1, sink=True, dv=16),
+            dict(name="plain_causal_tiny", idx=None, causal=True, batch=1, heads=2, kv_heads=2, sink=False,
+                 dv=16)]
+
+
 def _rel_err(a, b):
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)) if b.size else 0.0
@@ -270,8 +278,8 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
     torch.set_num_threads(1)
     torch_cp.TorchAdapter.prefer_native_reduce_scatter = native_rs
     try:
-        for case in torch_cases(s):
-            if case_names and case["name"] not in case_names:
+        for case in (edge_cases(s) if case_names == ("edge",) else torch_cases(s)):
+            if case_names and case_names != ("edge",) and case["name"] not in case_names:
                 continue
             g = torch.Generator().manual_seed(zlib.crc32(case["name"].encode()))
             b, h, hk, dv = case["batch"], case["heads"], case["kv_heads"], case["dv"]
@@ -347,6 +355,11 @@ def test_torch_cp_two_ranks_every_mask(tmp_path):
 
 def test_torch_cp_four_ranks_every_mask(tmp_path):
     run_torch(4, tmp_path, s=45, chunk=3, comm_groups=3)
+
+
+def test_torch_cp_rank_without_rows_and_masked_ranks(tmp_path):
+    """S=10 in chunks of 4 on 4 ranks: one rank owns an empty chunk; the last rows are padding."""
+    run_torch(4, tmp_path, s=10, chunk=4, comm_groups=2, case_names=("edge",))
 
 
 def test_torch_cp_allreduce_fallback_and_single_group(tmp_path):

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from ..ops import backend as backend_ops
+from ..ops import arguments, backend as backend_ops
 from .planner import ContextParallelPlan, RankMasks
 
 
@@ -55,6 +55,14 @@ class CPState:
 
     def __init__(self) -> None:
         self.gathered: list[Any] = []  # (k, v) per comm group, None when the phase was skipped
+
+
+def check_local_inputs(q, k, v, learnable_sink, softmax_scale):
+    """The frontends' checks of q/k/v/sink; a rank may own no row (R = 0), which they reject."""
+    if len(q.shape) == 4 and int(q.shape[1]) == 0:
+        return arguments.resolve_softmax_scale(softmax_scale, int(q.shape[3]))
+    dims = arguments.check_inputs(q, k, v, learnable_sink)
+    return arguments.resolve_softmax_scale(softmax_scale, dims.head_dim)
 
 
 def _sizes(adapter, plan: ContextParallelPlan, rank: int, q, k, v, masks: RankMasks) -> None:
@@ -99,7 +107,8 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
         acc.add(out, lse)
     if learnable_sink is not None:
         acc.add_sink(learnable_sink)
-    return adapter.cast(acc.out, q), acc.lse
+    out, lse = acc.result()
+    return adapter.cast(out, q), lse
 
 
 class _Merge:
@@ -107,26 +116,38 @@ class _Merge:
 
     def __init__(self, adapter, q, head_dim_v: int) -> None:
         self.a = adapter
-        b, r, h, _ = (int(s) for s in q.shape)
-        self.out = adapter.zeros((b, r, h, head_dim_v), q)
-        self.lse = adapter.zeros((b, h, r), q) - math.inf
+        self.shape = tuple(int(s) for s in q.shape[:3]) + (head_dim_v,)
+        self.like = q
+        self.out = self.lse = None  # nothing merged yet
+
+    def result(self):
+        """(out fp32 or q's dtype, lse fp32); zeros / -inf when no phase ran."""
+        if self.out is None:
+            b, r, h, _ = self.shape
+            self.out = self.a.zeros(self.shape, self.like)
+            self.lse = self.a.zeros((b, h, r), self.like) - math.inf
+        return self.out, self.lse
 
     def add(self, out, lse) -> None:
         a = self.a
+        if self.out is None:  # first phase: taken as is, no arithmetic
+            self.out, self.lse = out, lse
+            return
         m = a.maximum(self.lse, lse)
         m = a.where(m == -math.inf, a.zeros_like(m), m)  # two empty rows: shift by 0, not -inf
         w_old, w_new = a.exp(self.lse - m), a.exp(lse - m)
         total = w_old + w_new
         self.lse = m + a.log(total)
         safe = a.where(total == 0, a.zeros_like(total) + 1.0, total)
-        self.out = self.out * a.lse_to_rows(w_old / safe) + a.f32(out) * a.lse_to_rows(w_new / safe)
+        self.out = a.f32(self.out) * a.lse_to_rows(w_old / safe) + a.f32(out) * a.lse_to_rows(w_new / safe)
 
     def add_sink(self, sink) -> None:
         a = self.a
+        self.result()
         s = a.sink_like_lse(sink, self.lse)  # [1, H, 1] fp32
         m = a.maximum(self.lse, s)
         new_lse = m + a.log(a.exp(self.lse - m) + a.exp(s - m))
-        self.out = self.out * a.lse_to_rows(a.exp(self.lse - new_lse))
+        self.out = a.f32(self.out) * a.lse_to_rows(a.exp(self.lse - new_lse))
         self.lse = new_lse
 
 
@@ -136,7 +157,10 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
     """Returns ``(dq, dk, dv, dsink)``; dk/dv are summed over every rank's use of the local keys."""
     d, dv_dim = int(k.shape[3]), int(v.shape[3])
     cs = plan.chunk_size
-    dq = adapter.zeros(tuple(int(s) for s in q.shape), q)
+    dq = None  # fp32 sum over phases
+
+    def accumulate(total, part):
+        return adapter.f32(part) if total is None else total + adapter.f32(part)
     pending = []
     # Remote groups first: each reduce-scatter overlaps the phases computed after it.
     for g, (s0, s1) in enumerate(plan.comm_groups):
@@ -148,7 +172,7 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
             dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout, q, kg, vg, out, lse, phase_idx.remote[g],
                                                       None, None, causal=False, softmax_scale=softmax_scale,
                                                       deterministic=deterministic)
-            dq = dq + adapter.f32(dq_g)
+            dq = accumulate(dq, dq_g)
             dkv = adapter.pack_rows_first(dk_g, dv_g)
         pending.append(adapter.reduce_scatter(dkv))
     dk_local = dv_local = None
@@ -157,11 +181,13 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                                                           None, None, causal=False,
                                                           softmax_scale=softmax_scale,
                                                           deterministic=deterministic)
-        dq = dq + adapter.f32(dq_l)
+        dq = accumulate(dq, dq_l)
     shard_grad = adapter.concat_rows([work.wait() for work in pending])  # [shard_len, B, Hk, D+Dv]
     dk, dv = adapter.unpack_shard(shard_grad, maps.local_to_shard, d, k, v)
     if dk_local is not None:
         dk, dv = dk + adapter.f32(dk_local), dv + adapter.f32(dv_local)
+    if dq is None:  # no phase had a visible pair: every local row is fully masked
+        dq = adapter.zeros(tuple(int(s) for s in q.shape), q)
     dsink = None
     if learnable_sink is not None:
         dsink = adapter.sink_grad(learnable_sink, dout, out, lse)

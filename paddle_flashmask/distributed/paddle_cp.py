@@ -17,7 +17,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..ops import arguments
 from . import engine
 from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel
 
@@ -196,8 +195,7 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
                                return_softmax_lse: bool = False, backend: Optional[str] = None,
                                deterministic: Optional[bool] = None):
     """Paddle twin of :func:`paddle_flashmask.distributed.torch_cp.context_parallel_attention`."""
-    dims = arguments.check_inputs(query, key, value, learnable_sink)
-    scale = arguments.resolve_softmax_scale(softmax_scale, dims.head_dim)
+    scale = engine.check_local_inputs(query, key, value, learnable_sink, softmax_scale)
     adapter = PaddleAdapter(group)
     paddle = adapter.paddle
 

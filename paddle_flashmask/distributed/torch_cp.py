@@ -16,7 +16,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..ops import arguments
 from . import engine
 from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel
 
@@ -209,8 +208,7 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
     share: sum it over the context-parallel ranks like any replicated parameter (DDP over the
     data x context group does).
     """
-    dims = arguments.check_inputs(query, key, value, learnable_sink)
-    scale = arguments.resolve_softmax_scale(softmax_scale, dims.head_dim)
+    scale = engine.check_local_inputs(query, key, value, learnable_sink, softmax_scale)
     adapter = TorchAdapter(group)
     torch = adapter.torch
 
