@@ -12,7 +12,8 @@
 The disk key hashes every compile-time input: the kernel name, ``repr(config)`` (the frozen config
 dataclasses list every compile-time parameter), the package version, the DSL version, the DSL
 settings that change code generation (target arch, line info, compiler options: the DSL's own
-``cache_key_str``), and a fingerprint of the kernel sources (``ops/cute/*.py`` and
+``cache_key_str``), the host CPU (the object's launch code is compiled for the build machine), and
+a fingerprint of the kernel sources (``ops/cute/*.py`` and
 ``semantics.py``, whose predicates the kernels trace), so editing a kernel never serves a stale
 binary.
 
@@ -31,6 +32,7 @@ import fcntl
 import functools
 import hashlib
 import os
+import platform
 import re
 import sys
 import tempfile
@@ -72,15 +74,30 @@ def source_fingerprint() -> str:
 
 
 @functools.lru_cache(maxsize=1)
+def host_fingerprint() -> str:
+    """The exported object's host code is compiled for the build machine's CPU (the DSL's native
+    host target), so a cache directory shared between different CPUs must not mix them."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    text = f"{platform.machine()}|{' '.join(sorted(flags.split(':', 1)[-1].split()))}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=1)
 def _environment_key() -> str:
     import cutlass
     from cutlass.cutlass_dsl import CuTeDSL
 
     from paddle_flashmask import __version__
 
-    dsl_settings = CuTeDSL._get_dsl().envar.cache_key_str()  # arch, lineinfo, compiler options...
+    # arch, line info, compiler options...; not the runtime library's install path
+    dsl_settings = re.sub(r"shared_libs=[^;]*;", "", CuTeDSL._get_dsl().envar.cache_key_str())
     return (f"paddle_flashmask={__version__};cutlass-dsl={cutlass.__version__};"
-            f"sources={source_fingerprint()};{dsl_settings}")
+            f"sources={source_fingerprint()};host={host_fingerprint()};{dsl_settings}")
 
 
 def variant_key(name: str, config: Hashable) -> str:

@@ -91,6 +91,10 @@ class DeviceBuffer:
     def __dlpack_device__(self) -> tuple[int, int]:
         return (KDL_CUDA, self.device)
 
+    @property
+    def data_ptr(self) -> int:
+        return self.ptr
+
     def __dlpack__(self, stream: Any = None) -> Any:
         if self.ptr is None:
             raise RuntimeError("DeviceBuffer was released")
@@ -117,12 +121,14 @@ def _product(values: Sequence[int]) -> int:
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """What the host API checks about one argument."""
+    """What the host API checks about one argument, and what the kernels' launchers read
+    (``shape`` and the raw device address ``data_ptr``)."""
     name: str
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: str
     device: tuple[int, int]
+    data_ptr: int
 
     @property
     def contiguous(self) -> bool:
@@ -179,8 +185,10 @@ def to_cute(obj: Any, name: str, assumed_align: Optional[int] = None) -> tuple[A
     device = tuple(int(x) for x in obj.__dlpack_device__())
     plain = cute.runtime.from_dlpack(obj, assumed_align=assumed_align)
     element = getattr(plain.element_type, "__name__", str(plain.element_type))
+    # the iterator of a from_dlpack tensor is a host-side pointer object holding the address
+    data_ptr = int(plain.iterator._pointer)
     info = TensorInfo(name, tuple(int(s) for s in plain.shape), tuple(int(s) for s in plain.stride),
-                      _ELEMENT_NAMES.get(element, element), device)
+                      _ELEMENT_NAMES.get(element, element), device, data_ptr)
     if info.shape and info.stride[-1] == 1:  # else not row-major: the caller rejects it
         plain = plain.mark_layout_dynamic(leading_dim=len(info.shape) - 1)
     return plain, info

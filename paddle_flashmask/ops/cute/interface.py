@@ -15,6 +15,7 @@ the framework's current CUDA stream (an int handle). This module
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -24,7 +25,7 @@ import cuda.bindings.driver as cu
 from paddle_flashmask import semantics
 
 from . import cache
-from .dlpack import DeviceBuffer, TensorInfo, runtime_tensor, to_cute
+from .dlpack import DeviceBuffer, TensorInfo, check, runtime_tensor, to_cute
 from .summary_kernel import SummaryConfig, compile_summary
 
 # head_dim -> the value head dim it is supported with (DESIGN §4: 64/96/128/192-128/256)
@@ -60,12 +61,6 @@ def _expect(cond: bool, name: str, expected: str, found: Any) -> None:
         raise ValueError(f"{name}: expected {expected}, found {found}")
 
 
-def _data_ptr(tensor: Any) -> int:
-    # the runtime pointer of a from_dlpack tensor (created with the default element alignment,
-    # so building it never asserts)
-    return int(tensor.iterator._pointer)
-
-
 def _convert(obj: Any, name: str, dtype: str | tuple[str, ...], shape: tuple[int, ...],
              device: Optional[tuple[int, int]], align: int = 1) -> tuple[Any, TensorInfo]:
     """from_dlpack + checks: dtype, exact shape, compact row-major layout, device, alignment."""
@@ -79,49 +74,63 @@ def _convert(obj: Any, name: str, dtype: str | tuple[str, ...], shape: tuple[int
     if device is not None:
         _expect(info.device == device, name, f"CUDA device {device[1]} (same as q)",
                 f"device {info.device[1]}")
-    if align > 1:
-        ptr = _data_ptr(tensor)
-        _expect(ptr % align == 0, name, f"a {align}-byte aligned data pointer", hex(ptr))
-    if align > 1:  # re-wrap so the kernel may assume the alignment that was just checked
-        tensor, _ = to_cute(obj, name, assumed_align=align)
+    _expect(info.data_ptr % align == 0, name, f"a {align}-byte aligned data pointer",
+            hex(info.data_ptr))
     return tensor, info
+
+
+def _rank4(obj: Any, name: str, layout: str) -> TensorInfo:
+    _, info = to_cute(obj, name)
+    _expect(len(info.shape) == 4, name, f"rank 4 {layout}", f"shape {list(info.shape)}")
+    return info
 
 
 def _problem(q: Any, k: Any, v: Any, startend_row_indices: Any, causal: bool,
              learnable_sink: Any) -> tuple[Problem, dict]:
-    tq, iq = to_cute(q, "q")
-    _expect(len(iq.shape) == 4, "q", "rank 4 [B, Sq, H, D]", f"shape {list(iq.shape)}")
+    """Validate the inputs shared by forward and backward; returns the problem and their infos."""
+    iq = _rank4(q, "q", "[B, Sq, H, D]")
     _expect(iq.dtype in INPUT_DTYPES, "q", "dtype bfloat16 or float16", iq.dtype)
     b, sq, h, d = iq.shape
     _expect(d in SUPPORTED_HEAD_DIMS, "q", f"head dim in {sorted(SUPPORTED_HEAD_DIMS)}", d)
     dev = iq.device
-    _, ik = to_cute(k, "k")
-    _expect(len(ik.shape) == 4, "k", "rank 4 [B, Sk, Hk, D]", f"shape {list(ik.shape)}")
+    ik = _rank4(k, "k", "[B, Sk, Hk, D]")
     sk, hk = ik.shape[1], ik.shape[2]
-    _expect(hk > 0 and h % hk == 0, "k", f"a number of heads dividing H={h}", hk)
+    _expect(hk > 0 and h % hk == 0, "k", f"a number of heads (dim 2) dividing H={h}", hk)
     dv = SUPPORTED_HEAD_DIMS[d]
-    tensors = {
-        "q": _convert(q, "q", iq.dtype, (b, sq, h, d), dev, TMA_ALIGN_BYTES)[0],
-        "k": _convert(k, "k", iq.dtype, (b, sk, hk, d), dev, TMA_ALIGN_BYTES)[0],
-        "v": _convert(v, "v", iq.dtype, (b, sk, hk, dv), dev, TMA_ALIGN_BYTES)[0],
+    infos = {
+        "q": _convert(q, "q", iq.dtype, (b, sq, h, d), dev, TMA_ALIGN_BYTES)[1],
+        "k": _convert(k, "k", iq.dtype, (b, sk, hk, d), dev, TMA_ALIGN_BYTES)[1],
+        "v": _convert(v, "v", iq.dtype, (b, sk, hk, dv), dev, TMA_ALIGN_BYTES)[1],
     }
-    del tq
     hm, num_columns = 1, None
     if startend_row_indices is not None:
-        _, ii = to_cute(startend_row_indices, "startend_row_indices")
-        _expect(len(ii.shape) == 4, "startend_row_indices", "rank 4 [B, Hm, Sk, C]",
-                f"shape {list(ii.shape)}")
+        ii = _rank4(startend_row_indices, "startend_row_indices", "[B, Hm, Sk, C]")
         hm, num_columns = ii.shape[1], ii.shape[3]
         semantics.column_names(causal, num_columns)  # ValueError for an invalid (causal, C) form
-        _expect(hm in {1, hk, h}, "startend_row_indices", f"mask heads (dim 1) in {sorted({1, hk, h})}",
-                hm)
-        tensors["indices"] = _convert(startend_row_indices, "startend_row_indices", "int32",
-                                      (b, hm, sk, num_columns), dev)[0]
+        _expect(hm in {1, hk, h}, "startend_row_indices",
+                f"mask heads (dim 1) in {sorted({1, hk, h})}", hm)
+        tensor, infos["indices"] = _convert(startend_row_indices, "startend_row_indices", "int32",
+                                            (b, hm, sk, num_columns), dev, 4)
+        infos["indices_tensor"] = tensor
     if learnable_sink is not None:
-        tensors["sink"] = _convert(learnable_sink, "learnable_sink", "float32", (h,), dev)[0]
+        infos["sink"] = _convert(learnable_sink, "learnable_sink", "float32", (h,), dev, 4)[1]
     problem = Problem(iq.dtype, b, sq, sk, h, hk, d, dv, hm, num_columns, bool(causal),
                       learnable_sink is not None, dev[1])
-    return problem, tensors
+    _check_current_device(problem.device)
+    return problem, infos
+
+
+def _check_current_device(device: int) -> None:
+    # Kernels launch into the calling thread's current CUDA context; it must be the tensors' device.
+    current = check(cu.cuCtxGetDevice(), "cuCtxGetDevice")
+    _expect(int(current) == device, "q", f"tensors on the current CUDA device {int(current)}",
+            f"device {device} (make it current, e.g. torch.cuda.set_device / paddle.set_device)")
+
+
+@functools.lru_cache(maxsize=None)
+def num_sms(device: int) -> int:
+    attr = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+    return int(check(cu.cuDeviceGetAttribute(attr, device), "cuDeviceGetAttribute"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -130,7 +139,7 @@ def _problem(q: Any, k: Any, v: Any, startend_row_indices: Any, causal: bool,
 
 def launch_tile_summary(indices: Any, problem: Problem, tile_n: int, stream: int
                         ) -> tuple[DeviceBuffer, DeviceBuffer]:
-    """Per-key-tile min/max of ``indices`` (a cute tensor ``[B, Hm, Sk, C]``) on ``stream``.
+    """Per-key-tile min/max of ``indices`` (a :func:`runtime_tensor` ``[B, Hm, Sk, C]``) on ``stream``.
 
     Returns the ``col_min``, ``col_max`` buffers, int32 ``[B, Hm, ceil(Sk/tile_n), C]``; keep them
     alive until the kernels reading them are enqueued.
@@ -139,7 +148,7 @@ def launch_tile_summary(indices: Any, problem: Problem, tile_n: int, stream: int
     shape = (problem.batch, problem.mask_heads, -(-problem.seqlen_k // tile_n), c)
     col_min = DeviceBuffer(shape, "int32", problem.device, stream)
     col_max = DeviceBuffer(shape, "int32", problem.device, stream)
-    if problem.seqlen_k > 0:
+    if problem.seqlen_k > 0 and problem.batch * problem.mask_heads > 0:
         kernel = cache.get_or_compile("tile_summary", SummaryConfig(tile_n, c), compile_summary)
         kernel(indices, runtime_tensor(col_min), runtime_tensor(col_max), cu.CUstream(stream))
     return col_min, col_max
@@ -148,10 +157,128 @@ def launch_tile_summary(indices: Any, problem: Problem, tile_n: int, stream: int
 def tile_summary(startend_row_indices: Any, tile_n: int, *, stream: int
                  ) -> tuple[DeviceBuffer, DeviceBuffer]:
     """Standalone GPU version of :func:`paddle_flashmask.semantics.tile_summary` (tests, tools)."""
-    _, info = to_cute(startend_row_indices, "startend_row_indices")
-    _expect(len(info.shape) == 4, "startend_row_indices", "rank 4 [B, Hm, Sk, C]",
-            f"shape {list(info.shape)}")
-    tensor, _ = _convert(startend_row_indices, "startend_row_indices", "int32", info.shape, None)
+    info = _rank4(startend_row_indices, "startend_row_indices", "[B, Hm, Sk, C]")
+    tensor, _ = _convert(startend_row_indices, "startend_row_indices", "int32", info.shape, None, 4)
     b, hm, sk, c = info.shape
     problem = Problem("int32", b, 0, sk, hm, hm, 0, 0, hm, c, False, False, info.device[1])
     return launch_tile_summary(tensor, problem, tile_n, stream)
+
+
+# --------------------------------------------------------------------------------------------------
+# Configs (what compile_check compiles is exactly what these return)
+# --------------------------------------------------------------------------------------------------
+
+def forward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
+                   has_sink: bool = False):
+    """The forward kernel variant used for these compile-time facts (tile sizes per head dim)."""
+    from .flash_fwd_sm90 import default_config
+
+    return default_config(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns,
+                          has_sink)
+
+
+def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
+                    gqa: bool = False, has_sink: bool = False, deterministic: bool = False):
+    """The backward kernel variant used for these compile-time facts."""
+    from .flash_bwd_sm90 import BwdConfig
+
+    return BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], bool(causal), num_columns,
+                     gqa=bool(gqa), has_sink=bool(has_sink), deterministic=bool(deterministic))
+
+
+def compiled_forward(config):
+    """The forward variant through the cache (the jitted function is what is cached on disk)."""
+    from .flash_fwd_sm90 import CompiledForward, compile_forward
+
+    jitted = cache.get_or_compile("flash_fwd_sm90", config, lambda c: compile_forward(c).compiled)
+    return CompiledForward(config, jitted)
+
+
+def compiled_backward(config):
+    """Preprocess + main + postprocess of a backward variant, each through the cache."""
+    from .flash_bwd_prepost import compile_postprocess, compile_preprocess
+    from .flash_bwd_sm90 import CompiledBackward, compile_backward
+
+    bundle = CompiledBackward.__new__(CompiledBackward)  # its __init__ compiles without a cache
+    bundle.config = config
+    bundle.pre = cache.get_or_compile("flash_bwd_pre", config.prepost, compile_preprocess)
+    bundle.main = cache.get_or_compile("flash_bwd_sm90", config, compile_backward)
+    bundle.post = cache.get_or_compile("flash_bwd_post", config.prepost, compile_postprocess)
+    return bundle
+
+
+# --------------------------------------------------------------------------------------------------
+# Host API
+# --------------------------------------------------------------------------------------------------
+
+def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indices: Any, *,
+                  causal: bool, softmax_scale: float, learnable_sink: Any = None,
+                  stream: int) -> None:
+    """FlashMask forward, written in place into ``out`` [B,Sq,H,Dv] and ``lse`` fp32 [B,H,Sq].
+
+    q [B,Sq,H,D], k [B,Sk,Hk,D], v [B,Sk,Hk,Dv] bf16/fp16 contiguous; ``startend_row_indices``
+    int32 [B,Hm,Sk,C] or None; ``learnable_sink`` fp32 [H] or None; all ``__dlpack__`` objects on
+    the current CUDA device; ``stream`` a CUDA stream handle. Enqueues work, never synchronises.
+    """
+    problem, infos = _problem(q, k, v, startend_row_indices, causal, learnable_sink)
+    dev = (2, problem.device)
+    b, sq, h, dv = problem.batch, problem.seqlen_q, problem.num_heads, problem.head_dim_v
+    infos["out"] = _convert(out, "out", problem.dtype, (b, sq, h, dv), dev, TMA_ALIGN_BYTES)[1]
+    infos["lse"] = _convert(lse, "lse", "float32", (b, h, sq), dev, 4)[1]
+    _expect(math.isfinite(softmax_scale), "softmax_scale", "a finite float", softmax_scale)
+    config = forward_config(problem.dtype, problem.head_dim, problem.causal, problem.num_columns,
+                            problem.has_sink)
+    summary = (None, None)
+    if problem.num_columns is not None:
+        summary = launch_tile_summary(infos["indices_tensor"], problem, config.tile_n, stream)
+    kernel = compiled_forward(config)
+    kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["lse"], infos.get("indices"),
+           summary[0], summary[1], infos.get("sink"), float(softmax_scale), stream,
+           num_sms(problem.device))
+    for buffer in summary:  # freed in stream order, after the kernel that reads them
+        if buffer is not None:
+            buffer.release()
+
+
+def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any, dk: Any,
+                  dv: Any, startend_row_indices: Any, *, causal: bool, softmax_scale: float,
+                  learnable_sink: Any = None, dsink: Any = None, deterministic: bool = False,
+                  stream: int) -> None:
+    """FlashMask backward: dq/dk/dv (like q/k/v) and dsink (fp32 [H], iff a sink) in place.
+
+    ``out``/``lse`` are the forward's outputs, ``dout`` like ``out``. ``deterministic=True`` orders
+    the dQ accumulation so reruns are bit-identical. Zeros where nothing is visible.
+    """
+    problem, infos = _problem(q, k, v, startend_row_indices, causal, learnable_sink)
+    dev = (2, problem.device)
+    b, sq, sk = problem.batch, problem.seqlen_q, problem.seqlen_k
+    h, hk, d, dvd = problem.num_heads, problem.num_kv_heads, problem.head_dim, problem.head_dim_v
+    a16 = TMA_ALIGN_BYTES
+    infos["out"] = _convert(out, "out", problem.dtype, (b, sq, h, dvd), dev, a16)[1]
+    infos["dout"] = _convert(dout, "dout", problem.dtype, (b, sq, h, dvd), dev, a16)[1]
+    infos["lse"] = _convert(lse, "lse", "float32", (b, h, sq), dev, 4)[1]
+    infos["dq"] = _convert(dq, "dq", problem.dtype, (b, sq, h, d), dev, a16)[1]
+    infos["dk"] = _convert(dk, "dk", problem.dtype, (b, sk, hk, d), dev, a16)[1]
+    infos["dv"] = _convert(dv, "dv", problem.dtype, (b, sk, hk, dvd), dev, a16)[1]
+    _expect((dsink is None) == (learnable_sink is None), "dsink",
+            "a tensor exactly when learnable_sink is given", type(dsink).__name__)
+    if dsink is not None:
+        infos["dsink"] = _convert(dsink, "dsink", "float32", (h,), dev, 4)[1]
+    _expect(math.isfinite(softmax_scale), "softmax_scale", "a finite float", softmax_scale)
+    config = backward_config(problem.dtype, d, problem.causal, problem.num_columns, gqa=h != hk,
+                             has_sink=problem.has_sink, deterministic=deterministic)
+    from .flash_bwd_sm90 import workspace_shapes
+
+    buffers = [DeviceBuffer(shape, dtype, problem.device, stream)
+               for shape, dtype in workspace_shapes(config, b, sq, sk, h, hk).values()]
+    workspace = dict(zip(workspace_shapes(config, b, sq, sk, h, hk), buffers))
+    summary = (None, None)
+    if problem.num_columns is not None:
+        summary = launch_tile_summary(infos["indices_tensor"], problem, config.tile_n, stream)
+    kernel = compiled_backward(config)
+    kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["dout"], infos["lse"],
+           infos["dq"], infos["dk"], infos["dv"], infos.get("indices"), summary[0], summary[1],
+           infos.get("sink"), infos.get("dsink"), workspace, float(softmax_scale), stream)
+    for buffer in (*buffers, *summary):  # freed in stream order, after the kernels
+        if buffer is not None:
+            buffer.release()

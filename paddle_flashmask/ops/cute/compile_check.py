@@ -1,0 +1,451 @@
+"""Compile the kernels for sm_90a without a GPU and check their SASS (DESIGN §4, CPU CI).
+
+    python -m paddle_flashmask.ops.cute.compile_check [--full] [--json PATH] [--jobs N]
+                                                      [--only REGEX] [--allow-missing-fast-path]
+
+Compiles a representative set of variants (every head dim, every (causal, C) form and plain
+causal / full attention, forward and backward, deterministic, GQA, sink, fp16) or, with ``--full``,
+the whole matrix; for each kernel of each variant prints registers, shared memory, local-memory
+frame and spills, and the SASS instruction mix (HGMMA = wgmma, UTMALDG = TMA load, ...).
+The forward and backward main kernels must contain HGMMA and UTMALDG (the SM90 fast path of the
+design); a kernel that silently fell off it makes the command exit non-zero.
+
+How: each variant is compiled in a worker process whose DSL settings are
+``CUTE_DSL_ARCH=sm_90a`` (compile for Hopper on any machine), ``CUTE_DSL_KEEP=cubin`` (the compiled
+function keeps its cubin: ``compiled.__cubin__``), ``CUTE_DSL_COMPILER_OPT=remarks{ptx}`` (ptxas
+prints its resource report, captured from the worker's stderr for the spill counts) and the DSL file
+cache off (every variant really goes through ptxas). The cubin is read as an ELF: register counts
+from the ``EIATTR_REGCOUNT`` records of ``.nv.info``, static shared memory from ``.nv.shared.*``;
+the SASS from ``nvdisasm`` (package ``nvidia-cuda-nvdisasm``).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+FAST_PATH_OPCODES = ("HGMMA", "UTMALDG")
+# opcodes shown in the instruction-mix column, in this order (everything is in the JSON)
+SHOWN_OPCODES = ("HGMMA", "UTMALDG", "UTMASTG", "UBLKCP", "LDGSTS", "LDSM", "STSM", "SYNCS",
+                 "BAR", "MUFU", "REDG", "RED", "ATOMG", "LDL", "STL")
+HEAD_DIMS = (64, 96, 128, 192, 256)
+MASK_FORMS = ((True, None), (False, None), (True, 1), (True, 2), (False, 2), (False, 4))
+
+
+# --------------------------------------------------------------------------------------------------
+# Variants
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    label: str
+    kind: str  # summary | fwd | bwd | bwd_pre | bwd_post
+    config: Any
+    fast_path: bool  # must contain HGMMA and UTMALDG
+
+
+def _form_label(causal: bool, c: Optional[int]) -> str:
+    if c is None:
+        return "causal" if causal else "full"
+    return f"{'causal' if causal else 'bidir'}-C{c}"
+
+
+def variants(full: bool = False) -> list[Variant]:
+    """The variants to compile: configs come from ``interface``, i.e. exactly what runs."""
+    from . import interface
+    from .summary_kernel import SummaryConfig
+
+    out: list[Variant] = []
+    seen: set = set()
+
+    def add(label: str, kind: str, config: Any, fast_path: bool) -> None:
+        if (kind, config) not in seen:
+            seen.add((kind, config))
+            out.append(Variant(label, kind, config, fast_path))
+
+    def fwd(dtype, d, causal, c, sink=False):
+        cfg = interface.forward_config(dtype, d, causal, c, sink)
+        add(f"fwd {dtype} d{d} {_form_label(causal, c)}{' sink' if sink else ''}", "fwd", cfg, True)
+
+    def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False):
+        cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
+                                        deterministic=det)
+        extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else ""])
+        add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
+        pre = cfg.prepost
+        add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
+        add(f"bwd-post {dtype} d{d}{extra}", "bwd_post", pre, False)
+
+    for c in (1, 2, 4):
+        add(f"tile-summary C{c}", "summary", SummaryConfig(128, c), False)
+    if full:
+        for dtype in ("bfloat16", "float16"):
+            for d in HEAD_DIMS:
+                for causal, c in MASK_FORMS:
+                    for sink in (False, True):
+                        fwd(dtype, d, causal, c, sink)
+                        for gqa in (False, True):
+                            for det in (False, True):
+                                bwd(dtype, d, causal, c, gqa, sink, det)
+        return out
+    # representative: every (causal, C) form at d128, every head dim once, the options once each
+    for causal, c in MASK_FORMS:
+        fwd("bfloat16", 128, causal, c)
+        bwd("bfloat16", 128, causal, c)
+    for d, (causal, c) in zip((64, 96, 192, 256), ((True, 2), (False, 4), (True, 1), (False, 2))):
+        fwd("bfloat16", d, causal, c)
+        bwd("bfloat16", d, causal, c)
+    fwd("float16", 128, True, 1, sink=True)
+    bwd("float16", 128, True, 1, gqa=True, sink=True)
+    bwd("bfloat16", 128, False, 4, det=True)
+    return out
+
+
+def _build(kind: str, config: Any) -> Any:
+    """The JIT-compiled function of one variant (no cache: the check must run ptxas)."""
+    if kind == "summary":
+        from .summary_kernel import compile_summary
+        return compile_summary(config)
+    if kind == "fwd":
+        from .flash_fwd_sm90 import compile_forward
+        return compile_forward(config).compiled
+    if kind == "bwd":
+        from .flash_bwd_sm90 import compile_backward
+        return compile_backward(config)
+    from .flash_bwd_prepost import compile_postprocess, compile_preprocess
+    return compile_preprocess(config) if kind == "bwd_pre" else compile_postprocess(config)
+
+
+# --------------------------------------------------------------------------------------------------
+# cubin analysis
+# --------------------------------------------------------------------------------------------------
+
+EIATTR_REGCOUNT = 0x2F
+EIATTR_FRAME_SIZE = 0x11
+EIATTR_FORMAT_SVAL = 0x04  # entry carries a (size, payload) value
+
+
+def _elf_sections(data: bytes) -> list[tuple[str, int, int, int, int]]:
+    """(name, type, offset, size, info) of each section of a 64-bit little-endian ELF."""
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not a 64-bit ELF cubin")
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab_off = raw[shstrndx][4]
+
+    def name(offset: int) -> str:
+        start = strtab_off + offset
+        return data[start:data.index(b"\0", start)].decode()
+
+    return [(name(s[0]), s[1], s[4], s[5], s[7]) for s in raw]
+
+
+def _symbol_names(data: bytes, sections) -> dict[int, str]:
+    symtab = next((s for s in sections if s[0] == ".symtab"), None)
+    strtab = next((s for s in sections if s[0] == ".strtab"), None)
+    if symtab is None or strtab is None:
+        return {}
+    names = {}
+    for i in range(symtab[3] // 24):
+        (st_name,) = struct.unpack_from("<I", data, symtab[2] + 24 * i)
+        start = strtab[2] + st_name
+        names[i] = data[start:data.index(b"\0", start)].decode()
+    return names
+
+
+def _nv_info_records(data: bytes, offset: int, size: int):
+    """(attribute, payload bytes) of an .nv.info section."""
+    pos, end = offset, offset + size
+    while pos + 4 <= end:
+        fmt, attr = data[pos], data[pos + 1]
+        if fmt == EIATTR_FORMAT_SVAL:
+            (length,) = struct.unpack_from("<H", data, pos + 2)
+            yield attr, data[pos + 4:pos + 4 + length]
+            pos += 4 + length
+        else:
+            yield attr, data[pos + 2:pos + 4]
+            pos += 4
+
+
+def find_nvdisasm() -> Optional[str]:
+    """nvdisasm from PATH, the nvidia-cuda-nvdisasm wheel, or CUDA_HOME."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    try:
+        import nvidia
+
+        for root in getattr(nvidia, "__path__", []):
+            for candidate in sorted(Path(root).glob("*/bin/nvdisasm")):
+                return str(candidate)
+    except ImportError:
+        pass
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvdisasm").is_file():
+        return str(Path(home) / "bin" / "nvdisasm")
+    return None
+
+
+_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?\b")
+_FUNC_HEADER = re.compile(r"^\s*\.text\.(\S+):")
+
+
+def sass_opcode_mix(cubin: bytes, nvdisasm: str) -> dict[str, Counter]:
+    """kernel name -> Counter of SASS base opcodes (``HGMMA.64x128x16.F32.BF16`` -> ``HGMMA``)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([nvdisasm, "-c", f.name], check=True, capture_output=True,
+                              text=True).stdout
+    mix: dict[str, Counter] = {}
+    current: Optional[Counter] = None
+    for line in text.splitlines():
+        header = _FUNC_HEADER.match(line)
+        if header:
+            current = mix.setdefault(header.group(1), Counter())
+            continue
+        if current is not None:
+            m = _SASS_LINE.match(line)
+            if m:
+                current[m.group(1)] += 1
+    return mix
+
+
+def analyze_cubin(cubin: bytes, nvdisasm: Optional[str]) -> dict[str, dict]:
+    """kernel name -> {registers, static_smem, frame_bytes, sass: {opcode: count}, instructions}."""
+    sections = _elf_sections(cubin)
+    symbols = _symbol_names(cubin, sections)
+    kernels: dict[str, dict] = {}
+    for name, _, _, size, _ in sections:
+        if name.startswith(".text."):
+            kernels[name[len(".text."):]] = {"registers": None, "static_smem": 0, "frame_bytes": 0}
+    for name, _, _, size, _ in sections:
+        if name.startswith(".nv.shared.") and name[len(".nv.shared."):] in kernels:
+            kernels[name[len(".nv.shared."):]]["static_smem"] = size
+    for name, _, offset, size, _ in sections:
+        if name != ".nv.info":
+            continue
+        for attr, payload in _nv_info_records(cubin, offset, size):
+            if attr in (EIATTR_REGCOUNT, EIATTR_FRAME_SIZE) and len(payload) == 8:
+                sym, value = struct.unpack("<II", payload)
+                kernel = kernels.get(symbols.get(sym, ""))
+                if kernel is not None:
+                    kernel["registers" if attr == EIATTR_REGCOUNT else "frame_bytes"] = value
+    if nvdisasm:
+        for kernel_name, counts in sass_opcode_mix(cubin, nvdisasm).items():
+            if kernel_name in kernels:
+                kernels[kernel_name]["sass"] = dict(counts)
+                kernels[kernel_name]["instructions"] = sum(counts.values())
+    return kernels
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+_PTXAS_REMARK = re.compile(r"\((C\d+)\) ([^']*?)(?: for)? the function '([^']+)'")
+
+
+def parse_ptxas_report(text: str) -> dict[str, dict]:
+    """kernel name -> {spill_stores, spill_loads, stack_frame, ptxas_remarks} from ptxas' report.
+
+    ``ptxas_remarks`` keeps ptxas' performance diagnostics, e.g. C7512 "wgmma.mma_async
+    instructions are serialized due to insufficient register resources".
+    """
+    report: dict[str, dict] = {}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        remark = _PTXAS_REMARK.search(line)
+        if remark:
+            code, message, kernel = remark.groups()
+            remarks = report.setdefault(kernel, {}).setdefault("ptxas_remarks", [])
+            remarks.append(f"{code} {message.strip()}")
+            continue
+        entry = _PTXAS_ENTRY.search(line)
+        if entry:
+            current = entry.group(1)
+            continue
+        registers = _PTXAS_REGISTERS.search(line)
+        if registers and current is not None:
+            report.setdefault(current, {})["ptxas_registers"] = int(registers.group(1))
+        spill = _PTXAS_SPILL.search(line)
+        if spill and current is not None:
+            frame, stores, loads = (int(x) for x in spill.groups())
+            report.setdefault(current, {}).update(
+                {"stack_frame": frame, "spill_stores": stores, "spill_loads": loads})
+    return report
+
+
+# --------------------------------------------------------------------------------------------------
+# Worker
+# --------------------------------------------------------------------------------------------------
+
+def _worker_env(dump_root: str) -> None:
+    """Runs in each (spawned) worker before it imports the DSL: the settings read at DSL start."""
+    dump = Path(dump_root) / f"worker-{os.getpid()}"
+    dump.mkdir(parents=True, exist_ok=True)
+    os.environ["CUTE_DSL_ARCH"] = "sm_90a"
+    os.environ["CUTE_DSL_KEEP"] = "cubin"
+    os.environ["CUTE_DSL_DUMP_DIR"] = str(dump)
+    os.environ["CUTE_DSL_COMPILER_OPT"] = "remarks{ptx}"
+    os.environ["CUTE_DSL_DISABLE_FILE_CACHING"] = "1"
+    os.environ["PADDLE_FLASHMASK_CACHE"] = "0"
+
+
+def compile_variant(variant: Variant) -> dict:
+    """Compile one variant (in a worker) and analyse its cubin."""
+    result: dict[str, Any] = {"label": variant.label, "kind": variant.kind,
+                              "config": repr(variant.config), "fast_path": variant.fast_path}
+    log = tempfile.TemporaryFile(mode="w+b")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(log.fileno(), 2)  # ptxas' report is printed by the DSL's native code too
+    start = time.perf_counter()
+    try:
+        compiled = _build(variant.kind, variant.config)
+        error = None
+    except Exception as exc:  # reported per variant; the run goes on
+        compiled, error = None, f"{type(exc).__name__}: {exc}"
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    result["compile_s"] = round(time.perf_counter() - start, 2)
+    log.seek(0)
+    ptxas_text = log.read().decode(errors="replace")
+    log.close()
+    if error is not None:
+        result["error"] = error[-4000:]
+        return result
+    cubin = compiled.__cubin__
+    if isinstance(cubin, str) and os.path.isfile(cubin):
+        cubin = Path(cubin).read_bytes()
+    if not isinstance(cubin, (bytes, bytearray)):
+        result["error"] = f"no cubin kept by the DSL (got {type(cubin).__name__})"
+        return result
+    kernels = analyze_cubin(bytes(cubin), find_nvdisasm())
+    for name, spills in parse_ptxas_report(ptxas_text).items():
+        if name in kernels:
+            kernels[name].update(spills)
+    info = getattr(compiled, "kernel_info", None) or {}
+    for name, attrs in info.items():
+        if name in kernels and attrs:
+            kernels[name]["launch_attributes"] = {str(k): v for k, v in dict(attrs).items()}
+    result["kernels"] = kernels
+    return result
+
+
+def check_fast_path(result: dict) -> list[str]:
+    """Problems with a compiled variant: compile errors, and missing fast-path opcodes."""
+    if "error" in result:
+        return [f"{result['label']}: compile failed: {result['error'].splitlines()[-1][:300]}"]
+    if not result["fast_path"]:
+        return []
+    problems = []
+    for opcode in FAST_PATH_OPCODES:
+        total = sum(k.get("sass", {}).get(opcode, 0) for k in result["kernels"].values())
+        if total == 0:
+            problems.append(f"{result['label']}: no {opcode} in the SASS (fell off the SM90 fast path)")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------
+
+def _short(name: str, width: int = 34) -> str:
+    name = re.sub(r"^kernel_cutlass_", "", name)
+    name = re.sub(r"_(tensor|ptr|object_at).*$", "", name)
+    return name if len(name) <= width else name[:width - 1] + "~"
+
+
+def format_table(results: list[dict]) -> str:
+    head = (f"{'variant':<36} {'kernel':<34} {'regs':>4} {'smem':>6} {'frame':>5} {'spill':>9} "
+            f"{'compile':>7}  SASS mix")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['label']:<36} COMPILE ERROR: {r['error'].splitlines()[-1][:120]}")
+            continue
+        for i, (name, k) in enumerate(r["kernels"].items()):
+            sass = k.get("sass", {})
+            mix = " ".join(f"{op}={sass[op]}" for op in SHOWN_OPCODES if sass.get(op))
+            spill = (f"{k.get('spill_stores', '?')}/{k.get('spill_loads', '?')}")
+            lines.append(
+                f"{r['label'] if i == 0 else '':<36} {_short(name):<34} {k['registers'] or '?':>4} "
+                f"{k['static_smem']:>6} {k['frame_bytes']:>5} {spill:>9} "
+                f"{(str(r['compile_s']) + 's') if i == 0 else '':>7}  "
+                f"{mix} (total {k.get('instructions', '?')})")
+            for remark in k.get("ptxas_remarks", []):
+                lines.append(f"{'':<36} ptxas: {remark[:150]}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m paddle_flashmask.ops.cute.compile_check",
+        description="Compile the CuTe DSL kernels for sm_90a (no GPU needed) and check their SASS.")
+    parser.add_argument("--full", action="store_true", help="the whole variant matrix")
+    parser.add_argument("--json", metavar="PATH", help="write all results as JSON")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="parallel compile processes (default: min(2, cores))")
+    parser.add_argument("--only", metavar="REGEX", help="compile only variants whose label matches")
+    parser.add_argument("--list", action="store_true", help="list the variants and exit")
+    parser.add_argument("--allow-missing-fast-path", action="store_true",
+                        help="report but do not fail on fwd/bwd kernels without HGMMA/UTMALDG "
+                             "(kernels in progress); compile errors still fail")
+    args = parser.parse_args(argv)
+
+    nvdisasm = find_nvdisasm()
+    if nvdisasm is None:
+        print("compile_check: nvdisasm not found (pip install nvidia-cuda-nvdisasm)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    todo = variants(args.full)
+    if args.only:
+        todo = [v for v in todo if re.search(args.only, v.label)]
+    if args.list:
+        print("\n".join(v.label for v in todo))
+        return 0
+    print(f"compile_check: {len(todo)} variants for sm_90a, {args.jobs} processes, nvdisasm {nvdisasm}",
+          flush=True)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pfm-compile-check-") as dump_root:
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(max(1, args.jobs), initializer=_worker_env, initargs=(dump_root,),
+                          maxtasksperchild=8) as pool:
+            results = []
+            for result in pool.imap(compile_variant, todo):
+                results.append(result)
+                status = "error" if "error" in result else f"{result['compile_s']}s"
+                print(f"  [{len(results)}/{len(todo)}] {result['label']}: {status}", flush=True)
+    elapsed = time.perf_counter() - start
+    print(format_table(results))
+    problems = [p for r in results for p in check_fast_path(r)]
+    fast_path_problems = [p for p in problems if "fast path" in p]
+    hard = [p for p in problems if p not in fast_path_problems or not args.allow_missing_fast_path]
+    for p in problems:
+        print(("FAIL " if p in hard else "WARN ") + p)
+    summary = {"variants": len(results), "seconds": round(elapsed, 1), "failures": hard,
+               "warnings": [p for p in problems if p not in hard], "arch": "sm_90a",
+               "results": results}
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
+    print(f"compile_check: {len(results)} variants in {elapsed:.0f} s, {len(hard)} failures")
+    return 1 if hard else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
