@@ -202,3 +202,15 @@ def test_errors(kwargs, exc, msg):
         flashmask_attention(q.numpy(), k, v, causal=True)
     with pytest.raises(ValueError, match="value: expected num_kv_heads 2"):
         flashmask_attention(q, k, v[:, :, :1], causal=True)
+
+
+def test_torch_compile_window_size():
+    rng = np.random.default_rng(10)
+    s = 20
+    q, k, v = inputs(rng, 1, s, s, 2, 2, 8)
+    i, j = np.arange(s)[:, None], np.arange(s)[None, :]
+    ok = (j >= i - 3) & (j <= i)
+    torch._dynamo.reset()
+    compiled = torch.compile(flashmask_attention, fullgraph=True, backend="aot_eager")
+    check_against_oracle(q, k, v, np.broadcast_to(ok, (1, 2, s, s)), 8 ** -0.5, fn=compiled, window_size=3,
+                         causal=True)

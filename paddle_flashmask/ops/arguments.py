@@ -129,7 +129,7 @@ def check_unsupported(*, dropout: float, training: bool, return_seed_offset: boo
             f"through startend_row_indices), found {type(block_mask).__name__}")
 
 
-def _window_indices(seqlen_q: int, seqlen_k: int, left: int, right: int, causal: bool, batch: int):
+def window_indices(seqlen_q: int, seqlen_k: int, left: int, right: int, causal: bool, batch: int):
     """numpy int32 ``[batch, 1, Sk, C]`` for the ``window_size`` shorthand (built by mask_builders)."""
     import numpy as np
 
@@ -156,7 +156,7 @@ def prepare_indices(startend_row_indices: Any, *, causal: bool, window_size: Any
             raise ValueError("window_size: expected None when startend_row_indices is given "
                              f"(the window is shorthand for building them), found {window_size!r}")
         left, right = window_bounds(window_size)
-        startend_row_indices = to_tensor(_window_indices(dims.seqlen_q, dims.seqlen_k, left, right,
+        startend_row_indices = to_tensor(window_indices(dims.seqlen_q, dims.seqlen_k, left, right,
                                                          causal, dims.batch))
     if startend_row_indices is None:
         return None

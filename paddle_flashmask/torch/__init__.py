@@ -22,6 +22,12 @@ def _is_compiling() -> bool:
     return bool(getattr(torch.compiler, "is_compiling", lambda: False)())
 
 
+@torch._dynamo.assume_constant_result
+def _window_indices(seqlen_q: int, seqlen_k: int, left: int, right: int, causal: bool, batch: int):
+    """The window shorthand's indices as a constant, so torch.compile never traces the numpy builder."""
+    return torch.from_numpy(arguments.window_indices(seqlen_q, seqlen_k, left, right, causal, batch))
+
+
 def flashmask_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                         startend_row_indices=None, *, dropout: float = 0.0, causal: bool = False,
                         window_size=None, return_softmax_lse: bool = False,
@@ -36,7 +42,8 @@ def flashmask_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     Returns ``out``, or the tuple ``(out, lse)`` when ``return_softmax_lse``.
     ``deterministic=None`` resolves from env ``PADDLE_FLASHMASK_DETERMINISTIC``, else
     ``torch.are_deterministic_algorithms_enabled()``. Under ``torch.compile`` the index value-range
-    check (a device->host copy) is skipped; shape checks still run at trace time.
+    check (a device->host copy) is skipped; shape checks still run at trace time. Pass the indices
+    as a tensor there (a numpy array breaks the graph); ``window_size`` works.
     """
     for arg, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, torch.Tensor):
@@ -47,6 +54,11 @@ def flashmask_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     scale = arguments.resolve_softmax_scale(softmax_scale, dims.head_dim)
     requested = backends.requested_backend(backend)
     backends.check_deterministic_request(deterministic)
+    if window_size is not None and startend_row_indices is None:
+        left, right = arguments.window_bounds(window_size)
+        startend_row_indices = _window_indices(dims.seqlen_q, dims.seqlen_k, left, right, bool(causal),
+                                               dims.batch).to(query.device)
+        window_size = None
     idx = arguments.prepare_indices(
         startend_row_indices, causal=bool(causal), window_size=window_size, dims=dims,
         validate_indices=validate_indices, check_values=not _is_compiling(),
