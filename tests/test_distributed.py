@@ -363,8 +363,9 @@ def test_torch_cp_rank_without_rows_and_masked_ranks(tmp_path):
 
 
 def test_torch_cp_allreduce_fallback_and_single_group(tmp_path):
-    """The all-reduce + slice path used where reduce_scatter is missing, one gather group."""
-    run_torch(2, tmp_path, s=33, chunk=5, comm_groups=1, native_rs=False,
+    """The all-reduce + slice path used where reduce_scatter is missing, one gather group, and the
+    unpadded shard (S = 40 in 8 full chunks: K/V shards are views of the local rows)."""
+    run_torch(2, tmp_path, s=40, chunk=5, comm_groups=1, native_rs=False,
               case_names=("causal_document", "random_causal_c2", "random_bidir_c4"))
 
 
@@ -433,6 +434,23 @@ def _paddle_worker(s, chunk, path):
             errors.append(f"paddle {case['name']} rank {rank} out vs fp64 oracle")
     with open(f"{path}.{rank}", "w") as f:
         f.write("\n".join(errors) + f"\ndone {len(errors)}")
+
+
+def test_bench_cp_scaling_smoke(tmp_path):
+    """bench/cp_scaling.py under torchrun on CPU (gloo, reference backend, tiny sizes)."""
+    import json
+    import subprocess
+    pytest.importorskip("torch")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "cp.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           os.path.join(root, "bench", "cp_scaling.py"), "--smoke", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 2 and result["backend"] == "reference"
+    assert result["plan"]["imbalance"] <= 0.05
+    assert max(result["max_rel_error_vs_single_device"].values()) <= 1e-5
 
 
 def test_paddle_cp_two_ranks(tmp_path):

@@ -4,8 +4,9 @@ The torch and Paddle modules supply an adapter (tensor ops + collectives, the on
 and wrap :func:`cp_forward` / :func:`cp_backward` in their autograd mechanism.
 
 Forward on rank r (local rows R, the plan's comm groups g = 0..G-1):
-  1. pack the local K/V into the padded shard ``[shard_len, B, Hk, D + Dv]`` and launch one async
-     all-gather per comm group (NCCL runs them on its own stream, in order);
+  1. lay the local K and V out as the padded shard ``[shard_len, B, Hk, D]`` (a free view when no
+     chunk is short) and launch async all-gathers of K and V per comm group (NCCL runs them on its
+     own stream, in order);
   2. attend R x own keys (no communication needed) while the gathers are in flight;
   3. for each group: wait for its gather, attend R x the group's keys (own keys masked there), and
      merge the partial result into the running output with its log-sum-exp;
@@ -36,9 +37,13 @@ class PhaseIndices(NamedTuple):
 
 
 class ShardMaps(NamedTuple):
-    """Row maps between the local rows and the padded K/V shard (numpy, host side)."""
-    shard_src: np.ndarray      # [shard_len] local row feeding each shard position; pad -> n_local
-    local_to_shard: np.ndarray  # [n_local] shard position of each local row
+    """Row maps between the local rows and the padded K/V shard (numpy, host side).
+
+    Both are None when the shard *is* the local rows (every chunk full, equal counts): then packing
+    and unpacking are free views.
+    """
+    shard_src: Optional[np.ndarray]       # [shard_len] local row feeding each shard position; pad -> R
+    local_to_shard: Optional[np.ndarray]  # [R] shard position of each local row
 
 
 def shard_maps(plan: ContextParallelPlan, rank: int) -> ShardMaps:
@@ -47,6 +52,8 @@ def shard_maps(plan: ContextParallelPlan, rank: int) -> ShardMaps:
     real = src >= 0
     local_to_shard = np.empty(n_local, dtype=np.int64)
     local_to_shard[src[real]] = np.nonzero(real)[0]
+    if src.size == n_local and np.array_equal(src, np.arange(n_local)):
+        return ShardMaps(None, None)
     return ShardMaps(np.where(real, src, n_local), local_to_shard)
 
 
@@ -85,22 +92,23 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
     """Returns ``(out [B, R, H, Dv] in q's dtype, lse fp32 [B, H, R])``."""
     rank = adapter.rank
     _sizes(adapter, plan, rank, q, k, v, masks)
-    d = int(k.shape[3])
-    shard = adapter.pack_shard(k, v, maps.shard_src)  # [shard_len, B, Hk, D + Dv]
+    k_shard = adapter.pack_shard(k, maps.shard_src)  # [shard_len, B, Hk, D], a view when unpadded
+    v_shard = adapter.pack_shard(v, maps.shard_src)
     cs = plan.chunk_size
-    pending = [adapter.all_gather(adapter.rows(shard, s0 * cs, s1 * cs)) for s0, s1 in plan.comm_groups]
+    pending = [(adapter.all_gather(adapter.rows(k_shard, s0 * cs, s1 * cs)),
+                adapter.all_gather(adapter.rows(v_shard, s0 * cs, s1 * cs))) for s0, s1 in plan.comm_groups]
 
     acc = _Merge(adapter, q, int(v.shape[3]))
     if masks.local_work > 0:
         out, lse, _ = backend_ops.run_fwd(backend, q, k, v, phase_idx.local, None, causal=False,
                                           softmax_scale=softmax_scale)
         acc.add(out, lse)
-    for g, work in enumerate(pending):
-        gathered = work.wait()  # [world * group_len, B, Hk, D + Dv]
+    for g, (k_work, v_work) in enumerate(pending):
+        k_gathered, v_gathered = k_work.wait(), v_work.wait()  # [world * group_len, B, Hk, D]
         if masks.remote_work[g] == 0:
             state.gathered.append(None)
             continue
-        kg, vg = adapter.unpack_gathered(gathered, d)
+        kg, vg = adapter.batch_first(k_gathered), adapter.batch_first(v_gathered)
         state.gathered.append((kg, vg))
         out, lse, _ = backend_ops.run_fwd(backend, q, kg, vg, phase_idx.remote[g], None, causal=False,
                                           softmax_scale=softmax_scale)
@@ -155,26 +163,27 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                 maps: ShardMaps, state: CPState, dout, q, k, v, out, lse, learnable_sink, *,
                 softmax_scale: float, backend: Optional[str], deterministic: Optional[bool]):
     """Returns ``(dq, dk, dv, dsink)``; dk/dv are summed over every rank's use of the local keys."""
-    d, dv_dim = int(k.shape[3]), int(v.shape[3])
     cs = plan.chunk_size
     dq = None  # fp32 sum over phases
 
     def accumulate(total, part):
         return adapter.f32(part) if total is None else total + adapter.f32(part)
+
     pending = []
     # Remote groups first: each reduce-scatter overlaps the phases computed after it.
     for g, (s0, s1) in enumerate(plan.comm_groups):
-        rows = plan.world_size * (s1 - s0) * cs
-        if state.gathered[g] is None:
-            dkv = adapter.zeros((rows,) + tuple(int(s) for s in k.shape[:1]) + (int(k.shape[2]), d + dv_dim), q)
+        if state.gathered[g] is None:  # nothing to send, but the collective must still run
+            rows = plan.world_size * (s1 - s0) * cs
+            dk_g = adapter.zeros_rows_first(rows, k)
+            dv_g = adapter.zeros_rows_first(rows, v)
         else:
             kg, vg = state.gathered[g]
             dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout, q, kg, vg, out, lse, phase_idx.remote[g],
                                                       None, None, causal=False, softmax_scale=softmax_scale,
                                                       deterministic=deterministic)
             dq = accumulate(dq, dq_g)
-            dkv = adapter.pack_rows_first(dk_g, dv_g)
-        pending.append(adapter.reduce_scatter(dkv))
+            dk_g, dv_g = adapter.rows_first(dk_g), adapter.rows_first(dv_g)
+        pending.append((adapter.reduce_scatter(dk_g), adapter.reduce_scatter(dv_g)))
     dk_local = dv_local = None
     if masks.local_work > 0:
         dq_l, dk_local, dv_local, _ = backend_ops.run_bwd(backend, dout, q, k, v, out, lse, phase_idx.local,
@@ -182,10 +191,11 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                                                           softmax_scale=softmax_scale,
                                                           deterministic=deterministic)
         dq = accumulate(dq, dq_l)
-    shard_grad = adapter.concat_rows([work.wait() for work in pending])  # [shard_len, B, Hk, D+Dv]
-    dk, dv = adapter.unpack_shard(shard_grad, maps.local_to_shard, d, k, v)
+    # [shard_len, B, Hk, D] per tensor -> local rows [B, R, Hk, D]
+    dk = adapter.unpack_shard(adapter.concat_rows([kw.wait() for kw, _ in pending]), maps.local_to_shard)
+    dv = adapter.unpack_shard(adapter.concat_rows([vw.wait() for _, vw in pending]), maps.local_to_shard)
     if dk_local is not None:
-        dk, dv = dk + adapter.f32(dk_local), dv + adapter.f32(dv_local)
+        dk, dv = adapter.f32(dk) + adapter.f32(dk_local), adapter.f32(dv) + adapter.f32(dv_local)
     if dq is None:  # no phase had a visible pair: every local row is fully masked
         dq = adapter.zeros(tuple(int(s) for s in q.shape), q)
     dsink = None

@@ -82,28 +82,30 @@ class PaddleAdapter:
     def rows(self, x, lo: int, hi: int):
         return x[lo:hi]
 
-    def pack_shard(self, k, v, shard_src: np.ndarray):
+    def pack_shard(self, x, shard_src):
         p = self.paddle
-        kv = p.transpose(p.concat([k, v], axis=-1), [1, 0, 2, 3])
-        kv = p.concat([kv, p.zeros([1] + list(kv.shape[1:]), dtype=kv.dtype)], axis=0)
-        return p.index_select(kv, self._index(shard_src, k), axis=0).contiguous()
+        x = p.transpose(x, [1, 0, 2, 3])
+        if shard_src is None:
+            return x.contiguous()
+        x = p.concat([x, p.zeros([1] + list(x.shape[1:]), dtype=x.dtype)], axis=0)  # row R = padding
+        return p.index_select(x, self._index(shard_src, x), axis=0)
 
-    def unpack_gathered(self, gathered, d: int):
-        kv = self.paddle.transpose(gathered, [1, 0, 2, 3])
-        return kv[..., :d].contiguous(), kv[..., d:].contiguous()
+    def batch_first(self, x):
+        return self.paddle.transpose(x, [1, 0, 2, 3]).contiguous()
 
-    def pack_rows_first(self, dk, dv):
-        p = self.paddle
-        return p.transpose(p.concat([dk, dv], axis=-1), [1, 0, 2, 3]).contiguous()
+    def rows_first(self, x):
+        return self.paddle.transpose(x, [1, 0, 2, 3]).contiguous()
+
+    def zeros_rows_first(self, rows: int, like):
+        return self.paddle.zeros([rows, int(like.shape[0])] + list(like.shape[2:]), dtype=like.dtype)
 
     def concat_rows(self, parts):
-        return self.paddle.concat(parts, axis=0)
+        return parts[0] if len(parts) == 1 else self.paddle.concat(parts, axis=0)
 
-    def unpack_shard(self, shard_grad, local_to_shard: np.ndarray, d: int, k, v):
-        p = self.paddle
-        kv = p.index_select(shard_grad, self._index(local_to_shard, k), axis=0)
-        kv = p.transpose(kv, [1, 0, 2, 3]).astype("float32")
-        return kv[..., :d], kv[..., d:]
+    def unpack_shard(self, shard, local_to_shard):
+        if local_to_shard is not None:
+            shard = self.paddle.index_select(shard, self._index(local_to_shard, shard), axis=0)
+        return self.paddle.transpose(shard, [1, 0, 2, 3])
 
     def zeros(self, shape, like):
         return self.paddle.zeros(list(shape), dtype="float32").to(like.place)

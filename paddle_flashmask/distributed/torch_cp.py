@@ -85,27 +85,31 @@ class TorchAdapter:
     def rows(self, x, lo: int, hi: int):
         return x[lo:hi]
 
-    def pack_shard(self, k, v, shard_src: np.ndarray):
-        """[B, R, Hk, D], [B, R, Hk, Dv] -> [shard_len, B, Hk, D + Dv] (row R = zero padding)."""
-        kv = self.torch.cat([k, v], dim=-1).permute(1, 0, 2, 3)
-        kv = self.torch.cat([kv, kv.new_zeros((1,) + tuple(kv.shape[1:]))], dim=0)
-        index = self.torch.as_tensor(shard_src, device=k.device)
-        return kv.index_select(0, index).contiguous()
+    def pack_shard(self, x, shard_src):
+        """[B, R, H, D] -> [shard_len, B, H, D]; a view when ``shard_src`` is None (and B == 1)."""
+        x = x.permute(1, 0, 2, 3)
+        if shard_src is None:
+            return x.contiguous()
+        x = self.torch.cat([x, x.new_zeros((1,) + tuple(x.shape[1:]))], dim=0)  # row R = padding
+        return x.index_select(0, self.torch.as_tensor(shard_src, device=x.device))
 
-    def unpack_gathered(self, gathered, d: int):
-        kv = gathered.permute(1, 0, 2, 3)
-        return kv[..., :d].contiguous(), kv[..., d:].contiguous()
+    def batch_first(self, x):  # [N, B, H, D] -> [B, N, H, D] (no copy when B == 1)
+        return x.permute(1, 0, 2, 3).contiguous()
 
-    def pack_rows_first(self, dk, dv):
-        return self.torch.cat([dk, dv], dim=-1).permute(1, 0, 2, 3).contiguous()
+    def rows_first(self, x):  # [B, N, H, D] -> [N, B, H, D] (no copy when B == 1)
+        return x.permute(1, 0, 2, 3).contiguous()
+
+    def zeros_rows_first(self, rows: int, like):
+        return like.new_zeros((rows, int(like.shape[0])) + tuple(like.shape[2:]))
 
     def concat_rows(self, parts):
-        return self.torch.cat(parts, dim=0)
+        return parts[0] if len(parts) == 1 else self.torch.cat(parts, dim=0)
 
-    def unpack_shard(self, shard_grad, local_to_shard: np.ndarray, d: int, k, v):
-        index = self.torch.as_tensor(local_to_shard, device=k.device)
-        kv = shard_grad.index_select(0, index).permute(1, 0, 2, 3).float()
-        return kv[..., :d], kv[..., d:]
+    def unpack_shard(self, shard, local_to_shard):
+        """[shard_len, B, H, D] -> the local rows [B, R, H, D]."""
+        if local_to_shard is not None:
+            shard = shard.index_select(0, self.torch.as_tensor(local_to_shard, device=shard.device))
+        return shard.permute(1, 0, 2, 3)
 
     def zeros(self, shape, like):
         return self.torch.zeros(tuple(shape), dtype=self.torch.float32, device=like.device)

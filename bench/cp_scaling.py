@@ -1,0 +1,233 @@
+"""Context-parallel scaling: FlashMask fwd+bwd on N GPUs (torch + NCCL) vs one GPU.
+
+    NCCL_NVLS_ENABLE=0 torchrun --nproc_per_node 2 bench/cp_scaling.py            # 64K causal-document
+    torchrun --nproc_per_node 2 bench/cp_scaling.py --smoke                      # CPU, gloo, reference
+
+Every rank builds the same global problem (same seed), runs the single-device attention on its own
+device (the 1-GPU baseline, all ranks at once), then the context-parallel attention on its shard.
+A CP iteration's time is the slowest rank's; times are medians over ``--iters`` after ``--warmup``
+(the first call, which JIT-compiles the kernels, is timed separately). TFLOP/s count visible pairs
+only (fwd = 4·D·H·pairs, fwd+bwd = 3.5x fwd, DESIGN §7). Rank 0 writes JSON to ``$OUT`` (or
+``--out``): plan balance, times, speed-up, throughput and the CP-vs-single-device error.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import paddle_flashmask  # noqa: E402
+import paddle_flashmask.torch as pft  # noqa: E402
+from paddle_flashmask import mask_builders as mb  # noqa: E402
+from paddle_flashmask import semantics as sem  # noqa: E402
+from paddle_flashmask.distributed import balance_report, torch_cp  # noqa: E402
+from paddle_flashmask.ops import backend as backends  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seqlen", type=int, default=65536)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=16)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--doc-min", type=int, default=2048, help="document lengths ~ U[doc-min, doc-max]")
+    p.add_argument("--doc-max", type=int, default=16384)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunk-size", type=int, default=2048)
+    p.add_argument("--comm-groups", type=int, default=2, help="all-gathers K/V is split into")
+    p.add_argument("--backend", default=None, help="auto | cute | reference (default: auto)")
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--out", default=None, help="JSON path (default $OUT/cp_scaling.json)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny CPU run: S=512, H=2, D=32, fp32, reference backend, gloo")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.seqlen, args.heads, args.kv_heads, args.head_dim = 512, 2, 2, 32
+        args.dtype, args.doc_min, args.doc_max, args.chunk_size = "float32", 32, 200, 32
+        args.backend, args.iters, args.warmup = args.backend or "reference", 2, 1
+    return args
+
+
+def document_lengths(seqlen: int, lo: int, hi: int, seed: int) -> list[int]:
+    rng = np.random.default_rng(seed)
+    lens: list[int] = []
+    while sum(lens) < seqlen:
+        lens.append(int(rng.integers(lo, hi + 1)))
+    lens[-1] -= sum(lens) - seqlen
+    return [n for n in lens if n > 0]
+
+
+class Clock:
+    """Wall time of a callable; CUDA-synchronised on GPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def __call__(self, fn) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+
+def timed(fn, clock: Clock, iters: int, warmup: int, collective: bool) -> dict:
+    """First-call time and median steady time; with ``collective``, per-iteration max over ranks."""
+    first = clock(fn)
+    for _ in range(warmup):
+        clock(fn)
+    times = []
+    for _ in range(iters):
+        if collective:
+            dist.barrier()
+        times.append(clock(fn))
+    if collective:
+        t = torch.tensor(times, dtype=torch.float64)
+        t = t.cuda() if clock.cuda else t
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        times = t.cpu().tolist()
+        f = torch.tensor([first], dtype=torch.float64, device=t.device)
+        dist.all_reduce(f, op=dist.ReduceOp.MAX)
+        first = float(f.item())
+    return {"first_s": first, "median_s": statistics.median(times), "times_s": times}
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    fin = torch.isfinite(b)
+    return float((a[fin] - b[fin]).abs().max() / b[fin].abs().max().clamp_min(1e-30))
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off (issue 7)
+    use_cuda = torch.cuda.is_available() and not args.smoke
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    dtype = getattr(torch, args.dtype)
+    s, h, hk, d = args.seqlen, args.heads, args.kv_heads, args.head_dim
+
+    docs = document_lengths(s, args.doc_min, args.doc_max, args.seed)
+    mask = mb.causal_document_mask(docs, s)
+    t0 = time.perf_counter()
+    plan, masks = torch_cp.prepare(mask.startend_row_indices, mask.causal, chunk_size=args.chunk_size,
+                                   comm_groups=args.comm_groups)
+    plan_s = time.perf_counter() - t0
+    report = balance_report(plan)
+    pairs = int(sem.count_visible_pairs(*mask).sum()) * h
+    fwd_flops = 4 * d * pairs  # pairs already summed over heads
+
+    gen = torch.Generator(device="cpu").manual_seed(args.seed)
+    q, k, v, dout = (torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+                     for shape in ((1, s, h, d), (1, s, hk, d), (1, s, hk, d), (1, s, h, d)))
+    idx = torch.as_tensor(mask.startend_row_indices, device=device)
+    clock = Clock(device)
+
+    def single_fwd():
+        return pft.flashmask_attention(q, k, v, idx, causal=True, backend=args.backend, validate_indices=False)
+
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+
+    def single_fwd_bwd():
+        out = pft.flashmask_attention(*leaves, idx, causal=True, backend=args.backend, validate_indices=False)
+        return torch.autograd.grad(out, leaves, dout)
+
+    with torch.no_grad():
+        single_f = timed(single_fwd, clock, args.iters, args.warmup, collective=False)
+    single_fb = timed(single_fwd_bwd, clock, args.iters, args.warmup, collective=False)
+    backend_used = backends.last_backend()
+
+    local = [torch_cp.shard_sequence(x, plan, rank).requires_grad_() for x in (q, k, v)]
+    dout_local = torch_cp.shard_sequence(dout, plan, rank)
+
+    def cp_fwd():
+        return torch_cp.context_parallel_attention(*local, plan, masks, backend=args.backend)
+
+    def cp_fwd_bwd():
+        out = torch_cp.context_parallel_attention(*local, plan, masks, backend=args.backend)
+        return torch.autograd.grad(out, local, dout_local)
+
+    with torch.no_grad():
+        cp_f = timed(cp_fwd, clock, args.iters, args.warmup, collective=True)
+    cp_fb = timed(cp_fwd_bwd, clock, args.iters, args.warmup, collective=True)
+
+    # communication alone: one all-gather of the whole K/V shard, one reduce-scatter of its gradient
+    shard = torch.zeros((plan.shard_len, 1, hk, 2 * d), device=device, dtype=dtype)
+    gathered = torch.empty((world * plan.shard_len, 1, hk, 2 * d), device=device, dtype=dtype)
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    comm_ag = timed(lambda: all_gather(gathered, shard), clock, args.iters, 1, True)
+    comm_rs = timed(lambda: reduce_scatter(shard, gathered), clock, args.iters, 1, True)
+
+    # correctness of the CP result against the single-device one (same dtype)
+    out_ref = pft.flashmask_attention(*leaves, idx, causal=True, backend=args.backend)
+    grads_ref = torch.autograd.grad(out_ref, leaves, dout)
+    out_cp = torch_cp.context_parallel_attention(*local, plan, masks, backend=args.backend)
+    grads_cp = torch.autograd.grad(out_cp, local, dout_local)
+    errors = {"out": rel_err(torch_cp.gather_sequence(out_cp.detach(), plan), out_ref.detach())}
+    for name, g_cp, g_ref in zip(("dq", "dk", "dv"), grads_cp, grads_ref):
+        errors[name] = rel_err(torch_cp.gather_sequence(g_cp, plan), g_ref)
+
+    result = {
+        "benchmark": "context-parallel FlashMask attention, causal-document mask",
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "world_size": world,
+        "device": torch.cuda.get_device_name(device) if use_cuda else platform.processor() or "cpu",
+        "versions": {"torch": torch.__version__, "paddle_flashmask": paddle_flashmask.__version__,
+                     "nccl": ".".join(map(str, torch.cuda.nccl.version())) if use_cuda else None,
+                     "python": platform.python_version()},
+        "env": {"NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE")},
+        "backend": backend_used,
+        "shape": {"seqlen": s, "heads": h, "kv_heads": hk, "head_dim": d, "dtype": args.dtype,
+                  "num_documents": len(docs), "doc_len_range": [args.doc_min, args.doc_max]},
+        "visible_pairs_all_heads": pairs,
+        "plan": {**{k: report[k] for k in ("chunk_size", "num_chunks", "rank_work", "imbalance",
+                                           "contiguous_imbalance") if k in report},
+                 "comm_groups": len(plan.comm_groups), "plan_seconds": plan_s},
+        "single_device": {"fwd": single_f, "fwd_bwd": single_fb},
+        "context_parallel": {"fwd": cp_f, "fwd_bwd": cp_fb},
+        "comm_only": {"all_gather_shard": comm_ag, "reduce_scatter_shard": comm_rs},
+        "speedup": {"fwd": single_f["median_s"] / cp_f["median_s"],
+                    "fwd_bwd": single_fb["median_s"] / cp_fb["median_s"]},
+        "tflops": {"single_fwd_bwd": 3.5 * fwd_flops / single_fb["median_s"] / 1e12,
+                   "cp_fwd_bwd_total": 3.5 * fwd_flops / cp_fb["median_s"] / 1e12},
+        "tokens_per_s": {"single_fwd_bwd": s / single_fb["median_s"], "cp_fwd_bwd": s / cp_fb["median_s"]},
+        "max_rel_error_vs_single_device": errors,
+    }
+    if rank == 0:
+        out_path = args.out or os.path.join(os.environ.get("OUT", "bench/results"), "cp_scaling.json")
+        os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
+        with open(out_path, "w") as f:
+            json.dump(result, f, indent=1)
+        print(json.dumps({k: result[k] for k in ("world_size", "backend", "speedup", "tflops",
+                                                  "max_rel_error_vs_single_device")}, indent=1))
+        print(f"imbalance {report['imbalance']:.4f} (contiguous split {report.get('contiguous_imbalance')}); "
+              f"wrote {out_path}")
+    dist.barrier()
+    dist.destroy_process_group()
+    return result
+
+
+if __name__ == "__main__":
+    main()
