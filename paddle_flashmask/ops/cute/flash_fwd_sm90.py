@@ -62,6 +62,7 @@ class FwdConfig:
     tile_m: int = 128
     tile_n: int = 128
     num_stages: int = 2
+    q_stages: int = 1  # 2: the next work tile's Q loads during this tile's main loop
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -79,16 +80,18 @@ class FwdConfig:
             raise ValueError(f"FwdConfig.tile_n: expected a multiple of 16 in [16, 256], found {self.tile_n}")
         if self.num_stages < 1:
             raise ValueError(f"FwdConfig.num_stages: expected >= 1, found {self.num_stages}")
+        if self.q_stages not in (1, 2):
+            raise ValueError(f"FwdConfig.q_stages: expected 1 or 2, found {self.q_stages}")
 
 
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False) -> FwdConfig:
     """The tuned tile shape for a head dim (shared memory: Q + stages * (K + V) <= 227 KB)."""
     dv = head_dim if head_dim_v is None else head_dim_v
-    tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2), 256: (64, 2)}.get(
-        head_dim, (128, 2))
+    tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 3, 2), 128: (112, 2, 2),
+                                192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
-                     128, tile_n, stages)
+                     128, tile_n, stages, q_stages)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -107,7 +110,7 @@ def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
 
 class FlashFwdSm90:
     threads_per_wg = 128
-    producer_regs = 24
+    producer_regs = 32
     consumer_regs = 240
 
     def __init__(self, config: FwdConfig):
@@ -118,6 +121,7 @@ class FlashFwdSm90:
         self.tile_m = config.tile_m
         self.tile_n = config.tile_n
         self.stages = config.num_stages
+        self.q_stages = config.q_stages
         self.causal = config.causal
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
@@ -191,7 +195,8 @@ class FlashFwdSm90:
             Float32, atom_layout_mnk=(self.num_consumer_wg, 1, 1), tiler_mn=(64, dv),
             a_source=warpgroup.OperandSource.RMEM)
 
-        sQ_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (tm, tn, d), self.dtype, 1)
+        sQ_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (tm, tn, d), self.dtype,
+                                                  self.q_stages)
         sK_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (tm, tn, d), self.dtype,
                                                   self.stages)
         sVt_layout = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, (tm, dv, tn), self.dtype,
@@ -207,11 +212,11 @@ class FlashFwdSm90:
         self.k_bytes = cute.size_in_bytes(self.dtype, sK_one)
         self.v_bytes = cute.size_in_bytes(self.dtype, sVt_one)
 
-        stages, ncols = self.stages, self.ncols
+        stages, ncols, q_stages = self.stages, self.ncols, self.q_stages
 
         @cute.struct
         class SharedStorage:
-            mbar_q: cute.struct.MemRange[Int64, 2]
+            mbar_q: cute.struct.MemRange[Int64, q_stages * 2]
             mbar_k: cute.struct.MemRange[Int64, stages * 2]
             mbar_v: cute.struct.MemRange[Int64, stages * 2]
             meta: cute.struct.MemRange[Int32, stages * 2]
@@ -278,7 +283,7 @@ class FlashFwdSm90:
         producer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
         consumer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, num_consumer_warps)
         pipe_q = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
+            barrier_storage=storage.mbar_q.data_ptr(), num_stages=self.q_stages,
             producer_group=producer_group, consumer_group=consumer_group,
             tx_count=self.q_bytes, defer_sync=True)
         pipe_k = pipeline.PipelineTmaAsync.create(
@@ -337,7 +342,7 @@ class FlashFwdSm90:
                  num_heads, num_kv_heads, num_mask_heads, num_m_blocks: Int32, num_batch: Int32):
         tm, tn = self.tile_m, self.tile_n
         lane = cute.arch.lane_idx()
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         num_k_tiles = (seqlen_k + tn - 1) // tn
@@ -352,7 +357,7 @@ class FlashFwdSm90:
 
             gQ = cute.local_tile(mQ[None, None, head, batch], (tm, self.d), (m_block, 0))
             tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
-                                               cute.group_modes(sQ[None, None, 0], 0, 2),
+                                               cute.group_modes(sQ, 0, 2),
                                                cute.group_modes(gQ, 0, 2))
             gK = cute.local_tile(mK[None, None, kv_head, batch], (tn, self.d), (None, 0))
             tKsK, tKgK = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
@@ -364,7 +369,8 @@ class FlashFwdSm90:
                                                cute.group_modes(gVt, 0, 2))
 
             pipe_q.producer_acquire(q_state)
-            cute.copy(tma_q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            cute.copy(tma_q, tQgQ, tQsQ[None, q_state.index],
+                      tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
             q_state.advance()
 
             # Key tiles right of the causal diagonal of the last row are never visited.
@@ -423,7 +429,7 @@ class FlashFwdSm90:
         """Copy one key tile's C column values into its shared-memory stage (one warp)."""
         c = self.mask_columns
         col0 = n_block * self.tile_n
-        for j in cutlass.range_constexpr(self.tile_n * c // 32):
+        for j in cutlass.range(self.tile_n * c // 32, unroll=1):  # one value live at a time
             flat = j * 32 + lane
             col = flat // c
             k = flat - col * c
@@ -456,7 +462,7 @@ class FlashFwdSm90:
         row_scale = cute.make_rmem_tensor(cute.make_layout(num_rows), Float32)
         lse = cute.make_rmem_tensor(cute.make_layout(num_rows), Float32)
 
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.q_stages)
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         mma_qk = cute.make_mma_atom(tiled_mma_qk.op)
@@ -472,47 +478,53 @@ class FlashFwdSm90:
             row_sum.fill(0.0)
             acc_O.fill(0.0)
             pipe_q.consumer_wait(q_state)
+            q_idx = q_state.index
             pipe_k.consumer_wait(k_state)
             n_block = s_meta[0, k_state.index]
             is_partial = s_meta[1, k_state.index]
-            while n_block >= 0:
-                # S = Q Kᵀ
-                warpgroup.fence()
-                mma_qk.set(warpgroup.Field.ACCUMULATE, False)
-                for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
-                    cute.gemm(mma_qk, acc_S, tSrQ[None, None, kb, 0],
-                              tSrK[None, None, kb, k_state.index], acc_S)
-                    mma_qk.set(warpgroup.Field.ACCUMULATE, True)
-                warpgroup.commit_group()
+            if n_block >= 0:
+                # First key tile: S, mask, softmax; its P·V is issued with the next tile's S.
+                self.issue_qk(mma_qk, acc_S, tSrQ, tSrK, q_idx, k_state.index)
                 warpgroup.wait_group(0)
-                if is_partial != 0:
-                    bounds = None
-                    if cutlass.const_expr(self.mask_columns is not None):
-                        bounds = s_bounds[None, None, k_state.index]
-                    fm_mask.apply_element_mask(
-                        acc_mn_view(acc_S), tScS_mn, bounds, row_base, n_block * tn, seqlen_q,
-                        seqlen_k, diag_offset, self.causal, self.ncols)
+                self.mask_scores(acc_S, tScS_mn, s_bounds, k_state.index, is_partial, row_base,
+                                 n_block, seqlen_q, seqlen_k, diag_offset)
                 pipe_k.consumer_release(k_state)
                 k_state.advance()
-
                 fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
-                fm_softmax.rescale_o(acc_O, row_scale)
                 tOrP_as_acc.store(acc_S.load().to(self.dtype))
-
-                # O += P V (P from registers)
-                pipe_v.consumer_wait(v_state)
-                warpgroup.fence()
-                for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
-                    cute.gemm(mma_pv, acc_O, tOrP[None, None, kb],
-                              tOrVt[None, None, kb, v_state.index], acc_O)
-                warpgroup.commit_group()
-                warpgroup.wait_group(0)
-                pipe_v.consumer_release(v_state)
-                v_state.advance()
-
                 pipe_k.consumer_wait(k_state)
                 n_block = s_meta[0, k_state.index]
                 is_partial = s_meta[1, k_state.index]
+                while n_block >= 0:
+                    # Overlap: the tensor cores run S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1}
+                    # while this warpgroup masks and exponentiates S_j.
+                    self.issue_qk(mma_qk, acc_S, tSrQ, tSrK, q_idx, k_state.index)
+                    pipe_v.consumer_wait(v_state)
+                    self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
+                    if is_partial != 0:
+                        # Partial tile: let P·V drain first so the mask code does not compete
+                        # with the registers pinned by an in-flight wgmma.
+                        warpgroup.wait_group(0)
+                        self.mask_scores(acc_S, tScS_mn, s_bounds, k_state.index, is_partial,
+                                         row_base, n_block, seqlen_q, seqlen_k, diag_offset)
+                    else:
+                        warpgroup.wait_group(1)
+                    pipe_k.consumer_release(k_state)
+                    k_state.advance()
+                    fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
+                    warpgroup.wait_group(0)
+                    pipe_v.consumer_release(v_state)
+                    v_state.advance()
+                    fm_softmax.rescale_o(acc_O, row_scale)
+                    tOrP_as_acc.store(acc_S.load().to(self.dtype))
+                    pipe_k.consumer_wait(k_state)
+                    n_block = s_meta[0, k_state.index]
+                    is_partial = s_meta[1, k_state.index]
+                pipe_v.consumer_wait(v_state)
+                self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
+                warpgroup.wait_group(0)
+                pipe_v.consumer_release(v_state)
+                v_state.advance()
             pipe_k.consumer_release(k_state)  # the sentinel stage
             k_state.advance()
             pipe_q.consumer_release(q_state)
@@ -525,6 +537,35 @@ class FlashFwdSm90:
             self.store_output(acc_O, tOcO, tOcO_mn, lse, mO, mLSE, row_base, head, batch,
                               seqlen_q)
             t = sched.next_work(t)
+
+    @cute.jit
+    def issue_qk(self, mma_qk, acc_S, tSrQ, tSrK, q_idx, k_idx):
+        warpgroup.fence()
+        mma_qk.set(warpgroup.Field.ACCUMULATE, False)
+        for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+            cute.gemm(mma_qk, acc_S, tSrQ[None, None, kb, q_idx], tSrK[None, None, kb, k_idx],
+                      acc_S)
+            mma_qk.set(warpgroup.Field.ACCUMULATE, True)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def issue_pv(self, mma_pv, acc_O, tOrP, tOrVt, v_idx):
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+            cute.gemm(mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, v_idx], acc_O)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def mask_scores(self, acc_S, tScS_mn, s_bounds, stage, is_partial, row_base, n_block,
+                    seqlen_q, seqlen_k, diag_offset):
+        """Element mask for partial tiles only; full tiles skip this code at run time."""
+        if is_partial != 0:
+            bounds = None
+            if cutlass.const_expr(self.mask_columns is not None):
+                bounds = s_bounds[None, None, stage]
+            fm_mask.apply_element_mask(
+                acc_mn_view(acc_S), tScS_mn, bounds, row_base, n_block * self.tile_n, seqlen_q,
+                seqlen_k, diag_offset, self.causal, self.ncols)
 
     @cute.jit
     def store_output(self, acc_O, tOcO, tOcO_mn, lse, mO, mLSE, row_base, head, batch,
