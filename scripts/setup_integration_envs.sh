@@ -8,6 +8,9 @@
 #       numpy<=1.26.4 requirement comes from `fast_dataindex`, a compiled helper used solely by its
 #       *pretraining* dataset (paddleformers/data/causal_dataset.py), so we install PaddleFormers'
 #       other requirements and leave fast_dataindex out instead of downgrading numpy for everyone.
+#       paddlecodec is left out (and removed if present): it installs a top-level `torchcodec`
+#       package without torchcodec's metadata, which makes every transformers torch model fail to
+#       import (audio_utils reads torchcodec's version). PaddleFormers only uses it to decode videos.
 #   .venv-paddlenlp (isolated venv, NOT --system-site-packages: PaddleNLP 3.0.0b4 needs
 #       tokenizers<0.22 and numpy<=1.26.4, which conflict with PaddleFormers/transformers 5, and a
 #       shadowing venv would still leak system transformers into it):
@@ -32,9 +35,9 @@ case "${1:-}" in
 esac
 
 PF_VERSION=1.2.0
-# PaddleFormers 1.2.0's requirements minus fast_dataindex (see above) and minus paddlefleet (extra).
+# PaddleFormers 1.2.0's requirements minus fast_dataindex and paddlecodec (see above) and paddlefleet (extra).
 PF_DEPS=(colorlog scikit-learn multiprocess "datasets>=3.0.0" tqdm sentencepiece "huggingface_hub>=0.19.2"
-         "protobuf>=3.20.2" visualdl safetensors "paddlecodec>=0.2,<0.3" "aistudio-sdk>=0.3.0" jinja2
+         "protobuf>=3.20.2" visualdl safetensors "aistudio-sdk>=0.3.0" jinja2
          regex tiktoken ml_dtypes omegaconf modelscope "transformers>=5.0.0,<5.4.0" GPUtil
          importlib_metadata librosa binpacking orjson "pyarrow==21.0.0")
 
@@ -53,6 +56,10 @@ PY
 }
 
 if [[ $DO_MAIN == 1 ]]; then
+  if [[ -n "$(installed_version "$PYTHON" paddlecodec)" ]]; then
+    echo "[setup] main env: removing paddlecodec (its 'torchcodec' shim breaks transformers' torch models)"
+    quiet_pip "$PYTHON" -m pip uninstall -y -q paddlecodec
+  fi
   have_pf="$(installed_version "$PYTHON" paddleformers)"
   if [[ "$have_pf" == "$PF_VERSION" ]] && "$PYTHON" -c "import paddleformers.nn.attention, transformers, pyarrow" 2>/dev/null; then
     echo "[setup] main env: paddleformers $have_pf already installed"

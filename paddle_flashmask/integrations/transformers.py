@@ -1,11 +1,17 @@
-"""Hugging Face ``transformers`` (PyTorch) integration: ``attn_implementation="paddle_flashmask"``.
+"""Hugging Face ``transformers`` (PyTorch) integration: ``attn_implementation="paddle_fmask"``.
 
 ``register_transformers()`` adds our torch op (``paddle_flashmask.torch.flashmask_attention``) to
 ``transformers.AttentionInterface`` and a matching mask function to
-``transformers.masking_utils.AttentionMaskInterface`` under the name ``"paddle_flashmask"``, so::
+``transformers.masking_utils.AttentionMaskInterface`` under the name ``"paddle_fmask"``, so::
 
     register_transformers()
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="paddle_flashmask")
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="paddle_fmask")
+
+Why not ``"paddle_flashmask"``: transformers 5 treats every implementation name containing
+``"flash"`` as a FlashAttention variant (``utils.generic.is_flash_attention_requested`` is a
+substring test used in ~100 places) and tries to import ``flash_attn`` or a Hub kernel for it at
+model construction, which fails. ``register_transformers(name=...)`` takes any other name; the
+name is also accepted by transformers 4.x, where that rule does not exist.
 
 How the FlashMask reaches the op (first match wins; q/k/v arrive ``[b, h, l, d]``):
 
@@ -37,7 +43,7 @@ import numpy as np
 
 from ._common import additive_or_bool_to_visible, dense_to_startend
 
-NAME = "paddle_flashmask"
+NAME = "paddle_fmask"
 _registered: dict[str, bool] = {}
 
 
@@ -155,6 +161,9 @@ def paddle_flashmask_mask(batch_size: int, cache_position, kv_length: int, kv_of
 
 def register_transformers(name: str = NAME) -> None:
     """Register the attention and mask functions under ``name`` (idempotent)."""
+    if "flash" in name:
+        raise ValueError(f"name: expected an attention name without 'flash' (transformers treats those as "
+                         f"FlashAttention kernels to import), found {name!r}")
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
     AttentionInterface.register(name, paddle_flashmask_attention_forward)
