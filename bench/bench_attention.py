@@ -1,0 +1,287 @@
+"""paddle_flashmask vs its peers on the mask zoo, side by side in one process on one GPU.
+
+    python3 bench/bench_attention.py [--cases 0,1,...] [--systems a,b] [--masks m1,m2] [--out DIR]
+
+Systems: paddle_flashmask (cute backend), FlashAttention-4 (native causal / window, varlen for
+documents), FA4 mask_mod + block-sparse tables, FlexAttention (compiled), SDPA cuDNN (full/causal).
+Every system's output and dQ are checked against an fp32 dense-mask reference (first heads) before
+timing; a system with a wrong mask is reported with its error and left out of the table.
+TFLOP/s count unmasked pairs only: fwd = 4·D·H·pairs (2·(D+Dv) in general), fwd+bwd = 3.5 x fwd.
+Times are medians of triton.testing.do_bench (warm-up and JIT excluded; compile timed separately).
+Writes bench-<tag>.json and bench-<tag>.png to --out (default $OUT or bench/results).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import triton.testing as tt  # noqa: E402
+
+from mask_zoo import check_same_mask, dense_allowed, make_zoo, visible_pairs  # noqa: E402
+
+# (B, S, H, Hk, D): the issue's shapes, then the extra rows (GQA 32/8, D=64, D=256)
+CASES = [(4, 8192, 16, 16, 128), (1, 32768, 16, 16, 128), (4, 8192, 32, 8, 128),
+         (4, 8192, 16, 16, 64), (4, 8192, 16, 16, 256)]
+REF_HEADS = 2  # reference check on the first query heads (fp32 dense math is O(S^2) memory)
+
+
+def bench(fn) -> float:
+    return tt.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def fp32_reference(q, k, v, do, allowed, heads):
+    """fp32 dense masked attention on the first `heads` query heads: (out, dq) in BSHD."""
+    group = q.shape[2] // k.shape[2]
+    qh = q[:, :, :heads].float().transpose(1, 2).detach().requires_grad_()
+    kh = k[:, :, [h // group for h in range(heads)]].float().transpose(1, 2).detach()
+    vh = v[:, :, [h // group for h in range(heads)]].float().transpose(1, 2).detach()
+    out = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed)
+    # rows with no visible key: SDPA gives NaN, the contract says 0
+    out = torch.nan_to_num(out, nan=0.0)
+    out.backward(do[:, :, :heads].float().transpose(1, 2))
+    return out.transpose(1, 2).detach(), qh.grad.transpose(1, 2).detach()
+
+
+def systems_for(mask, B, S, H, Hk, D):
+    """name -> builder returning (callable, differentiable inputs, layout)."""
+    out = {}
+
+    def ours():
+        import paddle_flashmask.torch as pfm
+        sri = None if mask.indices is None else torch.from_numpy(mask.indices).cuda()
+        def f(q, k, v):
+            return pfm.flashmask_attention(q, k, v, startend_row_indices=sri, causal=mask.causal,
+                                           backend="cute")
+        return f, "bshd"
+    out["paddle_flashmask"] = ours
+
+    def fa4():
+        from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+        if mask.name in ("full", "causal"):
+            return (lambda q, k, v: flash_attn_func(q, k, v, causal=mask.causal)), "bshd"
+        if mask.name == "sliding_window":
+            return (lambda q, k, v: flash_attn_func(q, k, v, causal=True,
+                                                    window_size=(mask.window - 1, 0))), "bshd"
+        if mask.doc_lens is not None:
+            lens = [n for row in mask.doc_lens for n in row]
+            cu = torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
+            mx = max(lens)
+            return (lambda q, k, v: flash_attn_varlen_func(
+                q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx, max_seqlen_k=mx,
+                causal=mask.causal)), "packed"
+        raise NotImplementedError("no native FA4 form for this mask")
+    out["fa4"] = fa4
+
+    def fa4_mask_mod():
+        from fa4_maskmod import build_fa4_mask_mod
+        return build_fa4_mask_mod(mask, B, S), "bshd"
+    if mask.name not in ("full",):
+        out["fa4_mask_mod"] = fa4_mask_mod
+
+    def flex():
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        bm = create_block_mask(lambda b, h, q, k: mask.predicate(b, q, k), B, None, S, S, device="cuda")
+        compiled = torch.compile(flex_attention)
+        gqa = H != Hk
+        def f(q, k, v):
+            return compiled(q, k, v, block_mask=bm, enable_gqa=gqa)
+        return f, "bhsd"
+    out["flex_attention"] = flex
+
+    if mask.name in ("full", "causal"):
+        def cudnn():
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            def f(q, k, v):
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return torch.nn.functional.scaled_dot_product_attention(
+                        q, k, v, is_causal=mask.causal, enable_gqa=H != Hk)
+            return f, "bhsd"
+        out["sdpa_cudnn"] = cudnn
+    return out
+
+
+def to_layout(t, layout, B, S):
+    if layout == "bshd":
+        return t
+    if layout == "bhsd":
+        return t.transpose(1, 2)
+    return t.reshape(B * S, t.shape[2], t.shape[3])
+
+
+def from_layout(t, layout, B, S):
+    if layout == "bshd":
+        return t
+    if layout == "bhsd":
+        return t.transpose(1, 2)
+    return t.reshape(B, S, t.shape[1], t.shape[2])
+
+
+def run_case(B, S, H, Hk, D, args, results, meta):
+    torch.manual_seed(0)
+    dt = torch.bfloat16
+    q0 = torch.randn(B, S, H, D, device="cuda", dtype=dt)
+    k0 = torch.randn(B, S, Hk, D, device="cuda", dtype=dt)
+    v0 = torch.randn(B, S, Hk, D, device="cuda", dtype=dt)
+    do0 = torch.randn(B, S, H, D, device="cuda", dtype=dt)
+    zoo = make_zoo(B, S)
+    for name, mask in zoo.items():
+        if args.masks and name not in args.masks:
+            continue
+        allowed = dense_allowed(mask, B, S)
+        check_same_mask(mask, allowed, S)
+        pairs = visible_pairs(mask, B, S) * H
+        fl_f = 4 * D * pairs
+        ref_o, ref_dq = fp32_reference(q0, k0, v0, do0, allowed, REF_HEADS)
+        del allowed
+        for sname, make in systems_for(mask, B, S, H, Hk, D).items():
+            if args.systems and sname not in args.systems:
+                continue
+            rec = dict(B=B, S=S, H=H, Hk=Hk, D=D, mask=name, system=sname,
+                       density=pairs / (B * H * S * S))
+            try:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                f, lay = make()
+                ins = [to_layout(t, lay, B, S).detach().clone().requires_grad_() for t in (q0, k0, v0)]
+                gout = to_layout(do0, lay, B, S)
+                first = lambda o: o[0] if isinstance(o, (tuple, list)) else o
+                o = first(f(*ins))
+                torch.cuda.synchronize()
+                rec["first_call_s"] = time.perf_counter() - t0
+                o = from_layout(o, lay, B, S)[:, :, :REF_HEADS].float()
+                rec["rel_err_out"] = ((o - ref_o).norm() / ref_o.norm()).item()
+                first(f(*ins)).backward(gout)
+                dq = from_layout(ins[0].grad, lay, B, S)[:, :, :REF_HEADS].float()
+                rec["rel_err_dq"] = ((dq - ref_dq).norm() / ref_dq.norm()).item()
+                if not (rec["rel_err_out"] < 2e-2 and rec["rel_err_dq"] < 5e-2):
+                    rec["error"] = f"wrong result: out err {rec['rel_err_out']:.3g}, dq err {rec['rel_err_dq']:.3g}"
+                else:
+                    def fb():
+                        for t in ins:
+                            t.grad = None
+                        first(f(*ins)).backward(gout)
+                    tf = bench(lambda: f(*ins))
+                    tfb = bench(fb)
+                    rec.update(fwd_ms=tf, fwdbwd_ms=tfb, fwd_tflops=fl_f / tf / 1e9,
+                               fwdbwd_tflops=3.5 * fl_f / tfb / 1e9,
+                               peak_mem_gb=torch.cuda.max_memory_allocated() / 2**30)
+            except Exception as e:  # a peer that cannot run this mask is reported, not fatal
+                rec["error"] = (type(e).__name__ + ": " + str(e))[:300]
+                if args.verbose:
+                    traceback.print_exc()
+            results.append(rec)
+            print(json.dumps(rec), flush=True)
+        del ref_o, ref_dq
+
+
+def compile_cache_times(case) -> dict:
+    """First-call time in a fresh process with a warm disk cache (the compile itself is timed in-run)."""
+    B, S, H, Hk, D = case
+    code = (
+        "import time,torch,paddle_flashmask.torch as p;"
+        f"q=torch.randn({B},{S},{H},{D},device='cuda',dtype=torch.bfloat16);"
+        f"k=torch.randn({B},{S},{Hk},{D},device='cuda',dtype=torch.bfloat16);"
+        "t=time.perf_counter();p.flashmask_attention(q,k,k,causal=True,backend='cute');"
+        "torch.cuda.synchronize();print(time.perf_counter()-t)"
+    )
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        return {"fresh_process_first_call_s": float(r.stdout.strip().splitlines()[-1])}
+    except Exception as e:
+        return {"fresh_process_first_call_error": str(e)[:200]}
+
+
+def versions() -> dict:
+    v = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+         "date": datetime.datetime.utcnow().isoformat(timespec="seconds") + "Z",
+         "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+    for mod in ("cutlass", "flash_attn", "triton", "paddle_flashmask"):
+        try:
+            m = __import__(mod)
+            v[mod] = getattr(m, "__version__", "?")
+        except Exception as e:
+            v[mod] = f"unavailable ({type(e).__name__})"
+    return v
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in results if "fwd_tflops" in r]
+    cases = sorted({(r["B"], r["S"], r["H"], r["Hk"], r["D"]) for r in ok})
+    if not ok:
+        return
+    fig, axes = plt.subplots(len(cases), 2, figsize=(16, 4 * len(cases)), squeeze=False)
+    systems = sorted({r["system"] for r in ok})
+    for row, case in enumerate(cases):
+        rs = [r for r in ok if (r["B"], r["S"], r["H"], r["Hk"], r["D"]) == case]
+        masks = list(dict.fromkeys(r["mask"] for r in rs))
+        for col, key in enumerate(("fwd_tflops", "fwdbwd_tflops")):
+            ax = axes[row][col]
+            width = 0.8 / len(systems)
+            for i, s in enumerate(systems):
+                vals = [next((r[key] for r in rs if r["mask"] == m and r["system"] == s), 0) for m in masks]
+                ax.bar([x + i * width for x in range(len(masks))], vals, width, label=s)
+            ax.set_xticks([x + 0.4 - width / 2 for x in range(len(masks))])
+            ax.set_xticklabels(masks, rotation=25, ha="right", fontsize=8)
+            ax.set_ylabel("TFLOP/s (unmasked pairs)")
+            ax.set_title(f"{'fwd' if col == 0 else 'fwd+bwd'}  B={case[0]} S={case[1]} H={case[2]}/{case[3]} D={case[4]}")
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="0,1", help="indices into CASES: " + str(CASES))
+    ap.add_argument("--systems", default="", help="comma list (default: all)")
+    ap.add_argument("--masks", default="", help="comma list (default: all)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+    args.systems = [s for s in args.systems.split(",") if s]
+    args.masks = [s for s in args.masks.split(",") if s]
+    os.makedirs(args.out, exist_ok=True)
+    meta = versions()
+    print(json.dumps(meta), flush=True)
+    results = []
+    tag = args.tag or "cases" + args.cases.replace(",", "_")
+    for i in args.cases.split(","):
+        run_case(*CASES[int(i)], args, results, meta)
+        with open(os.path.join(args.out, f"bench-{tag}.json"), "w") as fh:
+            json.dump({"meta": meta, "results": results}, fh, indent=1)
+    if not args.systems or "paddle_flashmask" in args.systems:
+        meta["compile_cache"] = compile_cache_times(CASES[int(args.cases.split(",")[0])])
+    with open(os.path.join(args.out, f"bench-{tag}.json"), "w") as fh:
+        json.dump({"meta": meta, "results": results}, fh, indent=1)
+    plot(results, os.path.join(args.out, f"bench-{tag}.png"))
+    print_table(results)
+
+
+def print_table(results):
+    print("\n%-22s %-17s %6s %8s %7s %8s %7s %8s" % ("mask", "system", "S", "fwd_ms", "fwdTF", "fb_ms", "fbTF", "err"))
+    for r in results:
+        if "error" in r:
+            print("%-22s %-17s %6d ERROR %s" % (r["mask"], r["system"], r["S"], r["error"][:70]))
+        else:
+            print("%-22s %-17s %6d %8.3f %7.1f %8.3f %7.1f %8.1e" % (
+                r["mask"], r["system"], r["S"], r["fwd_ms"], r["fwd_tflops"], r["fwdbwd_ms"],
+                r["fwdbwd_tflops"], r["rel_err_out"]))
+
+
+if __name__ == "__main__":
+    main()
