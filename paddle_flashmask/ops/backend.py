@@ -54,7 +54,7 @@ def _record(name: str, what: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Framework glue for the cute path: the same four methods for torch and paddle.
+# Framework glue for the cute path: the same methods for torch and paddle.
 # --------------------------------------------------------------------------------------------------
 
 class _TorchGlue:
@@ -67,6 +67,9 @@ class _TorchGlue:
 
     def capability(self, x) -> tuple[int, int]:
         return tuple(self.fw.cuda.get_device_capability(x.device))
+
+    def device_index(self, x) -> int:
+        return int(x.device.index or 0)
 
     def empty(self, shape, dtype: Optional[str], like):
         dt = like.dtype if dtype is None else getattr(self.fw, dtype)
@@ -93,8 +96,11 @@ class _PaddleGlue:
     def capability(self, x) -> tuple[int, int]:
         return tuple(self.fw.device.cuda.get_device_capability(x.place.gpu_device_id()))
 
+    def device_index(self, x) -> int:
+        return int(x.place.gpu_device_id())
+
     def empty(self, shape, dtype: Optional[str], like):
-        return self.fw.empty(list(shape), dtype=like.dtype if dtype is None else dtype)
+        return self.fw.empty(list(shape), dtype=like.dtype if dtype is None else dtype, device=like.place)
 
     def contiguous(self, x):
         return x.contiguous() if hasattr(x, "contiguous") else x
@@ -144,20 +150,26 @@ def cute_unavailable_reason(query: Any, head_dim: int, head_dim_v: int) -> Optio
     cute = _cute_module()
     if cute is None or not hasattr(cute, "is_available"):
         return "paddle_flashmask.ops.cute is not installed (pip install 'paddle_flashmask[gpu]')"
-    try:
-        available = bool(cute.is_available())
-    except Exception as exc:  # noqa: BLE001
-        return f"paddle_flashmask.ops.cute.is_available() failed: {exc}"
-    if not available:
-        return "the CuTe DSL or an SM90 CUDA device is not available (ops.cute.is_available() is False)"
     major, _ = glue.capability(query)
     if major != 9:
         return f"the kernels target SM90 (compute capability 9.x); the tensors' device has {major}.x"
+    try:
+        available = bool(cute.is_available(glue.device_index(query)))
+    except Exception as exc:  # noqa: BLE001
+        return f"paddle_flashmask.ops.cute.is_available() failed: {exc}"
+    if not available:
+        return "the CuTe DSL is not importable (ops.cute.is_available() is False)"
     dtype = str(query.dtype).split(".")[-1]
     if dtype not in CUTE_DTYPES:
         return f"the kernels take {list(CUTE_DTYPES)}; query dtype is {dtype}"
-    if (head_dim, head_dim_v) not in CUTE_HEAD_DIMS:
-        return (f"the kernels support (head_dim, head_dim_v) in {sorted(CUTE_HEAD_DIMS)}; "
+    head_dims = CUTE_HEAD_DIMS
+    try:  # the kernels' own table when it is importable
+        from .cute import interface
+        head_dims = set(interface.SUPPORTED_HEAD_DIMS.items())
+    except Exception:  # noqa: BLE001
+        pass
+    if (head_dim, head_dim_v) not in head_dims:
+        return (f"the kernels support (head_dim, head_dim_v) in {sorted(head_dims)}; "
                 f"found ({head_dim}, {head_dim_v})")
     return None
 

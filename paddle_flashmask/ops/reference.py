@@ -142,10 +142,10 @@ class PaddleOps:
         return self.fw.maximum(a, b)
 
     def zeros(self, shape, like):
-        return self.fw.zeros(list(shape), dtype="float32").to(like.place)
+        return self.fw.zeros(list(shape), dtype="float32", device=like.place)
 
     def arange(self, start, end, like):
-        return self.fw.arange(start, end, dtype="int64").to(like.place)
+        return self.fw.arange(start, end, dtype="int64", device=like.place)
 
     def concat(self, xs, axis):
         return self.fw.concat(xs, axis=axis)
