@@ -44,6 +44,9 @@ def _pylayer():
             ctx.save_for_backward(query, key, value, out, lse)
             ctx.extras = (startend_row_indices, learnable_sink, causal, softmax_scale, chosen,
                           deterministic, lse_grad_used)
+            # Paddle requires None (not a gradient) for inputs with stop_gradient=True.
+            ctx.needs_grad = [t is not None and not t.stop_gradient
+                              for t in (query, key, value, learnable_sink)]
             return out, lse
 
         @staticmethod
@@ -55,11 +58,12 @@ def _pylayer():
                 dlse if lse_grad_used else None, causal=causal, softmax_scale=scale,
                 deterministic=deterministic)
             # PyLayer wants one gradient per Tensor input, in order (None for the int indices).
-            grads = [dq, dk, dv]
+            need_q, need_k, need_v, need_sink = ctx.needs_grad
+            grads = [dq if need_q else None, dk if need_k else None, dv if need_v else None]
             if idx is not None:
                 grads.append(None)
             if sink is not None:
-                grads.append(dsink)
+                grads.append(dsink if need_sink else None)
             return tuple(grads)
 
     _PYLAYER = FlashMaskFunction

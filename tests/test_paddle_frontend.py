@@ -313,3 +313,22 @@ def test_errors(case):
 
 def test_package_level_name():
     assert paddle_flashmask.flashmask_attention is flashmask_attention
+
+
+def test_gradients_only_for_inputs_that_want_them():
+    rng = np.random.default_rng(10)
+    q, k, v = inputs(rng, 1, 12, 12, 2, 1, 8)
+    full = [leaf(a) for a in (q, k, v)] + [leaf(np.zeros(2, np.float32))]
+    flashmask_attention(*full[:3], causal=True, learnable_sink=full[3]).sum().backward()
+    for wanted in range(4):
+        ts = [paddle.to_tensor(a) for a in (q, k, v, np.zeros(2, np.float32))]
+        ts[wanted].stop_gradient = False
+        flashmask_attention(*ts[:3], causal=True, learnable_sink=ts[3]).sum().backward()
+        for i, t in enumerate(ts):
+            if i == wanted:
+                np.testing.assert_allclose(t.grad.numpy(), full[i].grad.numpy(), atol=1e-6)
+            else:
+                assert t.grad is None
+    with paddle.no_grad():
+        out = flashmask_attention(*full[:3], causal=True)
+    assert out.stop_gradient

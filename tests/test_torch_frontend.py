@@ -214,3 +214,20 @@ def test_torch_compile_window_size():
     compiled = torch.compile(flashmask_attention, fullgraph=True, backend="aot_eager")
     check_against_oracle(q, k, v, np.broadcast_to(ok, (1, 2, s, s)), 8 ** -0.5, fn=compiled, window_size=3,
                          causal=True)
+
+
+def test_gradients_only_for_inputs_that_want_them():
+    rng = np.random.default_rng(11)
+    arrays = list(inputs(rng, 1, 12, 12, 2, 1, 8)) + [np.zeros(2, np.float32)]
+    full = [torch.tensor(a, requires_grad=True) for a in arrays]
+    flashmask_attention(*full[:3], causal=True, learnable_sink=full[3]).sum().backward()
+    for wanted in range(4):
+        ts = [torch.tensor(a, requires_grad=(i == wanted)) for i, a in enumerate(arrays)]
+        flashmask_attention(*ts[:3], causal=True, learnable_sink=ts[3]).sum().backward()
+        for i, t in enumerate(ts):
+            if i == wanted:
+                np.testing.assert_allclose(t.grad.numpy(), full[i].grad.numpy(), atol=1e-6)
+            else:
+                assert t.grad is None
+    with torch.no_grad():
+        assert not flashmask_attention(*full[:3], causal=True).requires_grad
