@@ -237,3 +237,21 @@ def test_16k_forward_backward_memory_is_bounded(framework):
     assert res.returncode == 0, res.stderr[-3000:]
     growth_mib = float(res.stdout.strip().splitlines()[-1])
     assert growth_mib < 1024, f"RSS grew by {growth_mib:.0f} MiB for S=16K fwd+bwd"
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(form=st.sampled_from(FORMS), sq=st.integers(1, 150), sk=st.integers(1, 150),
+       heads=st.sampled_from([(1, 1), (2, 1), (4, 2), (3, 3)]), hm_pick=st.integers(0, 2),
+       tile=st.sampled_from([None, 1, 13, 128]), sink=st.booleans(), framework=st.sampled_from(FRAMEWORKS),
+       seed=st.integers(0, 2**31 - 1))
+def test_random_shapes(form, sq, sk, heads, hm_pick, tile, sink, framework, seed):
+    causal, c = form
+    h, hk = heads
+    hm = [1, hk, h][hm_pick]
+    rng = np.random.default_rng(seed)
+    idx = random_indices(rng, 1, hm, sq, sk, causal, c)
+    run_case(framework, rng, b=1, sq=sq, sk=sk, h=h, hk=hk, d=8, dv=4, idx=idx, causal=causal, sink=sink,
+             dlse=sink, tile_rows=tile)
