@@ -222,50 +222,85 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms):
     }
 
 
-def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng):
+def _bench_one(torch, cute_rt, fwd_mod, compiled_cache, num_sms, cfg, b, s, h, hk, d, dv,
+               idx, causal, iters=20):
+    if cfg not in compiled_cache:
+        t0 = time.time()
+        compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
+        compile_s = time.time() - t0
+    else:
+        compile_s = 0.0
+    fn = compiled_cache[cfg]
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(b, s, hk, dv, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(b, s, h, dv, device="cuda", dtype=torch.bfloat16)
+    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+    idx_t = cmin = cmax = None
+    if idx is not None:
+        summ = semantics.tile_summary(idx, cfg.tile_n)
+        idx_t = torch.from_numpy(idx).cuda()
+        cmin = torch.from_numpy(np.ascontiguousarray(summ.col_min)).cuda()
+        cmax = torch.from_numpy(np.ascontiguousarray(summ.col_max)).cuda()
+    dl = lambda x: None if x is None else cute_rt.from_dlpack(x, assumed_align=16)  # noqa
+    args = [dl(x) for x in (q, k, v, out, lse, idx_t, cmin, cmax)] + [None]
+    stream = torch.cuda.current_stream().cuda_stream
+    call = lambda: fn(*args, 1.0 / math.sqrt(d), stream, num_sms)  # noqa: E731
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    ms = start.elapsed_time(end) / iters
+    flops = semantics.attention_flops(idx, causal, s, s, b, h, d, dv)
+    return ms, flops / ms / 1e9, compile_s
+
+
+def bench_mask(kind: str, b: int, s: int):
+    """Benchmark masks (Hm = 1): plain causal/full, causal documents of 1K, sliding window 1K."""
+    if kind in ("causal", "full"):
+        return None, kind == "causal"
+    if kind == "causal_doc":
+        ends, _ = doc_ends(s, [1024] * (s // 1024))
+        return np.broadcast_to(ends[None, None, :, None], (b, 1, s, 1)).astype(np.int32).copy(), True
+    if kind == "window":
+        cols = np.arange(s)
+        lts = np.clip(cols + 1024 + 1, 0, s)
+        v = np.stack([lts, np.full(s, s)], axis=1)
+        return np.broadcast_to(v[None, None], (b, 1, s, 2)).astype(np.int32).copy(), True
+    raise ValueError(kind)
+
+
+BENCH_ROWS = [
+    # mask, B, S, H, Hk, D, Dv, variant overrides
+    ("causal", 2, 8192, 16, 16, 128, 128, {}),
+    ("causal", 2, 8192, 16, 16, 128, 128, {"pingpong": False}),
+    ("full", 2, 8192, 16, 16, 128, 128, {}),
+    ("causal_doc", 2, 8192, 16, 16, 128, 128, {}),
+    ("window", 2, 8192, 16, 16, 128, 128, {}),
+    ("causal", 2, 8192, 16, 16, 64, 64, {}),
+    ("causal", 2, 8192, 16, 16, 256, 256, {}),
+]
+
+
+def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng, rows=BENCH_ROWS):
+    import dataclasses
     results = []
-    b, s, h, d = 2, 8192, 16, 128
-    for kind in ("causal", "full", "causal_doc"):
-        idx, causal = make_mask(kind, rng, b, 1, s, s) if kind != "causal_doc" else (None, None)
-        if kind == "causal_doc":  # 8 documents of 1K
-            lens = [1024] * 8
-            ends, _ = doc_ends(s, lens)
-            idx = np.broadcast_to(ends[None, None, :, None], (b, 1, s, 1)).astype(np.int32).copy()
-            causal = True
+    for kind, b, s, h, hk, d, dv, over in rows:
+        idx, causal = bench_mask(kind, b, s)
         cols = None if idx is None else idx.shape[-1]
-        cfg = fwd_mod.default_config("bf16", d, d, causal, cols, False)
-        if cfg not in compiled_cache:
-            compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
-        fn = compiled_cache[cfg]
-        q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn_like(q)
-        v = torch.randn_like(q)
-        out = torch.empty_like(q)
-        lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-        idx_t = cmin = cmax = None
-        if idx is not None:
-            summ = semantics.tile_summary(idx, cfg.tile_n)
-            idx_t = torch.from_numpy(idx).cuda()
-            cmin = torch.from_numpy(np.ascontiguousarray(summ.col_min)).cuda()
-            cmax = torch.from_numpy(np.ascontiguousarray(summ.col_max)).cuda()
-        dl = lambda x: None if x is None else cute_rt.from_dlpack(x, assumed_align=16)  # noqa
-        args = [dl(x) for x in (q, k, v, out, lse, idx_t, cmin, cmax)] + [None]
-        stream = torch.cuda.current_stream().cuda_stream
-        call = lambda: fn(*args, 1.0 / math.sqrt(d), stream, num_sms)  # noqa: E731
-        for _ in range(3):
-            call()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        iters = 20
-        start.record()
-        for _ in range(iters):
-            call()
-        end.record()
-        torch.cuda.synchronize()
-        ms = start.elapsed_time(end) / iters
-        flops = semantics.attention_flops(idx, causal, s, s, b, h, d)
-        results.append({"mask": kind, "B": b, "S": s, "H": h, "D": d, "ms": ms,
-                        "tflops": flops / ms / 1e9})
+        cfg = dataclasses.replace(fwd_mod.default_config("bf16", d, dv, causal, cols, False), **over)
+        ms, tflops, compile_s = _bench_one(torch, cute_rt, fwd_mod, compiled_cache, num_sms, cfg,
+                                           b, s, h, hk, d, dv, idx, causal)
+        row = {"mask": kind, "B": b, "S": s, "H": h, "Hk": hk, "D": d, "Dv": dv,
+               "variant": over, "tile_n": cfg.tile_n, "ms": round(ms, 4),
+               "tflops": round(tflops, 1), "compile_s": round(compile_s, 2)}
+        results.append(row)
+        print(json.dumps(row), flush=True)
     return results
 
 
@@ -300,8 +335,6 @@ def main() -> int:
     if args.bench:
         try:
             report["bench"] = bench(torch, cute_rt, fwd_mod, compiled, num_sms, rng)
-            for row in report["bench"]:
-                print(json.dumps(row), flush=True)
         except Exception as exc:
             report["bench_error"] = traceback.format_exc()[-3000:]
             print(report["bench_error"], flush=True)

@@ -63,6 +63,7 @@ class FwdConfig:
     tile_n: int = 128
     num_stages: int = 2
     q_stages: int = 1  # 2: the next work tile's Q loads during this tile's main loop
+    pingpong: bool = True  # the two consumer warpgroups take turns issuing their GEMMs
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -110,6 +111,7 @@ def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
 
 class FlashFwdSm90:
     threads_per_wg = 128
+    sched_barrier_base = 1  # named barriers 1, 2 (0 is __syncthreads)
     producer_regs = 32
     consumer_regs = 240
 
@@ -122,6 +124,7 @@ class FlashFwdSm90:
         self.tile_n = config.tile_n
         self.stages = config.num_stages
         self.q_stages = config.q_stages
+        self.pingpong = config.pingpong
         self.causal = config.causal
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
@@ -470,6 +473,11 @@ class FlashFwdSm90:
         mma_pv.set(warpgroup.Field.ACCUMULATE, True)
 
         total = sched.total_work(num_m_blocks, num_heads, num_batch)
+        cwg = ctidx // self.threads_per_wg
+        if cutlass.const_expr(self.pingpong):
+            if cwg == 0:  # the first consumer warpgroup takes the first turn
+                cute.arch.barrier_arrive(barrier_id=self.sched_barrier_base,
+                                         number_of_threads=2 * self.threads_per_wg)
         t = sched.first_work()
         while t < total:
             m_block, head, batch = sched.decode_work(t, num_m_blocks, num_heads, num_batch)
@@ -498,9 +506,11 @@ class FlashFwdSm90:
                 while n_block >= 0:
                     # Overlap: the tensor cores run S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1}
                     # while this warpgroup masks and exponentiates S_j.
+                    self.turn_wait(cwg)
                     self.issue_qk(mma_qk, acc_S, tSrQ, tSrK, q_idx, k_state.index)
                     pipe_v.consumer_wait(v_state)
                     self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
+                    self.turn_pass(cwg)
                     if is_partial != 0:
                         # Partial tile: let P·V drain first so the mask code does not compete
                         # with the registers pinned by an in-flight wgmma.
@@ -537,6 +547,20 @@ class FlashFwdSm90:
             self.store_output(acc_O, tOcO, tOcO_mn, lse, mO, mLSE, row_base, head, batch,
                               seqlen_q)
             t = sched.next_work(t)
+
+    @cute.jit
+    def turn_wait(self, cwg: Int32):
+        """Ping-pong: wait until it is this warpgroup's turn to issue GEMMs (its softmax then
+        overlaps the other warpgroup's GEMMs)."""
+        if cutlass.const_expr(self.pingpong):
+            cute.arch.barrier(barrier_id=self.sched_barrier_base + cwg,
+                              number_of_threads=2 * self.threads_per_wg)
+
+    @cute.jit
+    def turn_pass(self, cwg: Int32):
+        if cutlass.const_expr(self.pingpong):
+            cute.arch.barrier_arrive(barrier_id=self.sched_barrier_base + 1 - cwg,
+                                     number_of_threads=2 * self.threads_per_wg)
 
     @cute.jit
     def issue_qk(self, mma_qk, acc_S, tSrQ, tSrK, q_idx, k_idx):
