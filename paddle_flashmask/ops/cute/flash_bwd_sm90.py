@@ -16,10 +16,20 @@ whether the element rule is needed; only then ``semantics.element_masked`` runs 
 column values of the thread's own key rows (held in registers: each thread owns the same two keys
 for the whole CTA). No ``[S/tile, S/tile]`` table exists anywhere.
 
-dQ: fp32 ``red.global.add`` of each consumer thread's dQ fragment into ``dq_accum [B, H, Sq_pad, D]``.
-Deterministic mode: per ``(b, h, m_tile)`` int32 semaphore; the CTA of key tile n waits until the
-semaphore equals n, adds, then releases n + 1 — every CTA passes every query tile in order (also the
-ones it skips), so the summation order is fixed and reruns are bit-identical.
+dQ: the consumers stage each dQ tile (fp32) in padded shared memory and hand it, through two named
+barriers, to a dQ-writer warp of the producer warp group, which adds it to
+``dq_accum [B, H, Sq_pad, D]`` with ``cp.reduce.async.bulk.add.f32`` (one bulk op per row). When the
+staging buffer does not fit next to the operand tiles (D = 256) the consumers instead issue fp32
+``red.global.add`` from registers.
+
+Deterministic mode: per ``(b, h, m_tile)`` int32 semaphore. The adds to a query tile go in
+decreasing key-tile order (under causal-like masks a higher key tile starts lower in its walk and
+reaches the query tile first, so that is the arrival order). The semaphore holds ``num_n - n`` of the
+last adder (0 = none); key tile n first finds the next visitor nxt > n (the lowest n' > n that
+``tile_fully_masked`` does not skip: one warp tests 32 candidates per ballot), waits for
+``num_n - nxt`` (or 0), adds, then stores ``num_n - n``. The order is fixed, so reruns are
+bit-identical; CTAs that skip a tile never touch its semaphore (no chain through skipped tiles), and
+the waiting happens in the dQ-writer warp, off the consumers' critical path.
 
 dK/dV: accumulated in registers over the whole walk, scaled, then written once: directly in the input
 dtype when H == Hk, else as fp32 per-query-head partials ``[B, Sk, H, D]`` that the postprocess
@@ -37,6 +47,7 @@ import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.experimental import primitives as prims
 from cutlass.utils import LayoutEnum
 import cuda.bindings.driver as cuda
 
@@ -50,7 +61,11 @@ _SUPPORTED_DIMS = {(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)}
 # named barrier ids (0 is __syncthreads)
 _BAR_PDS_READY = 1  # P^T/dS^T written to smem by both consumer WGs
 _BAR_PDS_FREE = 2  # all wgmma of the iteration finished reading P^T/dS^T
-_BAR_DQ = 3  # deterministic dQ ordering inside the CTA
+_BAR_DQ = 3  # dQ smem staging / deterministic ordering inside the CTA
+_BAR_DQ_FULL = 4  # consumers -> dQ writer warp: dQ tile staged in smem
+_BAR_DQ_EMPTY = 5  # dQ writer warp -> consumers: smem dQ buffer free again
+_DQ_SYNC_THREADS = 256 + 32
+_DQ_PAD = 8  # fp32 padding per dQ smem row: conflict-free 8-byte stores from the wgmma layout
 
 
 def default_tile_n(head_dim: int) -> int:
@@ -154,6 +169,14 @@ class FlashMaskBwdSm90:
             self.sdp_atom = (1, 2, 1)  # S^T [64 x 64]: WGs split the query columns
             self.dkv_atom = (1, 2, 1)  # dK/dV [64 x D]: WGs split the head dim
         self.dq_atom = (1, 2, 1)  # dQ [64 x D]: WGs split the head dim
+        # dQ via padded fp32 smem + bulk reduce-add when it fits next to the operand tiles,
+        # else fp32 red.global.add from registers (D = 256)
+        el = 2
+        operand_bytes = (self.stages * self.tile_m * (self.d + self.dv) * el
+                         + self.tile_n * (self.d + self.dv) * el + 2 * self.tile_n * self.tile_m * el)
+        dq_bytes = self.tile_m * (self.d + _DQ_PAD) * 4
+        self.dq_bulk = operand_bytes + dq_bytes + 4096 <= 227 * 1024
+        self.sdq_elems = self.tile_m * (self.d + _DQ_PAD) if self.dq_bulk else 4
 
     # ---- host side -------------------------------------------------------------------------------
     def _mmas(self):
@@ -237,6 +260,7 @@ class FlashMaskBwdSm90:
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sV_layout)], 1024]
             sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sP_layout)], 1024]
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdS_layout)], 1024]
+            sdQ: cute.struct.Align[cute.struct.MemRange[Float32, self.sdq_elems], 128]
 
         self.storage = Storage
         grid = [cute.ceil_div(sk, self.tile_n), h, b]
@@ -327,6 +351,10 @@ class FlashMaskBwdSm90:
         sV = st.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
         sP = st.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
         sdS = st.sdS.get_tensor(sdS_layout.outer, swizzle=sdS_layout.inner)
+        sdQ = None
+        if const_expr(self.dq_bulk):
+            sdQ = cute.make_tensor(st.sdQ.data_ptr(), cute.make_layout(
+                (self.tile_m, self.d), stride=(self.d + _DQ_PAD, 1)))
 
         bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hm, n_blk, seqlen_q)
 
@@ -365,14 +393,19 @@ class FlashMaskBwdSm90:
                         cute.copy(tma_do, tdOg[None, m_blk], tdOs[None, state.index],
                                   tma_bar_ptr=pipe_do.producer_get_barrier(state))
                         state.advance()
+            if const_expr(self.dq_bulk):
+                if warp_idx == 1:
+                    self._dq_writer(sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0,
+                                    num_m, seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
         else:
             # ------------------------------------------------------------ consumer warp groups
             cute.arch.setmaxregister_increase(240)
             ctid = tidx - 128
             wg = ctid // 128
             self._consume(ctid, wg, b, h, hk, hm, n_blk, n0, num_m, seqlen_q, seqlen_k, diag,
-                          bmax, bmin, sQ, sdO, sK, sV, sP, sdS, pipe_q, pipe_do, pipe_kv,
-                          mLSE2, mDelta, mdQacc, mdK, mdV, mIdx, mSem, tiled_sdp, tiled_dk,
+                          bmax, bmin, sQ, sdO, sK, sV, sP, sdS, sdQ, pipe_q, pipe_do, pipe_kv,
+                          mLSE2, mDelta, mdQacc, mdK, mdV, mIdx, mSem, mSumMin, mSumMax,
+                          tiled_sdp, tiled_dk,
                           tiled_dv, tiled_dq, scale_log2, softmax_scale)
 
     @cute.jit
@@ -386,8 +419,9 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _consume(self, ctid, wg, b, h, hk, hm, n_blk, n0, num_m, seqlen_q, seqlen_k, diag,
-                 bmax, bmin, sQ, sdO, sK, sV, sP, sdS, pipe_q, pipe_do, pipe_kv, mLSE2, mDelta,
-                 mdQacc, mdK, mdV, mIdx, mSem, tiled_sdp, tiled_dk, tiled_dv, tiled_dq,
+                 bmax, bmin, sQ, sdO, sK, sV, sP, sdS, sdQ, pipe_q, pipe_do, pipe_kv, mLSE2, mDelta,
+                 mdQacc, mdK, mdV, mIdx, mSem, mSumMin, mSumMax, tiled_sdp, tiled_dk, tiled_dv,
+                 tiled_dq,
                  scale_log2, softmax_scale):
         cfg = self.cfg
         wg_first = wg * 128
@@ -449,6 +483,11 @@ class FlashMaskBwdSm90:
             if not skipped:
                 m0 = m_blk * self.tile_m
                 stage = state.index
+                wait_for = Int32(0)
+                if const_expr(cfg.deterministic and not self.dq_bulk):
+                    if ctid < 32:
+                        wait_for = self._sem_wait_value(m_blk, n_blk, b, hm, mSumMin, mSumMax,
+                                                        seqlen_q, seqlen_k, diag, ctid)
                 pipe_q.consumer_wait(state)
                 acc_S = cute.make_rmem_tensor(acc_shape_s, Float32)
                 warpgroup.fence()
@@ -515,45 +554,116 @@ class FlashMaskBwdSm90:
 
                 # dQ (fp32) into the global accumulator
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
-                tdQg = th_dq.partition_C(gdQ)
-                if const_expr(cfg.deterministic):
-                    self._sem_wait(mSem, b, h, m_blk, n_blk, ctid)
-                    cute.arch.barrier(barrier_id=_BAR_DQ,
-                                      number_of_threads=self.num_consumer_threads)
-                for i in cutlass.range_constexpr(cute.size(acc_dQ)):
-                    cute.arch.red(tdQg.iterator + cute.crd2idx(i, tdQg.layout), acc_dQ[i],
-                                  op="add", dtype=Float32, sem="relaxed", scope="gpu")
-                if const_expr(cfg.deterministic):
-                    cute.arch.fence_acq_rel_gpu()
-                    cute.arch.barrier(barrier_id=_BAR_DQ,
-                                      number_of_threads=self.num_consumer_threads)
-                    self._sem_release(mSem, b, h, m_blk, n_blk, ctid)
+                if const_expr(self.dq_bulk):
+                    # hand the tile to the dQ writer warp through smem (named barriers)
+                    cute.arch.barrier(barrier_id=_BAR_DQ_EMPTY, number_of_threads=_DQ_SYNC_THREADS)
+                    cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    cute.arch.barrier_arrive(barrier_id=_BAR_DQ_FULL,
+                                             number_of_threads=_DQ_SYNC_THREADS)
+                else:
+                    tdQg = th_dq.partition_C(gdQ)
+                    if const_expr(cfg.deterministic):
+                        self._sem_wait(mSem, b, h, m_blk, wait_for, ctid)
+                        cute.arch.barrier(barrier_id=_BAR_DQ,
+                                          number_of_threads=self.num_consumer_threads)
+                    for i in cutlass.range_constexpr(cute.size(acc_dQ)):
+                        cute.arch.red(tdQg.iterator + cute.crd2idx(i, tdQg.layout), acc_dQ[i],
+                                      op="add", dtype=Float32, sem="relaxed", scope="gpu")
+                    if const_expr(cfg.deterministic):
+                        cute.arch.fence_acq_rel_gpu()
+                        cute.arch.barrier(barrier_id=_BAR_DQ,
+                                          number_of_threads=self.num_consumer_threads)
+                        self._sem_release(mSem, b, h, m_blk, n_blk, seqlen_k, ctid)
                 # both WGs are past their reads of P^T / dS^T before the next tile overwrites them
                 cute.arch.barrier(barrier_id=_BAR_PDS_FREE,
                                   number_of_threads=self.num_consumer_threads)
-            else:
-                if const_expr(cfg.deterministic):
-                    # pass the tile in order so later key tiles are not blocked
-                    self._sem_wait(mSem, b, h, m_blk, n_blk, ctid)
-                    self._sem_release(mSem, b, h, m_blk, n_blk, ctid)
 
         # ---- epilogue: dK (scaled) and dV, written once
         self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
         self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
 
     @cute.jit
-    def _sem_wait(self, mSem, b, h, m_blk, n_blk, ctid):
+    def _dq_writer(self, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
+                   seqlen_q, seqlen_k, diag, bmax, bmin, tidx):
+        """Producer-WG warp 1: for each visited query tile, take the dQ tile the consumers staged
+        in padded fp32 smem and add it to ``dq_accum`` with one ``cp.reduce.async.bulk .add.f32``
+        per row (2 rows per lane). Deterministic mode orders the adds with the semaphore here,
+        off the consumers' critical path."""
+        lane = tidx % 32
+        gdQacc_bh = mdQacc[b, h, None, None]
+        for m_blk in cutlass.range(num_m, unroll=1):
+            if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
+                wait_for = Int32(0)
+                if const_expr(self.cfg.deterministic):
+                    wait_for = self._sem_wait_value(m_blk, n_blk, b, hm, mSumMin, mSumMax,
+                                                    seqlen_q, seqlen_k, diag, lane)
+                cute.arch.cp_async_bulk_wait_group(0, read=True)  # previous tile read out
+                cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY,
+                                         number_of_threads=_DQ_SYNC_THREADS)
+                cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
+                if const_expr(self.cfg.deterministic):
+                    self._sem_wait(mSem, b, h, m_blk, wait_for, lane)
+                    cute.arch.sync_warp()
+                gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
+                for r in cutlass.range_constexpr(self.tile_m // 32):
+                    row = lane + 32 * r
+                    prims.cp_reduce_async_bulk_global_shared_cta(
+                        gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
+                        sdQ.iterator + row * (self.d + _DQ_PAD), self.d * 4,
+                        op=prims.CpReduceOp.ADD, type=prims.CpReduceType.F32)
+                cute.arch.cp_async_bulk_commit_group()
+                if const_expr(self.cfg.deterministic):
+                    cute.arch.cp_async_bulk_wait_group(0, read=False)
+                    cute.arch.fence_acq_rel_gpu()
+                    cute.arch.sync_warp()
+                    self._sem_release(mSem, b, h, m_blk, n_blk, seqlen_k, lane)
+        cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem outlives the last reads
+
+    @cute.jit
+    def _sem_wait_value(self, m_blk, n_blk, b, hm, mSumMin, mSumMax, seqlen_q, seqlen_k, diag,
+                        lane):
+        """Semaphore value that allows key tile ``n_blk`` to add its dQ for query tile ``m_blk``.
+
+        Adds go in *decreasing* key-tile order (under causal-like masks higher key tiles start
+        lower in the walk and reach a query tile first). The semaphore holds ``num_n - n`` of
+        the last adder (0: none yet), so we wait for ``num_n - nxt`` where nxt is the lowest
+        n' > n_blk that visits m_blk (same ``tile_fully_masked`` predicate as every CTA), or 0.
+        One warp tests 32 candidates per ballot.
+        """
+        num_n = cute.ceil_div(seqlen_k, self.tile_n)
+        value = Int32(0)
+        base = n_blk + 1
+        while base < num_n:
+            cand = base + lane
+            visits = cand < num_n
+            if cand < num_n:
+                bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hm, cand, seqlen_q)
+                skip = self._skipped(m_blk, cand * self.tile_n, bmax, bmin, seqlen_q, diag)
+                visits = visits & (skip == False)  # noqa: E712  (DSL boolean)
+            ballot = cute.arch.vote_ballot_sync(visits)
+            if ballot != 0:
+                lowest = cute.arch.popc((ballot & (Int32(0) - ballot)) - Int32(1))
+                value = num_n - (base + lowest)
+                base = num_n
+            else:
+                base = base + 32
+        return value
+
+    @cute.jit
+    def _sem_wait(self, mSem, b, h, m_blk, target, ctid):
         if ctid == 0:
             ptr = mSem.iterator + cute.crd2idx((b, h, m_blk), mSem.layout)
             seen = cute.arch.load(ptr, Int32, sem="acquire", scope="gpu")
-            while seen != n_blk:
+            while seen != target:
                 seen = cute.arch.load(ptr, Int32, sem="acquire", scope="gpu")
 
     @cute.jit
-    def _sem_release(self, mSem, b, h, m_blk, n_blk, ctid):
+    def _sem_release(self, mSem, b, h, m_blk, n_blk, seqlen_k, ctid):
         if ctid == 0:
             ptr = mSem.iterator + cute.crd2idx((b, h, m_blk), mSem.layout)
-            cute.arch.atomic_add(ptr, Int32(1), sem="release", scope="gpu")
+            num_n = cute.ceil_div(seqlen_k, self.tile_n)
+            cute.arch.store(ptr, Int32(num_n - n_blk), sem="release", scope="gpu")
 
     @cute.jit
     def _store_rows(self, acc, th_mma, mOut, b, h, hk, n0, seqlen_k, width, scale):
