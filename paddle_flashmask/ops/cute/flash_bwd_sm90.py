@@ -734,6 +734,15 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
     return out
 
 
+def _device_address(t) -> int:
+    """Device address of a cute runtime tensor (``data_ptr``), a torch tensor (``data_ptr()``) or
+    a scratch buffer exposing ``ptr`` (``dlpack.DeviceBuffer``)."""
+    address = getattr(t, "data_ptr", None)
+    if address is None:
+        address = getattr(t, "ptr")
+    return int(address() if callable(address) else address)
+
+
 class CompiledBackward:
     """The three compiled backward kernels of one variant, called with cute tensors.
 
@@ -744,8 +753,9 @@ class CompiledBackward:
     k ``[B,Sk,Hk,D]``, v ``[B,Sk,Hk,Dv]``, out/dout ``[B,Sq,H,Dv]`` and dq/dk/dv (bf16/fp16),
     lse fp32 ``[B,H,Sq]``; ``startend_row_indices`` int32 ``[B,Hm,Sk,C]`` and ``col_min``/``col_max``
     (``semantics.tile_summary`` layout with ``tile_n = config.tile_n``) or None; learnable_sink /
-    dsink fp32 ``[H]`` or None; ``workspace``: dict name -> cute tensor with the shapes of
-    :func:`workspace_shapes` (contents need not be initialised). ``stream``: CUDA stream handle.
+    dsink fp32 ``[H]`` or None; ``workspace``: dict name -> buffer (cute tensor, torch tensor or
+    ``dlpack.DeviceBuffer``) with the shapes of :func:`workspace_shapes` (contents need not be
+    initialised). ``stream``: CUDA stream handle.
     dq/dk/dv/dsink are written in full (zeros where no key/query is visible).
     """
 
@@ -784,7 +794,7 @@ class CompiledBackward:
         def ptr(t, dtype, align=16):
             if t is None:
                 return None
-            return cute.runtime.make_ptr(dtype, t.data_ptr, cute.AddressSpace.gmem,
+            return cute.runtime.make_ptr(dtype, _device_address(t), cute.AddressSpace.gmem,
                                          assumed_align=align)
 
         f32 = Float32
