@@ -134,6 +134,8 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     idx = arguments.prepare_indices(startend_row_indices, causal=bool(causal), window_size=window_size,
                                     dims=dims, validate_indices=validate_indices,
                                     to_tensor=_to_tensor_like(query))
+    if idx is not None and str(idx.place) != str(query.place):  # e.g. CPU indices for GPU tensors
+        idx = idx.to(query.place)
     out, lse = _pylayer().apply(query, key, value, idx, learnable_sink, bool(causal), scale, backend,
                                 deterministic, bool(return_softmax_lse))
     if return_softmax_lse:

@@ -34,7 +34,8 @@ class FakeInterface:
         assert isinstance(stream, int) and stream == FAKE_STREAM
         assert all(_contiguous(t) for t in (q, k, v, out, lse))
         assert _name(out) == _name(q) and _name(lse) == "float32"
-        assert list(out.shape) == [*q.shape[:3], v.shape[3]] and list(lse.shape) == [q.shape[0], q.shape[2], q.shape[1]]
+        assert list(out.shape) == [*q.shape[:3], v.shape[3]]
+        assert list(lse.shape) == [q.shape[0], q.shape[2], q.shape[1]]
         assert learnable_sink is None or _name(learnable_sink) == "float32"
         o, l = reference.flashmask_fwd(q, k, v, idx, causal=causal, softmax_scale=softmax_scale,
                                        learnable_sink=learnable_sink)
@@ -49,8 +50,8 @@ class FakeInterface:
         assert (dsink is None) == (learnable_sink is None)
         for g, x in ((dq, q), (dk, k), (dv, v)):
             assert list(g.shape) == list(x.shape) and _name(g) == _name(x)
-        grads = reference.flashmask_bwd(dout, q, k, v, out, lse, idx, causal=causal, softmax_scale=softmax_scale,
-                                        learnable_sink=learnable_sink)
+        grads = reference.flashmask_bwd(dout, q, k, v, out, lse, idx, causal=causal,
+                                        softmax_scale=softmax_scale, learnable_sink=learnable_sink)
         for dst, src in zip((dq, dk, dv), grads):
             self.copy(dst, src)
         if dsink is not None:
@@ -100,7 +101,8 @@ def _np(x):
 @pytest.mark.parametrize("use_sink", [False, True])
 def test_cute_glue_matches_reference(monkeypatch, framework, use_sink):
     rng = np.random.default_rng(1)
-    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((1, 20, 4, 8), (1, 20, 2, 8), (1, 20, 2, 8)))
+    shapes = ((1, 20, 4, 8), (1, 20, 2, 8), (1, 20, 2, 8))
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in shapes)
     sink = rng.standard_normal(4).astype(np.float32) if use_sink else None
     idx = random_indices(rng, 1, 2, 20, 20, True, 2)
     attention = _frontend(framework)
@@ -140,7 +142,8 @@ def _gpu_ready():
     try:
         import torch
         import paddle_flashmask.ops.cute as cute
-        return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9 and cute.is_available()
+        return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+                and cute.is_available())
     except Exception:
         return False
 

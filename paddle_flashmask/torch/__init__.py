@@ -63,6 +63,8 @@ def flashmask_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         startend_row_indices, causal=bool(causal), window_size=window_size, dims=dims,
         validate_indices=validate_indices, check_values=not _is_compiling(),
         to_tensor=lambda a: torch.as_tensor(a, device=query.device))
+    if idx is not None and idx.device != query.device:  # e.g. CPU indices for CUDA tensors
+        idx = idx.to(query.device)
     det = ops._DET_UNSET if deterministic is None else int(bool(deterministic))
     # An explicit backend is passed through; "auto" from the env is resolved again inside the op.
     op_backend = ops._NO_BACKEND if backend is None else requested
