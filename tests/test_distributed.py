@@ -18,7 +18,7 @@ import pytest
 from paddle_flashmask import mask_builders as mb
 from paddle_flashmask import semantics as sem
 from paddle_flashmask.distributed import (PAD, assign_lpt, balance_report, explicit_indices,
-                                          improve_assignment, local_masks, plan_context_parallel,
+                                          gathered_indices, improve_assignment, local_masks, plan_context_parallel,
                                           rewrite_indices)
 
 FORMS = [(True, 1), (True, 2), (False, 2), (False, 4)]
@@ -96,6 +96,21 @@ def test_local_masks_equal_global_rows(world, chunk):
             np.testing.assert_array_equal(local, expect, err_msg=f"{name} rank {r}")
             assert m.local_work + sum(m.remote_work) == plan.rank_work()[r], name
         np.testing.assert_array_equal(covered, 1, err_msg=f"{name}: rows not owned exactly once")
+
+
+def test_gathered_indices_single_call_equivalence():
+    s = 45
+    for name, idx, causal in mask_zoo(s):
+        plan = plan_context_parallel(idx, causal, 3, seqlen=s, chunk_size=4)
+        dense = sem.to_dense(explicit_indices(idx, causal, s)[0], causal, s)
+        for r in range(3):
+            local, keys = gathered_indices(idx, causal, plan, r)
+            rows = plan.local_rows(r)
+            got = sem.to_dense(local, False, rows.size)
+            real = keys >= 0
+            assert not got[..., ~real].any()
+            assert sorted(keys[real]) == list(range(s))
+            np.testing.assert_array_equal(got[..., real], dense[:, :, rows][..., keys[real]], err_msg=name)
 
 
 @pytest.mark.parametrize("causal,c", FORMS)

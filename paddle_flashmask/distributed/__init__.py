@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from .planner import (PAD, ContextParallelPlan, RankMasks, assign_lpt, balance_report, chunk_work,
-                      explicit_indices, improve_assignment, local_form, local_masks, plan_context_parallel,
+                      explicit_indices, gathered_indices, improve_assignment, local_form, local_masks, plan_context_parallel,
                       rewrite_indices)
 
 _LAZY = {"torch_cp": ".torch_cp", "paddle_cp": ".paddle_cp"}
@@ -24,6 +24,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["PAD", "ContextParallelPlan", "RankMasks", "assign_lpt", "balance_report", "chunk_work",
-           "explicit_indices",
+           "explicit_indices", "gathered_indices",
            "improve_assignment", "local_form", "local_masks", "plan_context_parallel",
            "rewrite_indices"]

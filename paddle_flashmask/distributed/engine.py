@@ -120,7 +120,12 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
 
 
 class _Merge:
-    """Running (O, LSE) over phases: O = sum_s exp(lse_s - LSE) o_s, LSE = logsumexp_s lse_s."""
+    """Running (O, LSE) over phases: O = sum_s exp(lse_s - LSE) o_s, LSE = logsumexp_s lse_s.
+
+    The weights are computed on the small ``[B, H, R]`` LSE tensors in fp32; the output is updated
+    with one ``lerp`` per phase (``O + w (o - O)`` with ``w`` the new phase's share), so merging
+    costs one pass over the output in its own dtype (fp32 math inside, one rounding).
+    """
 
     def __init__(self, adapter, q, head_dim_v: int) -> None:
         self.a = adapter
@@ -129,33 +134,37 @@ class _Merge:
         self.out = self.lse = None  # nothing merged yet
 
     def result(self):
-        """(out fp32 or q's dtype, lse fp32); zeros / -inf when no phase ran."""
+        """(out, lse fp32); zeros / -inf when no phase ran."""
         if self.out is None:
             b, r, h, _ = self.shape
-            self.out = self.a.zeros(self.shape, self.like)
+            self.out = self.a.cast(self.a.zeros(self.shape, self.like), self.like)
             self.lse = self.a.zeros((b, h, r), self.like) - math.inf
         return self.out, self.lse
 
-    def add(self, out, lse) -> None:
+    def _logaddexp(self, x, y):
         a = self.a
-        if self.out is None:  # first phase: taken as is, no arithmetic
+        m = a.maximum(x, y)
+        m = a.where(m == -math.inf, a.zeros_like(m), m)  # two empty rows: shift by 0, not -inf
+        return m + a.log(a.exp(x - m) + a.exp(y - m))
+
+    def add(self, out, lse) -> None:
+        if self.out is None:  # first phase: taken as is
             self.out, self.lse = out, lse
             return
-        m = a.maximum(self.lse, lse)
-        m = a.where(m == -math.inf, a.zeros_like(m), m)  # two empty rows: shift by 0, not -inf
-        w_old, w_new = a.exp(self.lse - m), a.exp(lse - m)
-        total = w_old + w_new
-        self.lse = m + a.log(total)
-        safe = a.where(total == 0, a.zeros_like(total) + 1.0, total)
-        self.out = a.f32(self.out) * a.lse_to_rows(w_old / safe) + a.f32(out) * a.lse_to_rows(w_new / safe)
+        a = self.a
+        new_lse = self._logaddexp(self.lse, lse)
+        shift = a.where(new_lse == -math.inf, a.zeros_like(new_lse), new_lse)
+        share = a.exp(lse - shift)  # the new phase's share of every row; 0 for an empty row
+        self.out = a.lerp(self.out, out, a.cast(a.lse_to_rows(share), out))
+        self.lse = new_lse
 
     def add_sink(self, sink) -> None:
         a = self.a
         self.result()
         s = a.sink_like_lse(sink, self.lse)  # [1, H, 1] fp32
-        m = a.maximum(self.lse, s)
-        new_lse = m + a.log(a.exp(self.lse - m) + a.exp(s - m))
-        self.out = a.f32(self.out) * a.lse_to_rows(a.exp(self.lse - new_lse))
+        new_lse = self._logaddexp(self.lse, s + a.zeros_like(self.lse))
+        keep = a.exp(self.lse - new_lse)  # the sink takes the rest of the denominator
+        self.out = self.out * a.cast(a.lse_to_rows(keep), self.out)
         self.lse = new_lse
 
 
@@ -164,10 +173,10 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                 softmax_scale: float, backend: Optional[str], deterministic: Optional[bool]):
     """Returns ``(dq, dk, dv, dsink)``; dk/dv are summed over every rank's use of the local keys."""
     cs = plan.chunk_size
-    dq = None  # fp32 sum over phases
+    dq = None  # sum over phases
 
-    def accumulate(total, part):
-        return adapter.f32(part) if total is None else total + adapter.f32(part)
+    def accumulate(total, part):  # in the tensors' dtype: one rounding per phase, one pass
+        return part if total is None else total + part
 
     pending = []
     # Remote groups first: each reduce-scatter overlaps the phases computed after it.
@@ -195,7 +204,7 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
     dk = adapter.unpack_shard(adapter.concat_rows([kw.wait() for kw, _ in pending]), maps.local_to_shard)
     dv = adapter.unpack_shard(adapter.concat_rows([vw.wait() for _, vw in pending]), maps.local_to_shard)
     if dk_local is not None:
-        dk, dv = adapter.f32(dk) + adapter.f32(dk_local), adapter.f32(dv) + adapter.f32(dv_local)
+        dk, dv = dk + dk_local, dv + dv_local
     if dq is None:  # no phase had a visible pair: every local row is fully masked
         dq = adapter.zeros(tuple(int(s) for s in q.shape), q)
     dsink = None

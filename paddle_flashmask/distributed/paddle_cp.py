@@ -119,6 +119,9 @@ class PaddleAdapter:
     def cast(self, x, like):
         return x.astype(like.dtype)
 
+    def lerp(self, a, b, w):
+        return self.paddle.lerp(a, b, w)
+
     def exp(self, x):
         return self.paddle.exp(x)
 

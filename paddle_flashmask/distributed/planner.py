@@ -412,6 +412,19 @@ def local_masks(startend_row_indices: Any, causal: bool, plan: ContextParallelPl
                      local_form(causal, idx.shape[3]))
 
 
+def gathered_indices(startend_row_indices: Any, causal: bool, plan: ContextParallelPlan,
+                     rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(indices, key_positions)`` for one attention of the local rows against *all* gathered keys.
+
+    Columns follow the gathered order of every comm group, one after the other (own keys included,
+    padding masked) -- for a caller that gathers K/V in one go and runs a single attention call
+    instead of the overlapped phases of :func:`local_masks`.
+    """
+    idx, causal = explicit_indices(startend_row_indices, causal, plan.seqlen)
+    keys = np.concatenate([plan.group_positions(g) for g in range(len(plan.comm_groups))])
+    return rewrite_indices(idx, causal, plan.local_rows(rank), keys, plan.seqlen), keys
+
+
 def _pairs(local_indices: np.ndarray, n_local: int) -> int:
     if n_local == 0:
         return 0

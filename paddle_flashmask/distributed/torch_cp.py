@@ -123,6 +123,9 @@ class TorchAdapter:
     def cast(self, x, like):
         return x.to(like.dtype)
 
+    def lerp(self, a, b, w):
+        return self.torch.lerp(a, b, w)
+
     def exp(self, x):
         return self.torch.exp(x)
 
