@@ -310,11 +310,16 @@ class FlashMaskBwdSm90:
                sdS_layout: cute.ComposedLayout, scale_log2: Float32, softmax_scale: Float32):
         cfg = self.cfg
         tidx, _, _ = cute.arch.thread_idx()
-        n_blk, h, b = cute.arch.block_idx()
+        bx, h, b = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
 
         seqlen_q = mQ.shape[0]
         seqlen_k = mK.shape[0]
+        n_blk = bx
+        if const_expr(cfg.deterministic):
+            # a key tile waits for higher key tiles of its (b, h): launch those first, so a
+            # waited-on CTA is always resident or done (blocks are dispatched in linear order)
+            n_blk = cute.ceil_div(seqlen_k, self.tile_n) - 1 - bx
         num_h = mQ.shape[2]
         hk = h // (num_h // mK.shape[2])
         hm = h
@@ -601,10 +606,11 @@ class FlashMaskBwdSm90:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # previous tile read out
                 cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY,
                                          number_of_threads=_DQ_SYNC_THREADS)
-                cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 if const_expr(self.cfg.deterministic):
+                    # wait for our turn while the consumers are still computing this tile
                     self._sem_wait(mSem, b, h, m_blk, wait_for, lane)
                     cute.arch.sync_warp()
+                cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
                 for r in cutlass.range_constexpr(self.tile_m // 32):
                     row = lane + 32 * r
