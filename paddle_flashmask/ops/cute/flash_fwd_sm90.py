@@ -64,6 +64,7 @@ class FwdConfig:
     num_stages: int = 2
     q_stages: int = 1  # 2: the next work tile's Q loads during this tile's main loop
     pingpong: bool = True  # the two consumer warpgroups take turns issuing their GEMMs
+    tma_store_o: bool = True  # O leaves through shared memory + TMA (else direct stores)
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -92,7 +93,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 3, 2), 128: (112, 2, 2),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
-                     128, tile_n, stages, q_stages)
+                     128, tile_n, stages, q_stages, tma_store_o=head_dim != 256)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -112,6 +113,7 @@ def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
 class FlashFwdSm90:
     threads_per_wg = 128
     sched_barrier_base = 1  # named barriers 1, 2 (0 is __syncthreads)
+    epi_barrier_base = 3  # named barriers 3, 4: per-warpgroup epilogue
     producer_regs = 32
     consumer_regs = 240
 
@@ -125,6 +127,7 @@ class FlashFwdSm90:
         self.stages = config.num_stages
         self.q_stages = config.q_stages
         self.pingpong = config.pingpong
+        self.tma_store_o = config.tma_store_o
         self.causal = config.causal
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
@@ -214,6 +217,17 @@ class FlashFwdSm90:
         self.q_bytes = cute.size_in_bytes(self.dtype, sQ_one)
         self.k_bytes = cute.size_in_bytes(self.dtype, sK_one)
         self.v_bytes = cute.size_in_bytes(self.dtype, sVt_one)
+        # O epilogue: each consumer warpgroup owns a 64-row slab, stored by TMA (rows >= Sq are
+        # clipped by the TMA unit).
+        sO_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (64, tn, dv), self.dtype,
+                                                  self.num_consumer_wg)
+        tma_o, tma_mO = None, None
+        o_elems = 0
+        if cutlass.const_expr(self.tma_store_o):
+            tma_o, tma_mO = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileS2GOp(), mO, cute.slice_(sO_layout, (None, None, 0)),
+                (64, dv))
+            o_elems = cute.cosize(sO_layout)
 
         stages, ncols, q_stages = self.stages, self.ncols, self.q_stages
 
@@ -227,13 +241,14 @@ class FlashFwdSm90:
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sVt_layout)], 1024]
+            sO: cute.struct.Align[cute.struct.MemRange[self.dtype, o_elems], 1024]
 
         self.shared_storage = SharedStorage
         num_m_blocks = (seqlen_q + tm - 1) // tm
         self.kernel(
             tiled_mma_qk, tiled_mma_pv, tma_q, tma_mQ, tma_k, tma_mK, tma_v, tma_mVt,
-            mO, mLSE, mIdx, mColMin, mColMax, mSink,
-            sQ_layout, sK_layout, sVt_layout,
+            mO, tma_o, tma_mO, mLSE, mIdx, mColMin, mColMax, mSink,
+            sQ_layout, sK_layout, sVt_layout, sO_layout,
             seqlen_q, seqlen_k, num_heads, num_kv_heads, num_mask_heads,
             softmax_scale, num_m_blocks, batch,
         ).launch(
@@ -259,6 +274,8 @@ class FlashFwdSm90:
         tma_v: cute.CopyAtom,
         mVt: cute.Tensor,
         mO: cute.Tensor,
+        tma_o: Optional[cute.CopyAtom],
+        tma_mO: Optional[cute.Tensor],
         mLSE: cute.Tensor,
         mIdx: Optional[cute.Tensor],
         mColMin: Optional[cute.Tensor],
@@ -267,6 +284,7 @@ class FlashFwdSm90:
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
         sVt_layout: cute.ComposedLayout,
+        sO_layout: cute.ComposedLayout,
         seqlen_q: Int32,
         seqlen_k: Int32,
         num_heads: Int32,
@@ -301,6 +319,9 @@ class FlashFwdSm90:
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)
+        sO = None
+        if cutlass.const_expr(self.tma_store_o):
+            sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
         s_meta = storage.meta.get_tensor(cute.make_layout((2, self.stages)))
         s_bounds = storage.bounds.get_tensor(cute.make_layout(
             (self.tile_n, self.ncols, self.stages),
@@ -323,7 +344,8 @@ class FlashFwdSm90:
                               num_m_blocks, batch)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
-            self.consumer(tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, s_meta, s_bounds, mO, mLSE,
+            self.consumer(tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, sO, s_meta, s_bounds, mO,
+                          tma_o, tma_mO, mLSE,
                           mSink, pipe_q, pipe_k, pipe_v, tidx - self.threads_per_wg, seqlen_q,
                           seqlen_k, diag_offset, softmax_scale, num_heads, num_m_blocks, batch)
 
@@ -442,7 +464,8 @@ class FlashFwdSm90:
             s_bounds[col, k, stage] = value
 
     @cute.jit
-    def consumer(self, tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, s_meta, s_bounds, mO, mLSE,
+    def consumer(self, tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, sO, s_meta, s_bounds, mO,
+                 tma_o, tma_mO, mLSE,
                  mSink, pipe_q, pipe_k, pipe_v, ctidx: Int32, seqlen_q, seqlen_k, diag_offset,
                  softmax_scale: Float32, num_heads: Int32, num_m_blocks: Int32, num_batch: Int32):
         tm, tn = self.tile_m, self.tile_n
@@ -474,6 +497,18 @@ class FlashFwdSm90:
 
         total = sched.total_work(num_m_blocks, num_heads, num_batch)
         cwg = ctidx // self.threads_per_wg
+        # Same per-thread C fragment as thr_pv, but over this warpgroup's own 64-row slab.
+        thr_pv_wg = None
+        if cutlass.const_expr(self.tma_store_o):
+            tiled_mma_pv_wg = sm90_utils.make_trivial_tiled_mma(
+                self.dtype, self.dtype, warpgroup.OperandMajorMode.K,
+                warpgroup.OperandMajorMode.MN, Float32, atom_layout_mnk=(1, 1, 1),
+                tiler_mn=(64, self.dv), a_source=warpgroup.OperandSource.RMEM)
+            # stmatrix: one 16-byte smem address per 8x8 block pair instead of one per element.
+            store_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4),
+                                             self.dtype)
+            thr_pv_wg = cute.make_tiled_copy_C(store_atom, tiled_mma_pv_wg).get_slice(
+                ctidx % self.threads_per_wg)
         if cutlass.const_expr(self.pingpong):
             if cwg == 0:  # the first consumer warpgroup takes the first turn
                 cute.arch.barrier_arrive(barrier_id=self.sched_barrier_base,
@@ -499,7 +534,7 @@ class FlashFwdSm90:
                 pipe_k.consumer_release(k_state)
                 k_state.advance()
                 fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
-                tOrP_as_acc.store(acc_S.load().to(self.dtype))
+                fm_softmax.convert_pairs(acc_S, tOrP_as_acc)
                 pipe_k.consumer_wait(k_state)
                 n_block = s_meta[0, k_state.index]
                 is_partial = s_meta[1, k_state.index]
@@ -526,7 +561,7 @@ class FlashFwdSm90:
                     pipe_v.consumer_release(v_state)
                     v_state.advance()
                     fm_softmax.rescale_o(acc_O, row_scale)
-                    tOrP_as_acc.store(acc_S.load().to(self.dtype))
+                    fm_softmax.convert_pairs(acc_S, tOrP_as_acc)
                     pipe_k.consumer_wait(k_state)
                     n_block = s_meta[0, k_state.index]
                     is_partial = s_meta[1, k_state.index]
@@ -544,9 +579,17 @@ class FlashFwdSm90:
             if cutlass.const_expr(self.has_sink):
                 sink = Float32(mSink[head])
             fm_softmax.finalize(acc_O, row_max, row_sum, lse, softmax_scale, sink)
-            self.store_output(acc_O, tOcO, tOcO_mn, lse, mO, mLSE, row_base, head, batch,
-                              seqlen_q)
+            if cutlass.const_expr(self.tma_store_o):
+                self.store_output_tma(acc_O, thr_pv_wg, sO, tma_o, tma_mO, cwg, m_block, head,
+                                      batch)
+                self.store_lse(tOcO_mn, lse, mLSE, row_base, head, batch, seqlen_q)
+            else:
+                self.store_output(acc_O, tOcO, tOcO_mn, lse, mO, mLSE, row_base, head, batch,
+                                  seqlen_q)
             t = sched.next_work(t)
+        if cutlass.const_expr(self.tma_store_o):
+            if ctidx % self.threads_per_wg == 0:
+                cute.arch.cp_async_bulk_wait_group(0)  # stores must land before the CTA exits
 
     @cute.jit
     def turn_wait(self, cwg: Int32):
@@ -590,6 +633,37 @@ class FlashFwdSm90:
             fm_mask.apply_element_mask(
                 acc_mn_view(acc_S), tScS_mn, bounds, row_base, n_block * self.tile_n, seqlen_q,
                 seqlen_k, diag_offset, self.causal, self.ncols)
+
+    @cute.jit
+    def store_output_tma(self, acc_O, thr_pv_wg, sO, tma_o, tma_mO, cwg, m_block, head, batch):
+        """Registers -> this warpgroup's smem slab -> TMA store of 64 rows x Dv."""
+        wg_barrier = self.epi_barrier_base + cwg
+        leader = (cute.arch.thread_idx()[0] % self.threads_per_wg) == 0
+        sO_wg = sO[None, None, cwg]
+        if leader:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)  # previous store done reading
+        cute.arch.barrier(barrier_id=wg_barrier, number_of_threads=self.threads_per_wg)
+        rO = cute.make_rmem_tensor(acc_O.layout, self.dtype)
+        rO.store(acc_O.load().to(self.dtype))
+        cute.copy(thr_pv_wg, thr_pv_wg.retile(rO), thr_pv_wg.partition_D(sO_wg))
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=wg_barrier, number_of_threads=self.threads_per_wg)
+        if leader:
+            gO = cute.local_tile(tma_mO[None, None, head, batch], (64, self.dv),
+                                 (m_block * self.num_consumer_wg + cwg, 0))
+            tOsO_tma, tOgO_tma = cpasync.tma_partition(
+                tma_o, 0, cute.make_layout(1), cute.group_modes(sO_wg, 0, 2),
+                cute.group_modes(gO, 0, 2))
+            cute.copy(tma_o, tOsO_tma, tOgO_tma)
+            cute.arch.cp_async_bulk_commit_group()
+
+    @cute.jit
+    def store_lse(self, tOcO_mn, lse, mLSE, row_base, head, batch, seqlen_q):
+        if tOcO_mn[0, 0][1] == 0:
+            for r in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[0])):
+                row = row_base + tOcO_mn[r, 0][0]
+                if row < seqlen_q:
+                    mLSE[row, head, batch] = lse[r]
 
     @cute.jit
     def store_output(self, acc_O, tOcO, tOcO_mn, lse, mO, mLSE, row_base, head, batch,

@@ -12,7 +12,9 @@ from typing import Optional
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32
+from cutlass import Float32, Int32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 
 def acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
@@ -28,6 +30,29 @@ def acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
     )
     return cute.make_tensor(acc.iterator,
                             cute.composition(acc.layout, cute.make_layout(shape, stride=stride)))
+
+
+@dsl_user_op
+def _pack2(lo: Float32, hi: Float32, to_bf16: bool, *, loc=None, ip=None) -> Int32:
+    """Two fp32 -> one 32-bit register of two bf16/fp16 (lo in the low half), one cvt."""
+    kind = "bf16x2" if to_bf16 else "f16x2"
+    return Int32(llvm.inline_asm(
+        T.i32(), [Float32(lo).ir_value(loc=loc, ip=ip), Float32(hi).ir_value(loc=loc, ip=ip)],
+        f"cvt.rn.{kind}.f32 $0, $2, $1;", "=r,f,f",
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))
+
+
+@cute.jit
+def convert_pairs(src: cute.Tensor, dst: cute.Tensor):
+    """fp32 accumulator -> 16-bit fragment, two values per instruction.
+
+    Element-wise conversion followed by packing puts ``mov`` instructions next to the RS wgmma
+    that reads the packed registers, and ptxas then injects extra warpgroup fences.
+    """
+    dst32 = cute.recast_tensor(dst, Int32)
+    to_bf16 = dst.element_type is cutlass.BFloat16
+    for i in cutlass.range_constexpr(cute.size(dst32)):
+        dst32[i] = _pack2(src[2 * i], src[2 * i + 1], to_bf16)
 
 
 @cute.jit
