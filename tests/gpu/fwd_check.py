@@ -279,6 +279,7 @@ BENCH_ROWS = [
     # mask, B, S, H, Hk, D, Dv, variant overrides
     ("causal", 2, 8192, 16, 16, 128, 128, {}),
     ("causal", 2, 8192, 16, 16, 128, 128, {"pingpong": False}),
+    ("causal", 2, 8192, 16, 16, 128, 128, {"tma_store_o": False}),
     ("full", 2, 8192, 16, 16, 128, 128, {}),
     ("causal_doc", 2, 8192, 16, 16, 128, 128, {}),
     ("window", 2, 8192, 16, 16, 128, 128, {}),
