@@ -227,7 +227,7 @@ MEMORY_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("framework", ["paddle"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_16k_forward_backward_memory_is_bounded(framework):
     """S = 16K fwd+bwd: a dense [S, S] fp32 matrix alone is 1 GiB; we must stay far below a few GB."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
