@@ -48,7 +48,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.experimental import primitives as prims
-from cutlass.utils import LayoutEnum
+from cutlass.tensor_utils import LayoutEnum
 import cuda.bindings.driver as cuda
 
 from paddle_flashmask import semantics
