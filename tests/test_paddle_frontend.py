@@ -334,3 +334,12 @@ def test_gradients_only_for_inputs_that_want_them():
     with paddle.no_grad():
         out = flashmask_attention(*full[:3], causal=True)
     assert out.stop_gradient
+
+
+@pytest.mark.parametrize("sq,sk", [(15, 21), (21, 15)])
+@pytest.mark.parametrize("window,causal", [((3, 2), True), ((3, 2), False)])
+def test_window_size_unequal_lengths(sq, sk, window, causal):
+    rng = np.random.default_rng(sq + sk)
+    q, k, v = inputs(rng, 1, sq, sk, 2, 1, 8)
+    allowed = np.broadcast_to(window_allowed(sq, sk, *window, causal), (1, 2, sq, sk))
+    check_against_oracle(q, k, v, allowed, 8 ** -0.5, window_size=window, causal=causal)
