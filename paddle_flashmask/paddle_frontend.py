@@ -122,8 +122,8 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
         ``out`` ``[B, Sq, H, Dv]`` when ``return_softmax_lse`` is False, else the list ``[out, lse]``.
     """
     _paddle()
-    for arg, x in (("query", query), ("key", key), ("value", value)):
-        if not _is_paddle_tensor(x):
+    for arg, x in (("query", query), ("key", key), ("value", value), ("learnable_sink", learnable_sink)):
+        if not _is_paddle_tensor(x) and not (arg == "learnable_sink" and x is None):
             raise ValueError(f"{arg}: expected a paddle.Tensor, found {type(x).__name__}")
     arguments.check_unsupported(dropout=dropout, training=training, return_seed_offset=return_seed_offset,
                                 fixed_seed_offset=fixed_seed_offset, block_mask=block_mask)
@@ -133,7 +133,7 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     backends.check_deterministic_request(deterministic)
     idx = arguments.prepare_indices(startend_row_indices, causal=bool(causal), window_size=window_size,
                                     dims=dims, validate_indices=validate_indices,
-                                    to_tensor=_to_tensor_like(query))
+                                    to_tensor=_to_tensor_like(query), is_tensor=_is_paddle_tensor)
     if idx is not None and str(idx.place) != str(query.place):  # e.g. CPU indices for GPU tensors
         idx = idx.to(query.place)
     out, lse = _pylayer().apply(query, key, value, idx, learnable_sink, bool(causal), scale, backend,

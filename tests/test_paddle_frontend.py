@@ -298,6 +298,10 @@ ERROR_CASES = [
     ("scale", lambda t: dict(softmax_scale=float("nan")), ValueError, "softmax_scale: expected a finite"),
     ("not a tensor", lambda t: dict(query=np.zeros((1, 8, 2, 8), np.float32)), ValueError,
      "query: expected a paddle.Tensor"),
+    ("sink not a tensor", lambda t: dict(learnable_sink=np.zeros(2, np.float32)), ValueError,
+     "learnable_sink: expected a paddle.Tensor"),
+    ("indices foreign", lambda t: dict(startend_row_indices=object()), ValueError,
+     "startend_row_indices: expected a tensor of the query's framework or a numpy array"),
 ]
 
 

@@ -141,7 +141,7 @@ def window_indices(seqlen_q: int, seqlen_k: int, left: int, right: int, causal: 
 
 
 def prepare_indices(startend_row_indices: Any, *, causal: bool, window_size: Any, dims: Dims,
-                    validate_indices: bool, to_tensor, check_values: bool = True) -> Any:
+                    validate_indices: bool, to_tensor, is_tensor, check_values: bool = True) -> Any:
     """The indices the kernels get: window shorthand built, numpy converted, contract validated.
 
     ``to_tensor(np_array)`` makes a framework tensor on the query's device. Shape/dtype/form
@@ -168,6 +168,10 @@ def prepare_indices(startend_row_indices: Any, *, causal: bool, window_size: Any
             raise ValueError(f"startend_row_indices: values must fit int32, found min {arr.min()}, "
                              f"max {arr.max()}")
         startend_row_indices = to_tensor(np.ascontiguousarray(arr.astype(np.int32)))
+    elif not is_tensor(startend_row_indices):
+        raise ValueError("startend_row_indices: expected a tensor of the query's framework or a numpy "
+                         f"array, found {type(startend_row_indices).__module__}."
+                         f"{type(startend_row_indices).__name__}")
     semantics.validate(startend_row_indices, causal, dims.seqlen_q, dims.seqlen_k,
                        num_heads=dims.num_heads, num_kv_heads=dims.num_kv_heads,
                        batch_size=dims.batch, check_values=validate_indices and check_values)

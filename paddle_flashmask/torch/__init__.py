@@ -45,8 +45,8 @@ def flashmask_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     check (a device->host copy) is skipped; shape checks still run at trace time. Pass the indices
     as a tensor there (a numpy array breaks the graph); ``window_size`` works.
     """
-    for arg, x in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(x, torch.Tensor):
+    for arg, x in (("query", query), ("key", key), ("value", value), ("learnable_sink", learnable_sink)):
+        if not isinstance(x, torch.Tensor) and not (arg == "learnable_sink" and x is None):
             raise ValueError(f"{arg}: expected a torch.Tensor, found {type(x).__name__}")
     arguments.check_unsupported(dropout=dropout, training=training, return_seed_offset=return_seed_offset,
                                 fixed_seed_offset=fixed_seed_offset, block_mask=block_mask)
@@ -62,7 +62,8 @@ def flashmask_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     idx = arguments.prepare_indices(
         startend_row_indices, causal=bool(causal), window_size=window_size, dims=dims,
         validate_indices=validate_indices, check_values=not _is_compiling(),
-        to_tensor=lambda a: torch.as_tensor(a, device=query.device))
+        to_tensor=lambda a: torch.as_tensor(a, device=query.device),
+        is_tensor=lambda x: isinstance(x, torch.Tensor))
     if idx is not None and idx.device != query.device:  # e.g. CPU indices for CUDA tensors
         idx = idx.to(query.device)
     det = ops._DET_UNSET if deterministic is None else int(bool(deterministic))
