@@ -82,8 +82,17 @@ def log(stage: str, msg: str) -> None:
 # Runtime, tokenizer, model
 # --------------------------------------------------------------------------------------------------
 
+def quiet_framework_logs() -> None:
+    """Drop import-time chatter that says nothing about the run (ccache, distutils, torch-less transformers)."""
+    import warnings
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for text in ("No ccache found", "Setuptools is replacing distutils"):
+        warnings.filterwarnings("ignore", message=text)
+
+
 def setup_runtime(cfg: dict) -> tuple[str, str]:
     """Pick the device and dtype (``auto``: GPU + bfloat16 when Paddle has CUDA, else CPU + float32)."""
+    quiet_framework_logs()
     import paddle
     device = str(cfg.get("device", "auto"))
     if device == "auto":
@@ -118,6 +127,8 @@ def build_model(cfg: dict, tokenizer, dtype: str):
     """PaddleFormers ``LlamaForCausalLM``: tiny random init, or ``from_pretrained(model_name_or_path)``."""
     import paddle
     from paddleformers.transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+    from paddleformers.utils.log import logger as pf_logger
+    pf_logger.set_level(str(cfg.get("paddleformers_log_level", "WARNING")))
     path = cfg.get("model_name_or_path")
     if path:
         model_config = AutoConfig.from_pretrained(path)

@@ -75,7 +75,8 @@ def _as_4d(idx):
     if idx.dim() != 4:
         raise ValueError("attn_mask_startend_row_indices: expected [B, S], [B, Hm, S] or "
                          f"[B, Hm, S, C], found shape {tuple(idx.shape)}")
-    return idx.to(dtype=__import__("torch").int32)
+    import torch
+    return idx.to(dtype=torch.int32)
 
 
 def resolve_flashmask(module, query, key, attention_mask, kwargs: dict) -> tuple[Any, bool]:
@@ -156,7 +157,8 @@ def paddle_flashmask_mask(batch_size: int, cache_position, kv_length: int, kv_of
                          allow_torch_fix=False, use_vmap=True)
     if attention_mask is None or bool(attention_mask.all()):
         return None
-    return attention_mask[:, kv_offset:kv_offset + kv_length].to(__import__("torch").bool)
+    import torch
+    return attention_mask[:, kv_offset:kv_offset + kv_length].to(torch.bool)
 
 
 def register_transformers(name: str = NAME) -> None:
