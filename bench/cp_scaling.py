@@ -171,12 +171,13 @@ def main(argv=None) -> dict:
     for groups in groups_list:  # same assignment, different all-gather granularity
         plan_g, masks_g = torch_cp.prepare(mask.startend_row_indices, mask.causal,
                                            chunk_size=args.chunk_size, comm_groups=groups)
+        dev_masks = torch_cp.device_masks(plan_g, masks_g, device)  # once per step, as a model would
 
         def cp_fwd():
-            return torch_cp.context_parallel_attention(*local, plan_g, masks_g, backend=args.backend)
+            return torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend)
 
         def cp_fwd_bwd():
-            out = torch_cp.context_parallel_attention(*local, plan_g, masks_g, backend=args.backend)
+            out = torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend)
             return torch.autograd.grad(out, local, dout_local)
 
         if use_cuda:

@@ -257,7 +257,7 @@ def torch_cases(s):
     for i, (name, idx, causal) in enumerate(mask_zoo(s)):
         heads, kv_heads = (4, 2) if i % 2 else (2, 2)
         if name == "random_eviction":
-            heads, kv_heads = 2, 2  # Hm = 2 = H
+            heads, kv_heads = 4, 2  # Hm = 2 = Hk < H: mask heads follow the GQA groups
         batch = 2 if name.startswith("random_bidir") else 1
         if batch == 2 and idx is not None:
             idx = np.concatenate([idx, random_indices(np.random.default_rng(i), 1, idx.shape[1], s,
@@ -319,6 +319,8 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
             plan, masks = torch_cp.prepare(idx, causal, seqlen=s, chunk_size=chunk, comm_groups=comm_groups)
             local = [torch_cp.shard_sequence(x, plan, rank).requires_grad_() for x in (q, k, v)]
             sink_cp = sink.clone().requires_grad_() if sink is not None else None
+            if case["batch"] == 1:  # uploaded once per step (the per-layer path); else uploaded per call
+                masks = torch_cp.device_masks(plan, masks, q.device)
             out, lse = torch_cp.context_parallel_attention(*local, plan, masks, learnable_sink=sink_cp,
                                                            return_softmax_lse=True, backend="reference")
             (out * torch_cp.shard_sequence(w, plan, rank)).sum().backward()
@@ -431,7 +433,12 @@ def _paddle_worker(s, chunk, path):
         plan, masks = paddle_cp.prepare(idx, causal, seqlen=s, chunk_size=chunk)
         rows = masks.rows
         local = [paddle.to_tensor(a[:, rows], stop_gradient=False) for a in arrays[:3]]
+        with pytest.raises(ValueError, match="masks"):  # masks of another rank
+            paddle_cp.device_masks(plan, paddle_cp.prepare(idx, causal, seqlen=s, chunk_size=chunk,
+                                                           rank=1 - rank)[1])
         sink_cp = None if sink_np is None else paddle.to_tensor(sink_np, stop_gradient=False)
+        if case["batch"] == 1:
+            masks = paddle_cp.device_masks(plan, masks)
         out, lse = paddle_cp.context_parallel_attention(*local, plan, masks, learnable_sink=sink_cp,
                                                         return_softmax_lse=True, backend="reference")
         (out * paddle.to_tensor(arrays[3][:, rows])).sum().backward()

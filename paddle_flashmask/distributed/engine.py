@@ -57,6 +57,29 @@ def shard_maps(plan: ContextParallelPlan, rank: int) -> ShardMaps:
     return ShardMaps(np.where(real, src, n_local), local_to_shard)
 
 
+class DeviceMasks(NamedTuple):
+    """A rank's rewritten indices and row maps on the device.
+
+    Uploading them costs host<->device copies that stall the host; build this once per step with
+    ``torch_cp.device_masks`` / ``paddle_cp.device_masks`` and pass it to every layer.
+    """
+    masks: RankMasks
+    phase_idx: PhaseIndices
+    maps: ShardMaps  # device int64 index tensors (or None)
+
+
+def device_masks(plan: ContextParallelPlan, masks: RankMasks, rank: int, to_indices, to_rows) -> DeviceMasks:
+    """Upload ``masks`` with ``to_indices`` (int32 indices) and ``to_rows`` (int64 row maps)."""
+    if not np.array_equal(masks.rows, plan.local_rows(rank)):
+        raise ValueError(f"masks: expected the masks of rank {rank} of this plan "
+                         f"({plan.local_rows(rank).size} rows), found masks of other rows "
+                         f"({masks.rows.size} rows)")
+    phase = PhaseIndices(to_indices(masks.local) if masks.local_work > 0 else None,
+                         tuple(to_indices(m) if w > 0 else None for m, w in zip(masks.remote, masks.remote_work)))
+    maps = ShardMaps(*(None if a is None else to_rows(a) for a in shard_maps(plan, rank)))
+    return DeviceMasks(masks, phase, maps)
+
+
 class CPState:
     """What the backward needs from the forward (kept off the autograd graph)."""
 

@@ -76,9 +76,6 @@ class PaddleAdapter:
         return _Pending(task, lambda: x[lo:lo + part])
 
     # tensor ops ------------------------------------------------------------------------------------
-    def _index(self, array: np.ndarray, like):
-        return self.paddle.to_tensor(array, dtype="int64", place=like.place)
-
     def rows(self, x, lo: int, hi: int):
         return x[lo:hi]
 
@@ -88,7 +85,7 @@ class PaddleAdapter:
         if shard_src is None:
             return x.contiguous()
         x = p.concat([x, p.zeros([1] + list(x.shape[1:]), dtype=x.dtype)], axis=0)  # row R = padding
-        return p.index_select(x, self._index(shard_src, x), axis=0)
+        return p.index_select(x, shard_src, axis=0)
 
     def batch_first(self, x):
         return self.paddle.transpose(x, [1, 0, 2, 3]).contiguous()
@@ -104,7 +101,7 @@ class PaddleAdapter:
 
     def unpack_shard(self, shard, local_to_shard):
         if local_to_shard is not None:
-            shard = self.paddle.index_select(shard, self._index(local_to_shard, shard), axis=0)
+            shard = self.paddle.index_select(shard, local_to_shard, axis=0)
         return self.paddle.transpose(shard, [1, 0, 2, 3])
 
     def zeros(self, shape, like):
@@ -195,26 +192,28 @@ def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[
     return plan, local_masks(startend_row_indices, causal, plan, rank)
 
 
-def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks: RankMasks, *,
+def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks, *,
                                group=None, softmax_scale: Optional[float] = None, learnable_sink=None,
                                return_softmax_lse: bool = False, backend: Optional[str] = None,
                                deterministic: Optional[bool] = None):
     """Paddle twin of :func:`paddle_flashmask.distributed.torch_cp.context_parallel_attention`."""
     scale = engine.check_local_inputs(query, key, value, learnable_sink, softmax_scale)
     adapter = PaddleAdapter(group)
-    paddle = adapter.paddle
-
-    def to_dev(x):
-        return paddle.to_tensor(x, dtype="int32", place=query.place)
-
-    phase_idx = engine.PhaseIndices(
-        to_dev(masks.local) if masks.local_work > 0 else None,
-        tuple(to_dev(m) if w > 0 else None for m, w in zip(masks.remote, masks.remote_work)))
-    call = {"adapter": adapter, "plan": plan, "masks": masks, "phase_idx": phase_idx,
-            "maps": engine.shard_maps(plan, adapter.rank), "scale": scale, "backend": backend,
-            "deterministic": deterministic}
+    if not isinstance(masks, engine.DeviceMasks):
+        masks = device_masks(plan, masks, query.place, group)
+    call = {"adapter": adapter, "plan": plan, "masks": masks.masks, "phase_idx": masks.phase_idx,
+            "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic}
     out, lse = _pylayer().apply(query, key, value, learnable_sink, call)
     return (out, lse) if return_softmax_lse else out
+
+
+def device_masks(plan: ContextParallelPlan, masks: RankMasks, place=None, group=None) -> engine.DeviceMasks:
+    """Upload a rank's masks once per step; pass the result as ``masks`` to every layer's call."""
+    paddle = _paddle()
+    rank = group.rank if group is not None else paddle.distributed.get_rank()
+    return engine.device_masks(plan, masks, rank,
+                               lambda a: paddle.to_tensor(a, dtype="int32", place=place),
+                               lambda a: paddle.to_tensor(a, dtype="int64", place=place))
 
 
 def shard_sequence(x, plan: ContextParallelPlan, rank: int, axis: int = 1):

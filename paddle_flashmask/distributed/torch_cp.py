@@ -91,7 +91,7 @@ class TorchAdapter:
         if shard_src is None:
             return x.contiguous()
         x = self.torch.cat([x, x.new_zeros((1,) + tuple(x.shape[1:]))], dim=0)  # row R = padding
-        return x.index_select(0, self.torch.as_tensor(shard_src, device=x.device))
+        return x.index_select(0, shard_src)
 
     def batch_first(self, x):  # [N, B, H, D] -> [B, N, H, D] (no copy when B == 1)
         return x.permute(1, 0, 2, 3).contiguous()
@@ -108,7 +108,7 @@ class TorchAdapter:
     def unpack_shard(self, shard, local_to_shard):
         """[shard_len, B, H, D] -> the local rows [B, R, H, D]."""
         if local_to_shard is not None:
-            shard = shard.index_select(0, self.torch.as_tensor(local_to_shard, device=shard.device))
+            shard = shard.index_select(0, local_to_shard)
         return shard.permute(1, 0, 2, 3)
 
     def zeros(self, shape, like):
@@ -202,14 +202,15 @@ def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[
     return plan, local_masks(startend_row_indices, causal, plan, rank)
 
 
-def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks: RankMasks, *,
+def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks, *,
                                group=None, softmax_scale: Optional[float] = None, learnable_sink=None,
                                return_softmax_lse: bool = False, backend: Optional[str] = None,
                                deterministic: Optional[bool] = None):
     """FlashMask attention of this rank's query rows against the keys of all ranks.
 
     ``query`` ``[B, R, H, D]``, ``key``/``value`` ``[B, R, Hk, D(v)]``: the local rows ``masks.rows``
-    (see :func:`shard_sequence`). Returns the local rows of the single-device output (and the LSE
+    (see :func:`shard_sequence`). ``masks``: this rank's :class:`RankMasks` from :func:`prepare`, or
+    better their :func:`device_masks` (uploaded once, reused by every layer). Returns the local rows of the single-device output (and the LSE
     ``[B, H, R]`` with ``return_softmax_lse``). ``backend`` / ``deterministic`` as in
     ``paddle_flashmask.torch.flashmask_attention``. ``learnable_sink``'s gradient is this rank's
     share: sum it over the context-parallel ranks like any replicated parameter (DDP over the
@@ -217,19 +218,21 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
     """
     scale = engine.check_local_inputs(query, key, value, learnable_sink, softmax_scale)
     adapter = TorchAdapter(group)
-    torch = adapter.torch
-
-    def to_dev(x):
-        return torch.as_tensor(x, dtype=torch.int32, device=query.device)
-
-    phase_idx = engine.PhaseIndices(
-        to_dev(masks.local) if masks.local_work > 0 else None,
-        tuple(to_dev(m) if w > 0 else None for m, w in zip(masks.remote, masks.remote_work)))
-    call = {"adapter": adapter, "plan": plan, "masks": masks, "phase_idx": phase_idx,
-            "maps": engine.shard_maps(plan, adapter.rank), "scale": scale, "backend": backend,
-            "deterministic": deterministic}
+    if not isinstance(masks, engine.DeviceMasks):
+        masks = device_masks(plan, masks, query.device, group)
+    call = {"adapter": adapter, "plan": plan, "masks": masks.masks, "phase_idx": masks.phase_idx,
+            "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic}
     out, lse = _function().apply(query, key, value, learnable_sink, call)
     return (out, lse) if return_softmax_lse else out
+
+
+def device_masks(plan: ContextParallelPlan, masks: RankMasks, device, group=None) -> engine.DeviceMasks:
+    """Upload a rank's masks once per step; pass the result as ``masks`` to every layer's call."""
+    torch = _torch()
+    return engine.device_masks(
+        plan, masks, torch.distributed.get_rank(group),
+        lambda a: torch.as_tensor(a, dtype=torch.int32, device=device),
+        lambda a: torch.as_tensor(a, dtype=torch.int64, device=device))
 
 
 def shard_sequence(x, plan: ContextParallelPlan, rank: int, dim: int = 1):
