@@ -347,3 +347,23 @@ def test_window_size_unequal_lengths(sq, sk, window, causal):
     q, k, v = inputs(rng, 1, sq, sk, 2, 1, 8)
     allowed = np.broadcast_to(window_allowed(sq, sk, *window, causal), (1, 2, sq, sk))
     check_against_oracle(q, k, v, allowed, 8 ** -0.5, window_size=window, causal=causal)
+
+
+def test_cudnn_deterministic_flag_read_only_for_gpu_tensors_on_cuda_builds(monkeypatch):
+    q = paddle.zeros([1, 4, 1, 8])
+    monkeypatch.delenv(backends.DETERMINISTIC_ENV, raising=False)
+    reads = []
+
+    def fake_get_flags(names):
+        reads.append(names)
+        return {"FLAGS_cudnn_deterministic": True}
+
+    monkeypatch.setattr(paddle, "get_flags", fake_get_flags)
+    monkeypatch.setattr(paddle, "is_compiled_with_cuda", lambda: True)
+    assert backends.resolve_deterministic(None, q) is False and reads == []  # CPU tensor: never read
+    glue = backends.glue_for(q)
+    monkeypatch.setattr(type(glue), "on_cuda", lambda self, x: True)
+    assert backends.resolve_deterministic(None, q) is True and reads == [["FLAGS_cudnn_deterministic"]]
+    assert backends.resolve_deterministic(False, q) is False  # the argument wins
+    monkeypatch.setattr(paddle, "is_compiled_with_cuda", lambda: False)
+    assert backends.resolve_deterministic(None, q) is False and len(reads) == 1
