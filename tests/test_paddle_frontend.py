@@ -139,7 +139,7 @@ def test_return_convention():
     rng = np.random.default_rng(1)
     q, k, v = (paddle.to_tensor(a) for a in inputs(rng, 1, 8, 8, 2, 2, 8))
     out = flashmask_attention(q, k, v, causal=True)
-    assert isinstance(out, paddle.Tensor) and out.shape == [1, 8, 2, 8]
+    assert isinstance(out, paddle.Tensor) and out.shape == [1, 8, 2, 8] and out.is_contiguous()
     res = flashmask_attention(q, k, v, causal=True, return_softmax_lse=True)
     assert isinstance(res, list) and len(res) == 2
     assert res[1].shape == [1, 2, 8] and res[1].dtype == paddle.float32

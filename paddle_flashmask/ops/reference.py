@@ -108,8 +108,8 @@ class PaddleOps:
     def compute(self, x):
         return x.astype("float32")
 
-    def cast(self, x, like):
-        return x.astype(like.dtype)
+    def cast(self, x, like):  # outputs: like's dtype, dense strides (Paddle 3 transposes are views)
+        return x.astype(like.dtype).contiguous()
 
     def to_int64(self, x):
         return x.astype("int64")
