@@ -9,6 +9,8 @@ API (layout ``[B, S, H, D]`` like the frontends):
     out, lse = dense_attention_fp64(q, k, v, allowed, scale, sink=None)
     dq, dk, dv, dsink = dense_attention_grads_fp64(q, k, v, allowed, scale, dout, sink=None, dlse=None)
     allowed = plain_mask(B, H, Sq, Sk, causal)                         # startend_row_indices=None
+    idx = random_indices(rng, B, Hm, Sq, Sk, causal, C, empty_from_row=None)   # random valid mask
+    FORMS = [(True, 1), (True, 2), (False, 2), (False, 4)]
 """
 from __future__ import annotations
 
