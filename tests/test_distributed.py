@@ -292,6 +292,7 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     torch_cp.TorchAdapter.prefer_native_reduce_scatter = native_rs
+    events = _record_events(torch_cp) if not native_rs else None
     try:
         for case in (edge_cases(s) if case_names == ("edge",) else torch_cases(s)):
             if case_names and case_names != ("edge",) and case["name"] not in case_names:
@@ -317,14 +318,22 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
 
             # context parallel
             plan, masks = torch_cp.prepare(idx, causal, seqlen=s, chunk_size=chunk, comm_groups=comm_groups)
+            if events is not None:
+                events.clear()
+            overlapped = events is not None and masks.local_work > 0 and all(masks.remote_work)
             local = [torch_cp.shard_sequence(x, plan, rank).requires_grad_() for x in (q, k, v)]
             sink_cp = sink.clone().requires_grad_() if sink is not None else None
             if case["batch"] == 1:  # uploaded once per step (the per-layer path); else uploaded per call
                 masks = torch_cp.device_masks(plan, masks, q.device)
             out, lse = torch_cp.context_parallel_attention(*local, plan, masks, learnable_sink=sink_cp,
                                                            return_softmax_lse=True, backend="reference")
+            if overlapped:
+                _check_forward_overlap(events, len(plan.comm_groups), case["name"], rank, errors)
+            if events is not None:
+                events.clear()
             (out * torch_cp.shard_sequence(w, plan, rank)).sum().backward()
-
+            if overlapped:
+                _check_backward_overlap(events, len(plan.comm_groups), case["name"], rank, errors)
             got = {"out": torch_cp.gather_sequence(out.detach(), plan),
                    "lse": torch_cp.gather_sequence(lse, plan, dim=2),
                    "dq": torch_cp.gather_sequence(local[0].grad, plan),
@@ -350,6 +359,45 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
                               f"{_rel_err(got['out'].float().numpy(), oracle):.2e}")
     finally:
         dist.destroy_process_group()
+
+
+def _record_events(torch_cp):
+    """Log collectives, waits and backend calls of the engine (in this worker process only)."""
+    from paddle_flashmask.distributed import engine
+    events: list[str] = []
+
+    def logged(name, fn):
+        def call(*args, **kwargs):
+            events.append(name)
+            return fn(*args, **kwargs)
+        return call
+
+    adapter, pending = torch_cp.TorchAdapter, torch_cp._Pending
+    adapter.all_gather = logged("gather", adapter.all_gather)
+    adapter.reduce_scatter = logged("reduce_scatter", adapter.reduce_scatter)
+    pending.wait = logged("wait", pending.wait)
+    engine.backend_ops = type("LoggedBackend", (), {
+        "run_fwd": staticmethod(logged("fwd", engine.backend_ops.run_fwd)),
+        "run_bwd": staticmethod(logged("bwd", engine.backend_ops.run_bwd))})
+    return events
+
+
+def _check_forward_overlap(events, groups, name, rank, errors):
+    """Every all-gather is launched before the first compute; the first wait follows the own-key
+    phase, so the gathers run while it computes; then one wait pair (K, V) and one compute per group."""
+    fwd = [e for e in events if e in ("gather", "fwd", "wait")]
+    want = ["gather"] * (2 * groups) + ["fwd"] + ["wait", "wait", "fwd"] * groups
+    if fwd[:len(want)] != want:
+        errors.append(f"{name} rank {rank}: forward order {fwd[:len(want)]}, expected {want}")
+
+
+def _check_backward_overlap(events, groups, name, rank, errors):
+    """Each group's dK/dV reduce-scatter starts right after its backward, before the later phases;
+    the own-key backward runs last, while they are in flight; then the waits."""
+    bwd = [e for e in events if e in ("reduce_scatter", "bwd", "wait")]
+    want = ["bwd", "reduce_scatter", "reduce_scatter"] * groups + ["bwd"] + ["wait"] * (2 * groups)
+    if bwd[:len(want)] != want:
+        errors.append(f"{name} rank {rank}: backward order {bwd[:len(want)]}, expected {want}")
 
 
 def _torch_entry(rank, world, port, s, chunk, comm_groups, native_rs, case_names, path, dtype):
@@ -388,8 +436,9 @@ def test_torch_cp_rank_without_rows_and_masked_ranks(tmp_path):
 
 
 def test_torch_cp_allreduce_fallback_and_single_group(tmp_path):
-    """The all-reduce + slice path used where reduce_scatter is missing, one gather group, and the
-    unpadded shard (S = 40 in 8 full chunks: K/V shards are views of the local rows)."""
+    """The all-reduce + slice path used where reduce_scatter is missing, one gather group, the
+    unpadded shard (S = 40 in 8 full chunks: K/V shards are views of the local rows), and the order
+    of collectives vs compute that makes the overlap possible."""
     run_torch(2, tmp_path, s=40, chunk=5, comm_groups=1, native_rs=False,
               case_names=("causal_document", "random_causal_c2", "random_bidir_c4"))
 
