@@ -249,3 +249,20 @@ def test_recipe_flag_off_uses_eager_dense(tmp_path, op_calls):
     assert not summary["flash_mask"] and summary["attention_backend"] == "eager"
     assert op_calls == []                      # paddle_flashmask never ran
     pf_int.unregister_paddleformers()
+
+
+def test_recipe_takes_a_checkpoint_path(tmp_path):
+    """The real-model branch: from_pretrained(model_name_or_path) gives the same first loss as the
+    tiny model it was saved from (weights really loaded), then trains through our backend."""
+    from examples.sft import train as sft_main
+    cfg = tiny_cfg("sft")
+    tok = recipe.build_tokenizer(cfg)
+    recipe.build_model(cfg, tok, "float32").save_pretrained(str(tmp_path / "ckpt"))
+    common = ["--max_steps", "2", "--set", "max_examples=24", "--set", "max_seq_len=192", "--set", "seed=3",
+              "--device", "cpu"]
+    fresh = sft_main.main(common + ["--output_dir", str(tmp_path / "a")])
+    loaded = sft_main.main(common + ["--output_dir", str(tmp_path / "b"), "--model_name_or_path",
+                                     str(tmp_path / "ckpt"), "--set", "tokenizer_name_or_path=byte"])
+    assert loaded["first_loss"] == pytest.approx(fresh["first_loss"], rel=1e-6)
+    assert loaded["attention_backend"] == "reference"
+    pf_int.unregister_paddleformers()

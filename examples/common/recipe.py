@@ -107,8 +107,9 @@ def setup_runtime(cfg: dict) -> tuple[str, str]:
 
 
 def build_tokenizer(cfg: dict):
+    """The bundled byte tokenizer (no model path, or ``tokenizer_name_or_path: byte``), else the checkpoint's."""
     path = cfg.get("tokenizer_name_or_path") or cfg.get("model_name_or_path")
-    if not path:
+    if not path or path == "byte":
         return ByteTokenizer()
     from paddleformers.transformers import AutoTokenizer
     return PretrainedTokenizer(AutoTokenizer.from_pretrained(path))
