@@ -121,6 +121,8 @@ def configure_attention(model_config, cfg: dict) -> str:
     configure_model_config(model_config, flash_mask=bool(cfg.get("flash_mask", True)))
     if not cfg.get("flash_mask", True):
         model_config._attn_implementation = cfg.get("attn_impl_without_flash_mask", "eager")
+    if cfg.get("_attn_implementation"):        # PaddleFormers CLI spelling wins when given
+        model_config._attn_implementation = cfg["_attn_implementation"]
     return model_config._attn_implementation
 
 
