@@ -182,7 +182,13 @@ def run_case(B, S, H, Hk, D, args, results, meta):
                     traceback.print_exc()
             results.append(rec)
             print(json.dumps(rec), flush=True)
+            save(args, meta, results)  # partial results survive a time limit
         del ref_o, ref_dq
+
+
+def save(args, meta, results) -> None:
+    with open(os.path.join(args.out, f"bench-{args.tag}.json"), "w") as fh:
+        json.dump({"meta": meta, "results": results}, fh, indent=1)
 
 
 def compile_cache_times(case) -> dict:
@@ -259,16 +265,13 @@ def main():
     meta = versions()
     print(json.dumps(meta), flush=True)
     results = []
-    tag = args.tag or "cases" + args.cases.replace(",", "_")
+    args.tag = args.tag or "cases" + args.cases.replace(",", "_")
     for i in args.cases.split(","):
         run_case(*CASES[int(i)], args, results, meta)
-        with open(os.path.join(args.out, f"bench-{tag}.json"), "w") as fh:
-            json.dump({"meta": meta, "results": results}, fh, indent=1)
     if not args.systems or "paddle_flashmask" in args.systems:
         meta["compile_cache"] = compile_cache_times(CASES[int(args.cases.split(",")[0])])
-    with open(os.path.join(args.out, f"bench-{tag}.json"), "w") as fh:
-        json.dump({"meta": meta, "results": results}, fh, indent=1)
-    plot(results, os.path.join(args.out, f"bench-{tag}.png"))
+    save(args, meta, results)
+    plot(results, os.path.join(args.out, f"bench-{args.tag}.png"))
     print_table(results)
 
 
