@@ -19,6 +19,7 @@ _LAZY = {
     "flash_attention_with_sparse_mask": ".paddle_frontend",
     "mask_builders": ".mask_builders",
     "FlashMask": ".mask_builders",
+    "last_backend": ".ops.backend",
 }
 
 
