@@ -266,3 +266,18 @@ def test_recipe_takes_a_checkpoint_path(tmp_path):
     assert loaded["first_loss"] == pytest.approx(fresh["first_loss"], rel=1e-6)
     assert loaded["attention_backend"] == "reference"
     pf_int.unregister_paddleformers()
+
+
+def test_backend_dense_mask_in_bfloat16_is_read_as_values():
+    """A bf16 additive mask must be read by value (paddle's bf16 .numpy() gives raw bits)."""
+    paddle.seed(4)
+    s = 12
+    q, k, v = (paddle.randn([1, 2, s, 8]) for _ in range(3))
+    layer = types.SimpleNamespace(is_causal=True, training=False)
+    visible = np.tril(np.ones((s, s), bool))
+    visible[:, :3] = False
+    additive = paddle.to_tensor(np.where(visible, 0.0, -1e9).astype(np.float32)[None, None]).astype("bfloat16")
+    out, _ = pf_int.flashmask_attention_forward(layer, q, k, v, attention_mask=additive)
+    idx = np.where(np.arange(s) < 3, np.arange(s), s).astype(np.int32)[None, None, :, None]
+    ref, _ = paddle_dense_attention_backend(layer, q, k, v, attn_mask_startend_row_indices=paddle.to_tensor(idx))
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)

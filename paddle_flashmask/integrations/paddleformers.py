@@ -54,6 +54,8 @@ def _op() -> Callable:
 
 def _indices_from_dense_mask(attention_mask, is_causal: Optional[bool]):
     import paddle
+    if attention_mask.dtype != paddle.bool:     # bf16/fp16 .numpy() would give raw bit patterns
+        attention_mask = attention_mask.astype("float32")
     visible = additive_or_bool_to_visible(attention_mask.numpy())
     if visible.ndim == 2:           # [b, s] key padding: not expected here, but cheap to honour
         raise ValueError("attention_mask: expected a 4-D mask [b, 1|h, q_len, kv_len] in the "

@@ -102,7 +102,9 @@ def resolve_flashmask(module, query, key, attention_mask, kwargs: dict) -> tuple
             return lts[:, None, :, None], True
         return torch.stack([lts, torch.zeros_like(lts)], dim=-1)[:, None], False
     if attention_mask is not None:
-        visible = additive_or_bool_to_visible(attention_mask.detach().cpu().numpy())
+        mask = attention_mask.detach()
+        mask = mask if mask.dtype == torch.bool else mask.float()    # numpy has no bf16
+        visible = additive_or_bool_to_visible(mask.cpu().numpy())
         idx_np, causal = dense_to_startend(visible, causal=layer_causal)
         return torch.from_numpy(np.ascontiguousarray(idx_np)).to(query.device), causal
     return None, layer_causal and q_len > 1
