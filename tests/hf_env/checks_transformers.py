@@ -156,3 +156,26 @@ def test_sliding_window_matches_eager_with_window_mask():
     ours = step(model, input_ids=ids)
     ref = step(twin(model, "eager"), input_ids=ids)
     assert_same(ours, ref)
+
+
+def test_extra_mask_function_goes_through_dense_conversion():
+    """With and/or mask functions transformers needs a dense mask: ours builds it with transformers'
+    own sdpa_mask and the attention function converts it exactly (here a 4-token window)."""
+    from transformers.masking_utils import and_masks, causal_mask_function
+    window = and_masks(causal_mask_function, lambda b, h, q, kv: kv > q - 4)
+    s = 14
+    dense = hf_int.paddle_flashmask_mask(batch_size=2, cache_position=torch.arange(s), kv_length=s,
+                                         mask_function=window, attention_mask=None, use_vmap=True)
+    assert dense.shape == (2, 1, s, s) and dense.dtype == torch.bool
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, s, 8), torch.randn(2, 2, s, 8), torch.randn(2, 2, s, 8)
+    layer = torch.nn.Module()
+    layer.is_causal = True
+    layer.eval()
+    idx, causal = hf_int.resolve_flashmask(layer, q, k, dense, {})
+    assert causal and idx.shape == (2, 1, s, 1)
+    np.testing.assert_array_equal(to_dense(idx.numpy(), True), dense.numpy())
+    out, _ = hf_int.paddle_flashmask_attention_forward(layer, q, k, v, dense, scaling=8 ** -0.5)
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, attn_mask=dense).transpose(1, 2)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
