@@ -539,3 +539,47 @@ def test_paddle_cp_two_ranks(tmp_path):
     dist.spawn(_paddle_worker, args=(45, 4, path), nprocs=2, backend="gloo")
     lines = [line for r in range(2) for line in open(f"{path}.{r}").read().splitlines() if line]
     assert [x for x in lines if x.startswith("done")] == ["done 0", "done 0"], "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# In-process checks on a 1-rank gloo group (no spawn): argument errors and the single-rank case.
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def single_rank_group():
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield torch
+    finally:
+        dist.destroy_process_group()
+
+
+def test_torch_cp_single_rank_and_errors(single_rank_group):
+    torch = single_rank_group
+    import paddle_flashmask.torch as pft
+    from paddle_flashmask.distributed import torch_cp
+    s = 21
+    mask = mb.causal_document_mask([5, 9, 4], s)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, s, 2, 8, generator=g, requires_grad=True) for _ in range(3))
+    plan, masks = torch_cp.prepare(*mask, chunk_size=4)
+    out = torch_cp.context_parallel_attention(q, k, v, plan, masks, backend="reference")
+    ref = pft.flashmask_attention(q, k, v, mask.startend_row_indices, causal=True, backend="reference")
+    assert _rel_err(out.detach().numpy(), ref.detach().numpy()) <= 1e-6
+
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        out.sum().backward()
+    with pytest.raises(ValueError, match="query: expected the local rows"):
+        torch_cp.context_parallel_attention(q[:, :-1], k, v, plan, masks)
+    two_rank_plan = plan_context_parallel(*mask, 2, chunk_size=4)
+    with pytest.raises(ValueError, match="group: expected 2 ranks"):
+        torch_cp.context_parallel_attention(q, k, v, two_rank_plan, local_masks(*mask, two_rank_plan, 0))
+    with pytest.raises(ValueError, match="masks: expected the masks of rank 0"):
+        torch_cp.device_masks(two_rank_plan, local_masks(*mask, two_rank_plan, 1), "cpu")
+    with pytest.raises(ValueError, match="key"):
+        torch_cp.context_parallel_attention(q, k[..., :4], v, plan, masks)

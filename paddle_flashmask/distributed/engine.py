@@ -96,14 +96,14 @@ def check_local_inputs(q, k, v, learnable_sink, softmax_scale):
 
 
 def _sizes(adapter, plan: ContextParallelPlan, rank: int, q, k, v, masks: RankMasks) -> None:
+    if adapter.world_size != plan.world_size:
+        raise ValueError(f"group: expected {plan.world_size} ranks (the plan's world_size), found "
+                         f"{adapter.world_size}")
     n_local = int(masks.rows.size)
     for name, x in (("query", q), ("key", k), ("value", v)):
         if len(x.shape) != 4 or int(x.shape[1]) != n_local:
             raise ValueError(f"{name}: expected the local rows of rank {rank} "
                              f"[batch, {n_local}, heads, dim], found shape {[int(s) for s in x.shape]}")
-    if adapter.world_size != plan.world_size:
-        raise ValueError(f"group: expected {plan.world_size} ranks (the plan's world_size), found "
-                         f"{adapter.world_size}")
     b = int(masks.local.shape[0])
     if b != int(q.shape[0]):
         raise ValueError(f"startend_row_indices: expected batch size {int(q.shape[0])} (dim 0), found {b}")
@@ -204,12 +204,13 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
     pending = []
     # Remote groups first: each reduce-scatter overlaps the phases computed after it.
     for g, (s0, s1) in enumerate(plan.comm_groups):
-        if state.gathered[g] is None:  # nothing to send, but the collective must still run
+        if masks.remote_work[g] == 0:  # nothing to send, but the collective must still run
             rows = plan.world_size * (s1 - s0) * cs
             dk_g = adapter.zeros_rows_first(rows, k)
             dv_g = adapter.zeros_rows_first(rows, v)
         else:
             kg, vg = state.gathered[g]
+            state.gathered[g] = None  # free this group's K/V as soon as its backward is queued
             dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout, q, kg, vg, out, lse, phase_idx.remote[g],
                                                       None, None, causal=False, softmax_scale=softmax_scale,
                                                       deterministic=deterministic)

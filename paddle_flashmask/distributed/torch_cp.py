@@ -177,6 +177,9 @@ def _function():
             q, k, v, out, lse, *rest = ctx.saved_tensors
             sink = rest[0] if rest else None
             call = ctx.call
+            if ctx.state is None:  # the gathered K/V were released by the first backward
+                raise RuntimeError("context_parallel_attention: backward through the same call twice "
+                                   "(retain_graph) is not supported; run the forward again")
             dq, dk, dv, dsink = engine.cp_backward(
                 call["adapter"], call["plan"], call["masks"], call["phase_idx"], call["maps"],
                 ctx.state, dout.contiguous(), q, k, v, out, lse, sink, softmax_scale=call["scale"],
