@@ -287,3 +287,42 @@ def test_is_available_is_false_without_a_gpu():
         assert cute.is_available() is False
         assert cute.device_capability(0) is None
     assert cute.dsl_importable() is True
+
+
+def test_inspect_reads_dlpack_like_torch():
+    torch = pytest.importorskip("torch")
+    from paddle_flashmask.ops.cute.dlpack import inspect
+
+    base = torch.zeros(3, 5, 4, 8, dtype=torch.bfloat16)
+    for t in (base, base[:, 1:], base.transpose(1, 2), base[1, 2], torch.zeros(7, dtype=torch.int32),
+              torch.zeros((), dtype=torch.float32), torch.zeros(2, 0, 3, dtype=torch.float16)):
+        info = inspect(t, "t")
+        assert info.shape == tuple(t.shape) and info.data_ptr == t.data_ptr()
+        if t.numel():
+            assert info.stride == tuple(t.stride())
+        assert info.dtype == str(t.dtype).split(".")[-1] and info.device == (1, 0)
+        assert info.contiguous == t.is_contiguous()
+
+
+def test_ptxas_report_parser_handles_wrapped_spill_report():
+    from paddle_flashmask.ops.cute.compile_check import parse_ptxas_report
+
+    text = """remark[ptxas]: ptxas detected register spills
+          ptxas output:
+          ptxas info    : Compiling entry function
+          'kernel_a'
+          for 'sm_90a'
+          ptxas info    : Function properties for
+          kernel_a
+          ptxas         .     80 bytes stack frame, 76 bytes spill stores, 72 bytes spill loads
+          ptxas info    : Used 168 registers, used 4 barriers, 80 bytes cumulative stack size
+    remark[ptxas info]: ptxas output: ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async
+    instructions are serialized due to insufficient register resources for the function 'kernel_b'
+    ptxas info    : Compiling entry function 'kernel_b' for 'sm_90a'
+    ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+    ptxas info    : Used 40 registers, used 1 barriers"""
+    report = parse_ptxas_report(text)
+    assert report["kernel_a"] == {"stack_frame": 80, "spill_stores": 76, "spill_loads": 72,
+                                  "ptxas_registers": 168}
+    assert report["kernel_b"]["ptxas_registers"] == 40 and report["kernel_b"]["spill_stores"] == 0
+    assert report["kernel_b"]["ptxas_remarks"][0].startswith("C7512 Potential Performance Loss")

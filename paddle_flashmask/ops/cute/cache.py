@@ -13,7 +13,7 @@ The disk key hashes every compile-time input: the kernel name, ``repr(config)`` 
 dataclasses list every compile-time parameter), the package version, the DSL version, the DSL
 settings that change code generation (target arch, line info, compiler options: the DSL's own
 ``cache_key_str``), the host CPU (the object's launch code is compiled for the build machine), and
-a fingerprint of the kernel sources (``ops/cute/*.py`` and
+a fingerprint of the kernel sources (``ops/cute/*.py`` except the host-only modules, and
 ``semantics.py``, whose predicates the kernels trace), so editing a kernel never serves a stale
 binary.
 
@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import Any, Callable, Hashable, Optional
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # .../paddle_flashmask
-_LOCK_TIMEOUT_S = 30 * 60.0  # longer than any single compile; then compile without the lock
+_LOCK_TIMEOUT_S = 30 * 60.0
+# host-side modules of ops/cute that never change generated code (kept out of the fingerprint)
+_HOST_ONLY_SOURCES = {"__init__.py", "cache.py", "compile_check.py", "interface.py"}  # longer than any single compile; then compile without the lock
 
 _memory: dict[tuple[str, Hashable], Any] = {}
 _memory_lock = threading.Lock()
@@ -65,7 +67,8 @@ def cache_dir() -> Path:
 def source_fingerprint() -> str:
     """Hash of the sources a compiled kernel depends on (kernel modules + the mask semantics)."""
     digest = hashlib.sha256()
-    sources = sorted(Path(__file__).resolve().parent.glob("*.py"))
+    sources = sorted(p for p in Path(__file__).resolve().parent.glob("*.py")
+                     if p.name not in _HOST_ONLY_SOURCES)
     sources.append(_PACKAGE_ROOT / "semantics.py")
     for path in sources:
         digest.update(path.name.encode())

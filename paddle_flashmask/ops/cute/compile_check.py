@@ -259,30 +259,30 @@ _PTXAS_REMARK = re.compile(r"\((C\d+)\) ([^']*?)(?: for)? the function '([^']+)'
 
 
 def parse_ptxas_report(text: str) -> dict[str, dict]:
-    """kernel name -> {spill_stores, spill_loads, stack_frame, ptxas_remarks} from ptxas' report.
+    """kernel name -> {spill_stores, spill_loads, stack_frame, ptxas_registers, ptxas_remarks}.
 
-    ``ptxas_remarks`` keeps ptxas' performance diagnostics, e.g. C7512 "wgmma.mma_async
-    instructions are serialized due to insufficient register resources".
+    The DSL prints ptxas' report inside its own diagnostics, wrapped over several lines when there
+    are spills, so the text is flattened first. ``ptxas_remarks`` keeps ptxas' performance notes,
+    e.g. C7512 "wgmma.mma_async instructions are serialized due to insufficient register resources".
     """
+    flat = re.sub(r"\s+", " ", text)
+    events = []
+    for kind, pattern in (("entry", _PTXAS_ENTRY), ("spill", _PTXAS_SPILL),
+                          ("registers", _PTXAS_REGISTERS), ("remark", _PTXAS_REMARK)):
+        events += [(m.start(), kind, m) for m in pattern.finditer(flat)]
     report: dict[str, dict] = {}
     current: Optional[str] = None
-    for line in text.splitlines():
-        remark = _PTXAS_REMARK.search(line)
-        if remark:
-            code, message, kernel = remark.groups()
-            remarks = report.setdefault(kernel, {}).setdefault("ptxas_remarks", [])
-            remarks.append(f"{code} {message.strip()}")
-            continue
-        entry = _PTXAS_ENTRY.search(line)
-        if entry:
-            current = entry.group(1)
-            continue
-        registers = _PTXAS_REGISTERS.search(line)
-        if registers and current is not None:
-            report.setdefault(current, {})["ptxas_registers"] = int(registers.group(1))
-        spill = _PTXAS_SPILL.search(line)
-        if spill and current is not None:
-            frame, stores, loads = (int(x) for x in spill.groups())
+    for _, kind, m in sorted(events, key=lambda e: e[0]):
+        if kind == "remark":
+            code, message, kernel = m.groups()
+            report.setdefault(kernel, {}).setdefault("ptxas_remarks", []).append(
+                f"{code} {message.strip()}")
+        elif kind == "entry":
+            current = m.group(1)
+        elif current is not None and kind == "registers":
+            report.setdefault(current, {})["ptxas_registers"] = int(m.group(1))
+        elif current is not None:
+            frame, stores, loads = (int(x) for x in m.groups())
             report.setdefault(current, {}).update(
                 {"stack_frame": frame, "spill_stores": stores, "spill_loads": loads})
     return report

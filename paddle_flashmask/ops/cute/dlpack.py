@@ -10,6 +10,7 @@ so every kernel argument is made the same way.
 from __future__ import annotations
 
 import ctypes
+import struct
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -45,6 +46,11 @@ _DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_
 _PyCapsule_New = ctypes.pythonapi.PyCapsule_New
 _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_DTYPE_NAMES = {code_bits: name for name, code_bits in _DL_TYPES.items()}
+_DLTENSOR = struct.Struct("<Q ii i BBH Q Q Q")  # the DLTensor header, 64-bit little endian
 
 
 def check(result: Any, what: str) -> Any:
@@ -132,6 +138,8 @@ class TensorInfo:
 
     @property
     def contiguous(self) -> bool:
+        if 0 in self.shape:  # an empty tensor has no layout to speak of
+            return True
         running = 1
         for extent, stride in zip(reversed(self.shape), reversed(self.stride)):
             if extent != 1 and stride != running:
@@ -173,6 +181,40 @@ def fake_tensor(dtype: Any, ndim: int, assumed_align: Optional[int] = None) -> A
     shape = tuple(cute.sym_int32() for _ in range(ndim))
     stride = tuple(cute.sym_int64() for _ in range(ndim - 1)) + (1,)
     return cute.runtime.make_fake_tensor(dtype, shape, stride, assumed_align=assumed_align)
+
+
+def inspect(obj: Any, name: str) -> TensorInfo:
+    """Shape, strides, dtype, device and address of a DLPack object, read from its capsule.
+
+    Reading the capsule does not consume it (its name stays "dltensor"), so when it is released the
+    producer's deleter runs as usual. ~10x cheaper than building a CuTe tensor, which the kernels
+    taking raw pointers do not need.
+    """
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError(f"{name}: expected an object supporting __dlpack__ (a CUDA tensor), "
+                        f"found {type(obj).__name__}")
+    try:
+        capsule = obj.__dlpack__(stream=-1)  # -1: the producer must not synchronise streams
+    except Exception:
+        capsule = obj.__dlpack__()
+    # DLTensor header: data, device (type, id), ndim, dtype (code, bits, lanes), shape*, strides*,
+    # byte_offset - unpacked in one go (field-by-field ctypes access costs ~4x more).
+    address = _PyCapsule_GetPointer(capsule, b"dltensor")
+    data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, offset = _DLTENSOR.unpack(
+        ctypes.string_at(address, _DLTENSOR.size))
+    shape = struct.unpack(f"<{ndim}q", ctypes.string_at(shape_p, 8 * ndim)) if ndim else ()
+    if strides_p:
+        stride = struct.unpack(f"<{ndim}q", ctypes.string_at(strides_p, 8 * ndim)) if ndim else ()
+    else:  # NULL strides mean compact row-major
+        running, rev = 1, []
+        for extent in reversed(shape):
+            rev.append(running)
+            running *= extent
+        stride = tuple(reversed(rev))
+    dtype = _DTYPE_NAMES.get((code, bits), f"dlpack{(code, bits)}") if lanes == 1 else "vector"
+    device = (dev_type, dev_id)
+    data_ptr = (data or 0) + offset
+    return TensorInfo(name, shape, stride, dtype, device, data_ptr)
 
 
 def to_cute(obj: Any, name: str, assumed_align: Optional[int] = None) -> tuple[Any, TensorInfo]:

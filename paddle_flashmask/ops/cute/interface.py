@@ -25,7 +25,7 @@ import cuda.bindings.driver as cu
 from paddle_flashmask import semantics
 
 from . import cache
-from .dlpack import DeviceBuffer, TensorInfo, check, runtime_tensor, to_cute
+from .dlpack import DeviceBuffer, TensorInfo, check, inspect, runtime_tensor
 from .summary_kernel import SummaryConfig, compile_summary
 
 # head_dim -> the value head dim it is supported with (DESIGN §4: 64/96/128/192-128/256)
@@ -62,9 +62,9 @@ def _expect(cond: bool, name: str, expected: str, found: Any) -> None:
 
 
 def _convert(obj: Any, name: str, dtype: str | tuple[str, ...], shape: tuple[int, ...],
-             device: Optional[tuple[int, int]], align: int = 1) -> tuple[Any, TensorInfo]:
-    """from_dlpack + checks: dtype, exact shape, compact row-major layout, device, alignment."""
-    tensor, info = to_cute(obj, name)
+             device: Optional[tuple[int, int]], align: int = 1) -> TensorInfo:
+    """Checks of one argument: dtype, exact shape, compact row-major layout, device, alignment."""
+    info = inspect(obj, name)
     dtypes = (dtype,) if isinstance(dtype, str) else dtype
     _expect(info.dtype in dtypes, name, f"dtype {' or '.join(dtypes)}", info.dtype)
     _expect(info.shape == tuple(shape), name, f"shape {list(shape)}", list(info.shape))
@@ -76,11 +76,11 @@ def _convert(obj: Any, name: str, dtype: str | tuple[str, ...], shape: tuple[int
                 f"device {info.device[1]}")
     _expect(info.data_ptr % align == 0, name, f"a {align}-byte aligned data pointer",
             hex(info.data_ptr))
-    return tensor, info
+    return info
 
 
 def _rank4(obj: Any, name: str, layout: str) -> TensorInfo:
-    _, info = to_cute(obj, name)
+    info = inspect(obj, name)
     _expect(len(info.shape) == 4, name, f"rank 4 {layout}", f"shape {list(info.shape)}")
     return info
 
@@ -97,23 +97,24 @@ def _problem(q: Any, k: Any, v: Any, startend_row_indices: Any, causal: bool,
     sk, hk = ik.shape[1], ik.shape[2]
     _expect(hk > 0 and h % hk == 0, "k", f"a number of heads (dim 2) dividing H={h}", hk)
     dv = SUPPORTED_HEAD_DIMS[d]
-    infos = {
-        "q": _convert(q, "q", iq.dtype, (b, sq, h, d), dev, TMA_ALIGN_BYTES)[1],
-        "k": _convert(k, "k", iq.dtype, (b, sk, hk, d), dev, TMA_ALIGN_BYTES)[1],
-        "v": _convert(v, "v", iq.dtype, (b, sk, hk, dv), dev, TMA_ALIGN_BYTES)[1],
-    }
     hm, num_columns = 1, None
-    if startend_row_indices is not None:
+    if startend_row_indices is not None:  # the mask form first: it is a user error, not a device one
         ii = _rank4(startend_row_indices, "startend_row_indices", "[B, Hm, Sk, C]")
         hm, num_columns = ii.shape[1], ii.shape[3]
         semantics.column_names(causal, num_columns)  # ValueError for an invalid (causal, C) form
         _expect(hm in {1, hk, h}, "startend_row_indices",
                 f"mask heads (dim 1) in {sorted({1, hk, h})}", hm)
-        tensor, infos["indices"] = _convert(startend_row_indices, "startend_row_indices", "int32",
-                                            (b, hm, sk, num_columns), dev, 4)
-        infos["indices_tensor"] = tensor
+    infos = {
+        "q": _convert(q, "q", iq.dtype, (b, sq, h, d), dev, TMA_ALIGN_BYTES),
+        "k": _convert(k, "k", iq.dtype, (b, sk, hk, d), dev, TMA_ALIGN_BYTES),
+        "v": _convert(v, "v", iq.dtype, (b, sk, hk, dv), dev, TMA_ALIGN_BYTES),
+    }
+    if startend_row_indices is not None:
+        infos["indices"] = _convert(startend_row_indices, "startend_row_indices", "int32",
+                                    (b, hm, sk, num_columns), dev, 4)
+        infos["indices_tensor"] = runtime_tensor(startend_row_indices)  # the summary kernel's input
     if learnable_sink is not None:
-        infos["sink"] = _convert(learnable_sink, "learnable_sink", "float32", (h,), dev, 4)[1]
+        infos["sink"] = _convert(learnable_sink, "learnable_sink", "float32", (h,), dev, 4)
     problem = Problem(iq.dtype, b, sq, sk, h, hk, d, dv, hm, num_columns, bool(causal),
                       learnable_sink is not None, dev[1])
     _check_current_device(problem.device)
@@ -158,7 +159,8 @@ def tile_summary(startend_row_indices: Any, tile_n: int, *, stream: int
                  ) -> tuple[DeviceBuffer, DeviceBuffer]:
     """Standalone GPU version of :func:`paddle_flashmask.semantics.tile_summary` (tests, tools)."""
     info = _rank4(startend_row_indices, "startend_row_indices", "[B, Hm, Sk, C]")
-    tensor, _ = _convert(startend_row_indices, "startend_row_indices", "int32", info.shape, None, 4)
+    _convert(startend_row_indices, "startend_row_indices", "int32", info.shape, None, 4)
+    tensor = runtime_tensor(startend_row_indices)
     b, hm, sk, c = info.shape
     problem = Problem("int32", b, 0, sk, hm, hm, 0, 0, hm, c, False, False, info.device[1])
     return launch_tile_summary(tensor, problem, tile_n, stream)
@@ -223,8 +225,8 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     problem, infos = _problem(q, k, v, startend_row_indices, causal, learnable_sink)
     dev = (2, problem.device)
     b, sq, h, dv = problem.batch, problem.seqlen_q, problem.num_heads, problem.head_dim_v
-    infos["out"] = _convert(out, "out", problem.dtype, (b, sq, h, dv), dev, TMA_ALIGN_BYTES)[1]
-    infos["lse"] = _convert(lse, "lse", "float32", (b, h, sq), dev, 4)[1]
+    infos["out"] = _convert(out, "out", problem.dtype, (b, sq, h, dv), dev, TMA_ALIGN_BYTES)
+    infos["lse"] = _convert(lse, "lse", "float32", (b, h, sq), dev, 4)
     _expect(math.isfinite(softmax_scale), "softmax_scale", "a finite float", softmax_scale)
     config = forward_config(problem.dtype, problem.head_dim, problem.causal, problem.num_columns,
                             problem.has_sink)
@@ -254,16 +256,16 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
     b, sq, sk = problem.batch, problem.seqlen_q, problem.seqlen_k
     h, hk, d, dvd = problem.num_heads, problem.num_kv_heads, problem.head_dim, problem.head_dim_v
     a16 = TMA_ALIGN_BYTES
-    infos["out"] = _convert(out, "out", problem.dtype, (b, sq, h, dvd), dev, a16)[1]
-    infos["dout"] = _convert(dout, "dout", problem.dtype, (b, sq, h, dvd), dev, a16)[1]
-    infos["lse"] = _convert(lse, "lse", "float32", (b, h, sq), dev, 4)[1]
-    infos["dq"] = _convert(dq, "dq", problem.dtype, (b, sq, h, d), dev, a16)[1]
-    infos["dk"] = _convert(dk, "dk", problem.dtype, (b, sk, hk, d), dev, a16)[1]
-    infos["dv"] = _convert(dv, "dv", problem.dtype, (b, sk, hk, dvd), dev, a16)[1]
+    infos["out"] = _convert(out, "out", problem.dtype, (b, sq, h, dvd), dev, a16)
+    infos["dout"] = _convert(dout, "dout", problem.dtype, (b, sq, h, dvd), dev, a16)
+    infos["lse"] = _convert(lse, "lse", "float32", (b, h, sq), dev, 4)
+    infos["dq"] = _convert(dq, "dq", problem.dtype, (b, sq, h, d), dev, a16)
+    infos["dk"] = _convert(dk, "dk", problem.dtype, (b, sk, hk, d), dev, a16)
+    infos["dv"] = _convert(dv, "dv", problem.dtype, (b, sk, hk, dvd), dev, a16)
     _expect((dsink is None) == (learnable_sink is None), "dsink",
             "a tensor exactly when learnable_sink is given", type(dsink).__name__)
     if dsink is not None:
-        infos["dsink"] = _convert(dsink, "dsink", "float32", (h,), dev, 4)[1]
+        infos["dsink"] = _convert(dsink, "dsink", "float32", (h,), dev, 4)
     _expect(math.isfinite(softmax_scale), "softmax_scale", "a finite float", softmax_scale)
     config = backward_config(problem.dtype, d, problem.causal, problem.num_columns, gqa=h != hk,
                              has_sink=problem.has_sink, deterministic=deterministic)
