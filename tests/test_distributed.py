@@ -227,29 +227,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def dense_oracle(q, k, v, idx, causal, scale, sink=None):
-    """float64 numpy attention from ``to_dense`` (rows with no key -> 0)."""
-    b, s, h, d = q.shape
-    hk = k.shape[2]
-    if idx is None:
-        idx = explicit_indices(None, causal, s)[0]
-    allowed = sem.to_dense(idx, causal, s)  # [B|1, Hm, S, S]
-    hm = allowed.shape[1]
-    out = np.zeros((b, s, h, v.shape[3]))
-    for bi in range(b):
-        for hi in range(h):
-            kh = hi // (h // hk)
-            sc = q[bi, :, hi] @ k[bi, :, kh].T * scale
-            ok = allowed[min(bi, allowed.shape[0] - 1), hi // (h // hm)]
-            sc = np.where(ok, sc, -np.inf)
-            m = np.max(sc, axis=1, keepdims=True)
-            if sink is not None:
-                m = np.maximum(m, sink[hi])
-            m = np.where(np.isinf(m), 0.0, m)
-            p = np.exp(sc - m)
-            den = p.sum(axis=1, keepdims=True) + (np.exp(sink[hi] - m) if sink is not None else 0.0)
-            out[bi, :, hi] = np.where(den > 0, p @ v[bi, :, kh] / np.where(den > 0, den, 1.0), 0.0)
-    return out
+def oracle_fp64(q, k, v, idx, causal, scale, dout, sink=None):
+    """Shared float64 oracle (tests/oracle.py) on the mask from ``to_dense``: out, dq, dk, dv, dsink."""
+    import oracle
+    s, h = q.shape[1], q.shape[2]
+    full = explicit_indices(idx, causal, s)[0]
+    allowed = oracle.expand_mask_heads(sem.to_dense(full, causal, s), h)
+    allowed = np.broadcast_to(allowed, (q.shape[0],) + allowed.shape[1:])
+    out, _ = oracle.dense_attention_fp64(q, k, v, allowed, scale, sink=sink)
+    dq, dk, dv, dsink = oracle.dense_attention_grads_fp64(q, k, v, allowed, scale, dout, sink=sink)
+    return {"out": out, "dq": dq, "dk": dk, "dv": dv, "dsink": dsink}
 
 
 def torch_cases(s):
@@ -352,11 +339,12 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
                     errors.append(f"{case['name']} rank {rank} {key}: non-finite entries differ")
                 elif _rel_err(a[fin], e[fin]) > tol:
                     errors.append(f"{case['name']} rank {rank} {key}: rel err {_rel_err(a[fin], e[fin]):.2e}")
-            oracle = dense_oracle(q.double().numpy(), k.double().numpy(), v.double().numpy(), idx, causal,
-                                  16 ** -0.5, None if sink is None else sink.double().numpy())
-            if _rel_err(got["out"].float().numpy(), oracle) > tol:
-                errors.append(f"{case['name']} rank {rank} out vs fp64 oracle: "
-                              f"{_rel_err(got['out'].float().numpy(), oracle):.2e}")
+            want64 = oracle_fp64(*(x.double().numpy() for x in (q, k, v)), idx, causal, 16 ** -0.5,
+                                 w.double().numpy(), None if sink is None else sink.double().numpy())
+            for key in ("out", "dq", "dk", "dv", "dsink"):
+                if key in got and _rel_err(got[key].float().numpy(), want64[key]) > tol:
+                    errors.append(f"{case['name']} rank {rank} {key} vs fp64 oracle: "
+                                  f"{_rel_err(got[key].float().numpy(), want64[key]):.2e}")
     finally:
         dist.destroy_process_group()
 
@@ -507,10 +495,11 @@ def _paddle_worker(s, chunk, path):
                 errors.append(f"paddle {case['name']} rank {rank} {key}: non-finite entries differ")
             elif _rel_err(a[fin], e[fin]) > 1e-5:
                 errors.append(f"paddle {case['name']} rank {rank} {key}: rel err {_rel_err(a[fin], e[fin]):.2e}")
-        oracle = dense_oracle(*(a.astype(np.float64) for a in arrays[:3]), idx, causal, 16 ** -0.5,
-                              None if sink_np is None else sink_np.astype(np.float64))
-        if _rel_err(got["out"].numpy(), oracle) > 1e-5:
-            errors.append(f"paddle {case['name']} rank {rank} out vs fp64 oracle")
+        want64 = oracle_fp64(*(a.astype(np.float64) for a in arrays[:3]), idx, causal, 16 ** -0.5,
+                             arrays[3].astype(np.float64), None if sink_np is None else sink_np.astype(np.float64))
+        for key in ("out", "dq", "dk", "dv", "dsink"):
+            if key in got and _rel_err(got[key].numpy(), want64[key]) > 1e-5:
+                errors.append(f"paddle {case['name']} rank {rank} {key} vs fp64 oracle")
     with open(f"{path}.{rank}", "w") as f:
         f.write("\n".join(errors) + f"\ndone {len(errors)}")
 
