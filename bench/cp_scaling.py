@@ -115,6 +115,40 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a[fin] - b[fin]).abs().max() / b[fin].abs().max().clamp_min(1e-30))
 
 
+def plot(result: dict, path: str) -> None:
+    """Times of one device vs CP (each comm-group variant) and each rank's planned work, as a PNG."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # the GPU machine may not have matplotlib; the JSON has everything
+        return
+    fig, (ax_t, ax_w) = plt.subplots(1, 2, figsize=(10, 3.6))
+    labels = ["1 device"] + [f"CP x{result['world_size']}, {v['comm_groups']} group(s)"
+                             for v in result["context_parallel"]]
+    runs = [result["single_device"]] + result["context_parallel"]
+    for offset, phase in ((-0.2, "fwd"), (0.2, "fwd_bwd")):
+        ax_t.bar([i + offset for i in range(len(runs))], [1e3 * r[phase]["median_s"] for r in runs],
+                 width=0.4, label=phase)
+    ax_t.set_xticks(range(len(runs)), labels, fontsize=7)
+    ax_t.set_ylabel("ms (median)")
+    ax_t.set_title(f"{result['shape']['seqlen']} tokens, speed-up fwd+bwd {result['speedup']['fwd_bwd']:.2f}x",
+                   fontsize=9)
+    ax_t.legend(fontsize=7)
+    work = result["plan"]["rank_work"]
+    ax_w.bar(range(len(work)), work)
+    ax_w.set_xticks(range(len(work)))
+    ax_w.set_xlabel("rank")
+    ax_w.set_ylabel("visible pairs (one head)")
+    ax_w.set_title(f"plan imbalance {100 * result['plan']['imbalance']:.2f}% "
+                   f"(contiguous {100 * result['plan'].get('contiguous_imbalance', float('nan')):.1f}%)",
+                   fontsize=9)
+    fig.suptitle(f"{result['device']}, backend {result['backend']}, {result['date']}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off (issue 7)
@@ -245,6 +279,7 @@ def main(argv=None) -> dict:
         os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
         with open(out_path, "w") as f:
             json.dump(result, f, indent=1)
+        plot(result, os.path.splitext(out_path)[0] + ".png")
         print(json.dumps({k: result[k] for k in ("world_size", "backend", "best_comm_groups", "speedup", "tflops",
                                                   "max_rel_error_vs_single_device")}, indent=1))
         print(f"imbalance {report['imbalance']:.4f} (contiguous split {report.get('contiguous_imbalance')}); "
