@@ -184,12 +184,14 @@ def main(argv=None) -> dict:
     clock = Clock(device)
 
     def single_fwd():
-        return pft.flashmask_attention(q, k, v, idx, causal=True, backend=args.backend, validate_indices=False)
+        return pft.flashmask_attention(q, k, v, idx, causal=True, backend=args.backend,
+                                       validate_indices=False)
 
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
 
     def single_fwd_bwd():
-        out = pft.flashmask_attention(*leaves, idx, causal=True, backend=args.backend, validate_indices=False)
+        out = pft.flashmask_attention(*leaves, idx, causal=True, backend=args.backend,
+                                      validate_indices=False)
         return torch.autograd.grad(out, leaves, dout)
 
     with torch.no_grad():

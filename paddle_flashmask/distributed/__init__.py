@@ -11,8 +11,8 @@ import importlib
 from typing import Any
 
 from .planner import (PAD, ContextParallelPlan, RankMasks, assign_lpt, balance_report, chunk_work,
-                      explicit_indices, gathered_indices, improve_assignment, local_form, local_masks, plan_context_parallel,
-                      rewrite_indices)
+                      explicit_indices, gathered_indices, improve_assignment, local_form, local_masks,
+                      plan_context_parallel, rewrite_indices)
 
 _LAZY = {"torch_cp": ".torch_cp", "paddle_cp": ".paddle_cp"}
 

@@ -68,7 +68,8 @@ class DeviceMasks(NamedTuple):
     maps: ShardMaps  # device int64 index tensors (or None)
 
 
-def device_masks(plan: ContextParallelPlan, masks: RankMasks, rank: int, to_indices, to_rows) -> DeviceMasks:
+def device_masks(plan: ContextParallelPlan, masks: RankMasks, rank: int, to_indices,
+                 to_rows) -> DeviceMasks:
     """Upload ``masks`` with ``to_indices`` (int32 indices) and ``to_rows`` (int64 row maps)."""
     if not np.array_equal(masks.rows, plan.local_rows(rank)):
         raise ValueError(f"masks: expected the masks of rank {rank} of this plan "

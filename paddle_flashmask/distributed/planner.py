@@ -33,7 +33,7 @@ inside a gathered buffer because it already attended to them locally) get a band
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 

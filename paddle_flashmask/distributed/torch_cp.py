@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
-
 from . import engine
 from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel
 
@@ -213,11 +211,11 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
 
     ``query`` ``[B, R, H, D]``, ``key``/``value`` ``[B, R, Hk, D(v)]``: the local rows ``masks.rows``
     (see :func:`shard_sequence`). ``masks``: this rank's :class:`RankMasks` from :func:`prepare`, or
-    better their :func:`device_masks` (uploaded once, reused by every layer). Returns the local rows of the single-device output (and the LSE
-    ``[B, H, R]`` with ``return_softmax_lse``). ``backend`` / ``deterministic`` as in
-    ``paddle_flashmask.torch.flashmask_attention``. ``learnable_sink``'s gradient is this rank's
-    share: sum it over the context-parallel ranks like any replicated parameter (DDP over the
-    data x context group does).
+    better their :func:`device_masks` (uploaded once, reused by every layer). Returns the local rows
+    of the single-device output (and the LSE ``[B, H, R]`` with ``return_softmax_lse``).
+    ``backend`` / ``deterministic`` as in ``paddle_flashmask.torch.flashmask_attention``.
+    ``learnable_sink``'s gradient is this rank's share: sum it over the context-parallel ranks like
+    any replicated parameter (DDP over the data x context group does).
     """
     scale = engine.check_local_inputs(query, key, value, learnable_sink, softmax_scale)
     adapter = TorchAdapter(group)
