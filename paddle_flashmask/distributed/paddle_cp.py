@@ -67,7 +67,7 @@ class PaddleAdapter:
         if self.reduce_scatter_native:
             out = self.paddle.empty([part] + list(x.shape[1:]), dtype=x.dtype)
             try:
-                task = self.dist.reduce_scatter(out, x, group=self.group, sync_op=False)
+                task = self.dist.stream.reduce_scatter(out, x, group=self.group, sync_op=False)
                 return _Pending(task, out)
             except (NotImplementedError, RuntimeError, ValueError):
                 self.reduce_scatter_native = False  # gloo: all-reduce + slice from now on
