@@ -268,7 +268,8 @@ def _rel_err(a, b):
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)) if b.size else 0.0
 
 
-def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_names, errors, dtype="float32"):
+def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_names, errors, dtype="float32",
+                  cp_size=None):
     import torch
     import torch.distributed as dist
 
@@ -280,11 +281,18 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
     torch.set_num_threads(1)
     torch_cp.TorchAdapter.prefer_native_reduce_scatter = native_rs
     events = _record_events(torch_cp) if not native_rs else None
+    # cp_size < world: independent CP groups (data x context parallel), each on its own sequence
+    cp_size = cp_size or world
+    group, cp_rank, group_id = None, rank, 0
+    if cp_size < world:
+        groups = [dist.new_group(list(range(i, i + cp_size))) for i in range(0, world, cp_size)]
+        group_id, cp_rank = rank // cp_size, rank % cp_size
+        group = groups[group_id]
     try:
         for case in (edge_cases(s) if case_names == ("edge",) else torch_cases(s)):
             if case_names and case_names != ("edge",) and case["name"] not in case_names:
                 continue
-            g = torch.Generator().manual_seed(zlib.crc32(case["name"].encode()))
+            g = torch.Generator().manual_seed(zlib.crc32(case["name"].encode()) + group_id)
             b, h, hk, dv = case["batch"], case["heads"], case["kv_heads"], case["dv"]
             dt = getattr(torch, dtype)
             q = torch.randn(b, s, h, 16, generator=g).to(dt)
@@ -304,33 +312,34 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
             (out_ref * w).sum().backward()
 
             # context parallel
-            plan, masks = torch_cp.prepare(idx, causal, seqlen=s, chunk_size=chunk, comm_groups=comm_groups)
+            plan, masks = torch_cp.prepare(idx, causal, group=group, seqlen=s, chunk_size=chunk,
+                                           comm_groups=comm_groups)
             if events is not None:
                 events.clear()
             overlapped = events is not None and masks.local_work > 0 and all(masks.remote_work)
-            local = [torch_cp.shard_sequence(x, plan, rank).requires_grad_() for x in (q, k, v)]
+            local = [torch_cp.shard_sequence(x, plan, cp_rank).requires_grad_() for x in (q, k, v)]
             sink_cp = sink.clone().requires_grad_() if sink is not None else None
             if case["batch"] == 1:  # uploaded once per step (the per-layer path); else uploaded per call
-                masks = torch_cp.device_masks(plan, masks, q.device)
-            out, lse = torch_cp.context_parallel_attention(*local, plan, masks, learnable_sink=sink_cp,
+                masks = torch_cp.device_masks(plan, masks, q.device, group=group)
+            out, lse = torch_cp.context_parallel_attention(*local, plan, masks, group=group, learnable_sink=sink_cp,
                                                            return_softmax_lse=True, backend="reference")
             if overlapped:
                 _check_forward_overlap(events, len(plan.comm_groups), case["name"], rank, errors)
             if events is not None:
                 events.clear()
-            (out * torch_cp.shard_sequence(w, plan, rank)).sum().backward()
+            (out * torch_cp.shard_sequence(w, plan, cp_rank)).sum().backward()
             if overlapped:
                 _check_backward_overlap(events, len(plan.comm_groups), case["name"], rank, errors)
-            got = {"out": torch_cp.gather_sequence(out.detach(), plan),
-                   "lse": torch_cp.gather_sequence(lse, plan, dim=2),
-                   "dq": torch_cp.gather_sequence(local[0].grad, plan),
-                   "dk": torch_cp.gather_sequence(local[1].grad, plan),
-                   "dv": torch_cp.gather_sequence(local[2].grad, plan)}
+            got = {"out": torch_cp.gather_sequence(out.detach(), plan, group),
+                   "lse": torch_cp.gather_sequence(lse, plan, group, dim=2),
+                   "dq": torch_cp.gather_sequence(local[0].grad, plan, group),
+                   "dk": torch_cp.gather_sequence(local[1].grad, plan, group),
+                   "dv": torch_cp.gather_sequence(local[2].grad, plan, group)}
             want = {"out": out_ref, "lse": lse_ref, "dq": leaves[0].grad, "dk": leaves[1].grad,
                     "dv": leaves[2].grad}
             if sink is not None:
                 dsink = sink_cp.grad.clone()
-                dist.all_reduce(dsink)  # the replicated parameter's gradient: sum over ranks
+                dist.all_reduce(dsink, group=group)  # the replicated parameter's gradient: sum over ranks
                 got["dsink"], want["dsink"] = dsink, sink_ref.grad
             for key in got:
                 a, e = got[key].detach().float().numpy(), want[key].detach().float().numpy()
@@ -388,19 +397,20 @@ def _check_backward_overlap(events, groups, name, rank, errors):
         errors.append(f"{name} rank {rank}: backward order {bwd[:len(want)]}, expected {want}")
 
 
-def _torch_entry(rank, world, port, s, chunk, comm_groups, native_rs, case_names, path, dtype):
+def _torch_entry(rank, world, port, s, chunk, comm_groups, native_rs, case_names, path, dtype, cp_size):
     errors: list[str] = []
-    _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_names, errors, dtype)
+    _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_names, errors, dtype, cp_size)
     with open(f"{path}.{rank}", "w") as f:
         f.write("\n".join(errors))
 
 
-def run_torch(world, tmp_path, s=45, chunk=4, comm_groups=2, native_rs=True, case_names=(), dtype="float32"):
+def run_torch(world, tmp_path, s=45, chunk=4, comm_groups=2, native_rs=True, case_names=(), dtype="float32",
+              cp_size=None):
     torch = pytest.importorskip("torch")
     import torch.multiprocessing as mp
     path = str(tmp_path / "errors")
     mp.spawn(_torch_entry, args=(world, free_port(), s, chunk, comm_groups, native_rs, tuple(case_names),
-                                 path, dtype), nprocs=world, join=True)
+                                 path, dtype, cp_size), nprocs=world, join=True)
     errors = [line for r in range(world) for line in open(f"{path}.{r}").read().splitlines() if line]
     assert not errors, "\n".join(errors)
 
@@ -416,6 +426,13 @@ def test_torch_cp_four_ranks_every_mask(tmp_path):
 def test_torch_cp_bfloat16(tmp_path):
     """bf16 inputs: partial outputs merged in bf16 with one rounding each (looser tolerance)."""
     run_torch(2, tmp_path, s=40, chunk=4, case_names=("causal_document", "random_bidir_c4"), dtype="bfloat16")
+
+
+def test_torch_cp_two_groups_of_two(tmp_path):
+    """4 processes as 2 data-parallel x 2 context-parallel ranks: each CP group (a torch.distributed
+    subgroup) runs its own sequence; group ranks, collectives and gathers stay inside the group."""
+    run_torch(4, tmp_path, s=33, chunk=4, cp_size=2,
+              case_names=("causal_document", "random_bidir_c4", "shared_question"))
 
 
 def test_torch_cp_rank_without_rows_and_masked_ranks(tmp_path):
