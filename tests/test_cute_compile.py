@@ -304,6 +304,21 @@ def test_inspect_reads_dlpack_like_torch():
         assert info.contiguous == t.is_contiguous()
 
 
+def test_inspect_accepts_tensors_that_require_grad():
+    """torch refuses DLPack export of a tensor requiring grad (what the autograd op hands over);
+    found on the H200: every cute call through the torch frontend failed before this."""
+    torch = pytest.importorskip("torch")
+    from paddle_flashmask.ops.cute.dlpack import inspect, runtime_tensor
+
+    x = torch.zeros(2, 3, 4, dtype=torch.bfloat16, requires_grad=True)
+    assert inspect(x, "x").data_ptr == x.data_ptr()
+    assert tuple(runtime_tensor(x).shape) == (2, 3, 4)
+    paddle = pytest.importorskip("paddle")
+    p = paddle.zeros([2, 3], dtype="float32")
+    p.stop_gradient = False
+    assert inspect(p, "p").shape == (2, 3)
+
+
 def test_ptxas_report_parser_handles_wrapped_spill_report():
     from paddle_flashmask.ops.cute.compile_check import parse_ptxas_report
 

@@ -169,7 +169,7 @@ def runtime_tensor(obj: Any, assumed_align: Optional[int] = None) -> Any:
     """CuTe tensor of a DLPack object, typed as :func:`fake_tensor` of the same rank."""
     import cutlass.cute as cute
 
-    tensor = cute.runtime.from_dlpack(obj, assumed_align=assumed_align)
+    tensor = cute.runtime.from_dlpack(exportable(obj), assumed_align=assumed_align)
     ndim = len(tensor.shape)
     return tensor.mark_layout_dynamic(leading_dim=ndim - 1) if ndim > 0 else tensor
 
@@ -183,6 +183,14 @@ def fake_tensor(dtype: Any, ndim: int, assumed_align: Optional[int] = None) -> A
     return cute.runtime.make_fake_tensor(dtype, shape, stride, assumed_align=assumed_align)
 
 
+def exportable(obj: Any) -> Any:
+    """``obj`` itself, or a detached view sharing its memory when it requires grad (torch refuses
+    to export such a tensor through DLPack; the kernels only read or overwrite the data)."""
+    if getattr(obj, "requires_grad", False) is True and hasattr(obj, "detach"):
+        return obj.detach()
+    return obj
+
+
 def inspect(obj: Any, name: str) -> TensorInfo:
     """Shape, strides, dtype, device and address of a DLPack object, read from its capsule.
 
@@ -193,9 +201,10 @@ def inspect(obj: Any, name: str) -> TensorInfo:
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"{name}: expected an object supporting __dlpack__ (a CUDA tensor), "
                         f"found {type(obj).__name__}")
+    obj = exportable(obj)
     try:
         capsule = obj.__dlpack__(stream=-1)  # -1: the producer must not synchronise streams
-    except Exception:
+    except Exception:  # no stream keyword, or a host tensor refusing one (paddle)
         capsule = obj.__dlpack__()
     # DLTensor header: data, device (type, id), ndim, dtype (code, bits, lanes), shape*, strides*,
     # byte_offset - unpacked in one go (field-by-field ctypes access costs ~4x more).
@@ -225,7 +234,7 @@ def to_cute(obj: Any, name: str, assumed_align: Optional[int] = None) -> tuple[A
         raise TypeError(f"{name}: expected an object supporting __dlpack__ (a CUDA tensor), "
                         f"found {type(obj).__name__}")
     device = tuple(int(x) for x in obj.__dlpack_device__())
-    plain = cute.runtime.from_dlpack(obj, assumed_align=assumed_align)
+    plain = cute.runtime.from_dlpack(exportable(obj), assumed_align=assumed_align)
     element = getattr(plain.element_type, "__name__", str(plain.element_type))
     # the iterator of a from_dlpack tensor is a host-side pointer object holding the address
     data_ptr = int(plain.iterator._pointer)
