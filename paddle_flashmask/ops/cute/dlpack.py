@@ -1,8 +1,8 @@
 """DLPack glue for the framework-free kernels: inspect caller tensors, allocate scratch buffers.
 
 The frontends hand ``flashmask_fwd`` / ``flashmask_bwd`` objects supporting ``__dlpack__`` (torch or
-paddle CUDA tensors). This module turns them into CuTe tensors with ``cute.runtime.from_dlpack``
-and checks them (:func:`describe`). Kernels also need scratch memory the frontends do not pass
+paddle CUDA tensors). This module reads their DLPack capsules (:func:`inspect`: shape,
+strides, dtype, device, address) and makes CuTe tensors of them (:func:`runtime_tensor`). Kernels also need scratch memory the frontends do not pass
 (the per-key-tile summary, fp32 dQ accumulators...): :class:`DeviceBuffer` allocates it with the
 CUDA driver's stream-ordered allocator on the caller's stream and exposes it through DLPack too,
 so every kernel argument is made the same way.
@@ -224,22 +224,3 @@ def inspect(obj: Any, name: str) -> TensorInfo:
     device = (dev_type, dev_id)
     data_ptr = (data or 0) + offset
     return TensorInfo(name, shape, stride, dtype, device, data_ptr)
-
-
-def to_cute(obj: Any, name: str, assumed_align: Optional[int] = None) -> tuple[Any, TensorInfo]:
-    """:func:`runtime_tensor` of ``obj`` plus a :class:`TensorInfo` for validation."""
-    import cutlass.cute as cute
-
-    if not hasattr(obj, "__dlpack__"):
-        raise TypeError(f"{name}: expected an object supporting __dlpack__ (a CUDA tensor), "
-                        f"found {type(obj).__name__}")
-    device = tuple(int(x) for x in obj.__dlpack_device__())
-    plain = cute.runtime.from_dlpack(exportable(obj), assumed_align=assumed_align)
-    element = getattr(plain.element_type, "__name__", str(plain.element_type))
-    # the iterator of a from_dlpack tensor is a host-side pointer object holding the address
-    data_ptr = int(plain.iterator._pointer)
-    info = TensorInfo(name, tuple(int(s) for s in plain.shape), tuple(int(s) for s in plain.stride),
-                      _ELEMENT_NAMES.get(element, element), device, data_ptr)
-    if info.shape and info.stride[-1] == 1:  # else not row-major: the caller rejects it
-        plain = plain.mark_layout_dynamic(leading_dim=len(info.shape) - 1)
-    return plain, info

@@ -62,9 +62,13 @@ def _expect(cond: bool, name: str, expected: str, found: Any) -> None:
 
 
 def _convert(obj: Any, name: str, dtype: str | tuple[str, ...], shape: tuple[int, ...],
-             device: Optional[tuple[int, int]], align: int = 1) -> TensorInfo:
-    """Checks of one argument: dtype, exact shape, compact row-major layout, device, alignment."""
-    info = inspect(obj, name)
+             device: Optional[tuple[int, int]], align: int = 1,
+             info: Optional[TensorInfo] = None) -> TensorInfo:
+    """Checks of one argument: dtype, exact shape, compact row-major layout, device, alignment.
+
+    ``info`` is the argument's :func:`inspect` result when the caller already has it.
+    """
+    info = inspect(obj, name) if info is None else info
     dtypes = (dtype,) if isinstance(dtype, str) else dtype
     _expect(info.dtype in dtypes, name, f"dtype {' or '.join(dtypes)}", info.dtype)
     _expect(info.shape == tuple(shape), name, f"shape {list(shape)}", list(info.shape))
@@ -105,13 +109,13 @@ def _problem(q: Any, k: Any, v: Any, startend_row_indices: Any, causal: bool,
         _expect(hm in {1, hk, h}, "startend_row_indices",
                 f"mask heads (dim 1) in {sorted({1, hk, h})}", hm)
     infos = {
-        "q": _convert(q, "q", iq.dtype, (b, sq, h, d), dev, TMA_ALIGN_BYTES),
-        "k": _convert(k, "k", iq.dtype, (b, sk, hk, d), dev, TMA_ALIGN_BYTES),
+        "q": _convert(q, "q", iq.dtype, (b, sq, h, d), dev, TMA_ALIGN_BYTES, iq),
+        "k": _convert(k, "k", iq.dtype, (b, sk, hk, d), dev, TMA_ALIGN_BYTES, ik),
         "v": _convert(v, "v", iq.dtype, (b, sk, hk, dv), dev, TMA_ALIGN_BYTES),
     }
     if startend_row_indices is not None:
         infos["indices"] = _convert(startend_row_indices, "startend_row_indices", "int32",
-                                    (b, hm, sk, num_columns), dev, 4)
+                                    (b, hm, sk, num_columns), dev, 4, ii)
         infos["indices_tensor"] = runtime_tensor(startend_row_indices)  # the summary kernel's input
     if learnable_sink is not None:
         infos["sink"] = _convert(learnable_sink, "learnable_sink", "float32", (h,), dev, 4)
@@ -159,7 +163,7 @@ def tile_summary(startend_row_indices: Any, tile_n: int, *, stream: int
                  ) -> tuple[DeviceBuffer, DeviceBuffer]:
     """Standalone GPU version of :func:`paddle_flashmask.semantics.tile_summary` (tests, tools)."""
     info = _rank4(startend_row_indices, "startend_row_indices", "[B, Hm, Sk, C]")
-    _convert(startend_row_indices, "startend_row_indices", "int32", info.shape, None, 4)
+    _convert(startend_row_indices, "startend_row_indices", "int32", info.shape, None, 4, info)
     tensor = runtime_tensor(startend_row_indices)
     b, hm, sk, c = info.shape
     problem = Problem("int32", b, 0, sk, hm, hm, 0, 0, hm, c, False, False, info.device[1])
