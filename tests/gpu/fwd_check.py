@@ -166,13 +166,13 @@ CASES_QUICK = [c for c in CASES_FULL if c[0] in (
     "causal_d128", "causal_doc_C1", "random_C4", "empty_rows_C4_sink", "d256_causal_window_sink")]
 
 
-def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms):
+def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=False):
     name, dt, d, dv, kind, b, sq, sk, h, hk, hm_mode, has_sink = case
     hm = {"1": 1, "Hk": hk, "H": h}[hm_mode]
     tdt = torch.bfloat16 if dt == "bf16" else torch.float16
     idx, causal = make_mask(kind, rng, b, hm, sq, sk)
     cols = None if idx is None else idx.shape[-1]
-    cfg = fwd_mod.default_config(dt, d, dv, causal, cols, has_sink)
+    cfg = fwd_mod.default_config(dt, d, dv, causal, cols, has_sink, fast=fast)
     t0 = time.time()
     if cfg not in compiled_cache:
         compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
@@ -277,28 +277,33 @@ def bench_mask(kind: str, b: int, s: int):
 
 BENCH_ROWS = [
     # mask, B, S, H, Hk, D, Dv, variant overrides
-    ("causal", 2, 8192, 16, 16, 128, 128, {}),
-    ("causal", 2, 8192, 16, 16, 128, 128, {"pingpong": False}),
-    ("causal", 2, 8192, 16, 16, 128, 128, {"tma_store_o": False}),
-    ("full", 2, 8192, 16, 16, 128, 128, {}),
-    ("causal_doc", 2, 8192, 16, 16, 128, 128, {}),
-    ("window", 2, 8192, 16, 16, 128, 128, {}),
-    ("causal", 2, 8192, 16, 16, 64, 64, {}),
-    ("causal", 2, 8192, 16, 16, 256, 256, {}),
+    # mask, B, S, H, Hk, D, Dv, fast path?, FwdConfig overrides
+    ("causal", 2, 8192, 16, 16, 128, 128, False, {}),
+    ("causal", 2, 8192, 16, 16, 128, 128, True, {}),
+    ("causal", 2, 8192, 16, 16, 128, 128, True, {"pingpong": False}),
+    ("causal", 2, 8192, 16, 16, 128, 128, True, {"tma_store_o": False}),
+    ("full", 2, 8192, 16, 16, 128, 128, False, {}),
+    ("full", 2, 8192, 16, 16, 128, 128, True, {}),
+    ("causal_doc", 2, 8192, 16, 16, 128, 128, False, {}),
+    ("causal_doc", 2, 8192, 16, 16, 128, 128, True, {}),
+    ("window", 2, 8192, 16, 16, 128, 128, True, {}),
+    ("causal", 2, 8192, 16, 16, 64, 64, True, {}),
+    ("causal", 2, 8192, 16, 16, 256, 256, True, {}),
 ]
 
 
 def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng, rows=BENCH_ROWS):
     import dataclasses
     results = []
-    for kind, b, s, h, hk, d, dv, over in rows:
+    for kind, b, s, h, hk, d, dv, fast, over in rows:
         idx, causal = bench_mask(kind, b, s)
         cols = None if idx is None else idx.shape[-1]
-        cfg = dataclasses.replace(fwd_mod.default_config("bf16", d, dv, causal, cols, False), **over)
+        cfg = dataclasses.replace(
+            fwd_mod.default_config("bf16", d, dv, causal, cols, False, fast=fast), **over)
         ms, tflops, compile_s = _bench_one(torch, cute_rt, fwd_mod, compiled_cache, num_sms, cfg,
                                            b, s, h, hk, d, dv, idx, causal)
         row = {"mask": kind, "B": b, "S": s, "H": h, "Hk": hk, "D": d, "Dv": dv,
-               "variant": over, "tile_n": cfg.tile_n, "ms": round(ms, 4),
+               "fast": fast, "variant": over, "tile_n": cfg.tile_n, "ms": round(ms, 4),
                "tflops": round(tflops, 1), "compile_s": round(compile_s, 2)}
         results.append(row)
         print(json.dumps(row), flush=True)
@@ -310,6 +315,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--only", default="")
+    ap.add_argument("--fast", action="store_true", help="check the fast-path configurations")
     args = ap.parse_args()
     import torch
     import cutlass.cute.runtime as cute_rt
@@ -322,10 +328,11 @@ def main() -> int:
     if args.only:
         cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]
     compiled = {}
-    report = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cases": []}
+    report = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "fast_path": args.fast, "cases": []}
     for case in cases:
         try:
-            r = run_case(torch, cute_rt, fwd_mod, compiled, case, rng, num_sms)
+            r = run_case(torch, cute_rt, fwd_mod, compiled, case, rng, num_sms, fast=args.fast)
         except Exception as exc:  # record and continue: one broken variant must not hide others
             r = {"name": case[0], "ok": False, "error": repr(exc)[:1500],
                  "trace": traceback.format_exc()[-3000:]}

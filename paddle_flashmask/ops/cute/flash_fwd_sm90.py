@@ -21,6 +21,7 @@ Host side: :class:`FwdConfig` (compile-time parameters) and :func:`compile_forwa
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -63,8 +64,13 @@ class FwdConfig:
     tile_n: int = 128
     num_stages: int = 2
     q_stages: int = 1  # 2: the next work tile's Q loads during this tile's main loop
-    pingpong: bool = True  # the two consumer warpgroups take turns issuing their GEMMs
-    tma_store_o: bool = True  # O leaves through shared memory + TMA (else direct stores)
+    # Fast-path switches (see docs/kernels_fwd.md: compiled and SASS-checked; the GPU run of the
+    # combination hung once with a 32/240 register split that cannot be satisfied, since fixed).
+    intra_wg_overlap: bool = False  # S_j = Q·K_jᵀ in flight together with P_{j-1}·V_{j-1}
+    pingpong: bool = False  # the two consumer warpgroups take turns issuing their GEMMs
+    tma_store_o: bool = False  # O leaves through shared memory + TMA (else direct stores)
+    producer_regs: int = 24
+    consumer_regs: int = 240
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -84,16 +90,45 @@ class FwdConfig:
             raise ValueError(f"FwdConfig.num_stages: expected >= 1, found {self.num_stages}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"FwdConfig.q_stages: expected 1 or 2, found {self.q_stages}")
+        if self.pingpong and not self.intra_wg_overlap:
+            raise ValueError("FwdConfig.pingpong: needs intra_wg_overlap=True")
+        # setmaxnreg only moves registers inside the CTA's launch allocation (ptxas caps a
+        # 384-thread CTA at 168/thread): what the producer warpgroup gives back must cover what
+        # the two consumer warpgroups take, or setmaxnreg.inc waits forever.
+        launch = 168
+        if 128 * (launch - self.producer_regs) < 256 * (self.consumer_regs - launch):
+            raise ValueError(
+                f"FwdConfig register split: producer {self.producer_regs} / consumer "
+                f"{self.consumer_regs} needs 128*(168-p) >= 256*(c-168), found "
+                f"{128 * (launch - self.producer_regs)} < {256 * (self.consumer_regs - launch)}")
+
+
+FAST_ENV = "PADDLE_FLASHMASK_FWD_FAST"
 
 
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
-                   mask_columns: Optional[int], has_sink: bool = False) -> FwdConfig:
-    """The tuned tile shape for a head dim (shared memory: Q + stages * (K + V) <= 227 KB)."""
+                   mask_columns: Optional[int], has_sink: bool = False,
+                   fast: Optional[bool] = None) -> FwdConfig:
+    """Tile shape and features for a head dim (smem: Q + stages * (K + V) [+ O] <= 227 KB).
+
+    ``fast=False`` (default): the configuration verified on the H200 (docs/kernels_fwd.md).
+    ``fast=True`` (or env ``PADDLE_FLASHMASK_FWD_FAST=1``): intra-warpgroup overlap, ping-pong,
+    double-buffered Q, TMA-store epilogue and d128 tile 128x112 (keeps ptxas from serialising
+    the wgmma pipeline); compiled and SASS-checked, not yet run on the GPU.
+    """
     dv = head_dim if head_dim_v is None else head_dim_v
+    if fast is None:
+        fast = os.environ.get(FAST_ENV, "0") not in ("", "0", "false", "False")
+    if not fast:
+        tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
+                          256: (64, 2)}.get(head_dim, (128, 2))
+        return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
+                         128, tile_n, stages)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 3, 2), 128: (112, 2, 2),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
-                     128, tile_n, stages, q_stages, tma_store_o=head_dim != 256)
+                     128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
+                     tma_store_o=head_dim != 256, producer_regs=32, consumer_regs=232)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -114,8 +149,6 @@ class FlashFwdSm90:
     threads_per_wg = 128
     sched_barrier_base = 1  # named barriers 1, 2 (0 is __syncthreads)
     epi_barrier_base = 3  # named barriers 3, 4: per-warpgroup epilogue
-    producer_regs = 32
-    consumer_regs = 240
 
     def __init__(self, config: FwdConfig):
         self.cfg = config
@@ -127,6 +160,9 @@ class FlashFwdSm90:
         self.stages = config.num_stages
         self.q_stages = config.q_stages
         self.pingpong = config.pingpong
+        self.overlap = config.intra_wg_overlap
+        self.producer_regs = config.producer_regs
+        self.consumer_regs = config.consumer_regs
         self.tma_store_o = config.tma_store_o
         self.causal = config.causal
         self.mask_columns = config.mask_columns
@@ -525,51 +561,72 @@ class FlashFwdSm90:
             pipe_k.consumer_wait(k_state)
             n_block = s_meta[0, k_state.index]
             is_partial = s_meta[1, k_state.index]
-            if n_block >= 0:
-                # First key tile: S, mask, softmax; its P·V is issued with the next tile's S.
-                self.issue_qk(mma_qk, acc_S, tSrQ, tSrK, q_idx, k_state.index)
-                warpgroup.wait_group(0)
-                self.mask_scores(acc_S, tScS_mn, s_bounds, k_state.index, is_partial, row_base,
-                                 n_block, seqlen_q, seqlen_k, diag_offset)
-                pipe_k.consumer_release(k_state)
-                k_state.advance()
-                fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
-                fm_softmax.convert_pairs(acc_S, tOrP_as_acc)
-                pipe_k.consumer_wait(k_state)
-                n_block = s_meta[0, k_state.index]
-                is_partial = s_meta[1, k_state.index]
+            if cutlass.const_expr(not self.overlap):
                 while n_block >= 0:
-                    # Overlap: the tensor cores run S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1}
-                    # while this warpgroup masks and exponentiates S_j.
-                    self.turn_wait(cwg)
+                    # One key tile at a time: S, mask (partial only), softmax, O += P·V.
                     self.issue_qk(mma_qk, acc_S, tSrQ, tSrK, q_idx, k_state.index)
-                    pipe_v.consumer_wait(v_state)
-                    self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
-                    self.turn_pass(cwg)
-                    if is_partial != 0:
-                        # Partial tile: let P·V drain first so the mask code does not compete
-                        # with the registers pinned by an in-flight wgmma.
-                        warpgroup.wait_group(0)
-                        self.mask_scores(acc_S, tScS_mn, s_bounds, k_state.index, is_partial,
-                                         row_base, n_block, seqlen_q, seqlen_k, diag_offset)
-                    else:
-                        warpgroup.wait_group(1)
+                    warpgroup.wait_group(0)
+                    self.mask_scores(acc_S, tScS_mn, s_bounds, k_state.index, is_partial,
+                                     row_base, n_block, seqlen_q, seqlen_k, diag_offset)
                     pipe_k.consumer_release(k_state)
                     k_state.advance()
                     fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
+                    fm_softmax.rescale_o(acc_O, row_scale)
+                    tOrP_as_acc.store(acc_S.load().to(self.dtype))
+                    pipe_v.consumer_wait(v_state)
+                    self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
                     warpgroup.wait_group(0)
                     pipe_v.consumer_release(v_state)
                     v_state.advance()
-                    fm_softmax.rescale_o(acc_O, row_scale)
+                    pipe_k.consumer_wait(k_state)
+                    n_block = s_meta[0, k_state.index]
+                    is_partial = s_meta[1, k_state.index]
+            else:
+                if n_block >= 0:
+                    # First key tile: S, mask, softmax; its P·V is issued with the next tile's S.
+                    self.issue_qk(mma_qk, acc_S, tSrQ, tSrK, q_idx, k_state.index)
+                    warpgroup.wait_group(0)
+                    self.mask_scores(acc_S, tScS_mn, s_bounds, k_state.index, is_partial, row_base,
+                                     n_block, seqlen_q, seqlen_k, diag_offset)
+                    pipe_k.consumer_release(k_state)
+                    k_state.advance()
+                    fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
                     fm_softmax.convert_pairs(acc_S, tOrP_as_acc)
                     pipe_k.consumer_wait(k_state)
                     n_block = s_meta[0, k_state.index]
                     is_partial = s_meta[1, k_state.index]
-                pipe_v.consumer_wait(v_state)
-                self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
-                warpgroup.wait_group(0)
-                pipe_v.consumer_release(v_state)
-                v_state.advance()
+                    while n_block >= 0:
+                        # Overlap: the tensor cores run S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1}
+                        # while this warpgroup masks and exponentiates S_j.
+                        self.turn_wait(cwg)
+                        self.issue_qk(mma_qk, acc_S, tSrQ, tSrK, q_idx, k_state.index)
+                        pipe_v.consumer_wait(v_state)
+                        self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
+                        self.turn_pass(cwg)
+                        if is_partial != 0:
+                            # Partial tile: let P·V drain first so the mask code does not compete
+                            # with the registers pinned by an in-flight wgmma.
+                            warpgroup.wait_group(0)
+                            self.mask_scores(acc_S, tScS_mn, s_bounds, k_state.index, is_partial,
+                                             row_base, n_block, seqlen_q, seqlen_k, diag_offset)
+                        else:
+                            warpgroup.wait_group(1)
+                        pipe_k.consumer_release(k_state)
+                        k_state.advance()
+                        fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
+                        warpgroup.wait_group(0)
+                        pipe_v.consumer_release(v_state)
+                        v_state.advance()
+                        fm_softmax.rescale_o(acc_O, row_scale)
+                        fm_softmax.convert_pairs(acc_S, tOrP_as_acc)
+                        pipe_k.consumer_wait(k_state)
+                        n_block = s_meta[0, k_state.index]
+                        is_partial = s_meta[1, k_state.index]
+                    pipe_v.consumer_wait(v_state)
+                    self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
+                    warpgroup.wait_group(0)
+                    pipe_v.consumer_release(v_state)
+                    v_state.advance()
             pipe_k.consumer_release(k_state)  # the sentinel stage
             k_state.advance()
             pipe_q.consumer_release(q_state)
