@@ -84,6 +84,7 @@ _SASS_SCRIPT = textwrap.dedent("""
     for name, cfg in [
         ("d128_causal_C1_det", BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True)),
         ("d256_bidir_C4_gqa", BwdConfig("bfloat16", 256, 256, False, 4, gqa=True)),
+        ("d128_bidir_C2_rs", BwdConfig("bfloat16", 128, 128, False, 2, rs_dkv=True)),
     ]:
         res = cc.compile_variant(cc.Variant(name, "bwd", cfg, True))
         if "error" in res:
@@ -123,3 +124,10 @@ def test_bwd_sass_fast_path(sass):
     assert "error" not in d256, d256
     assert d256.get("HGMMA", 0) > 0 and d256.get("UTMALDG", 0) > 0
     assert d256.get("REDG", 0) > 0  # D=256: dQ staging does not fit, fp32 red from registers
+
+
+def test_bwd_register_operand_variant(sass):
+    """rs_dkv: dV/dK take P^T/dS^T from registers (opt-in variant) and stays on the fast path."""
+    rs = sass["d128_bidir_C2_rs"]
+    assert "error" not in rs, rs
+    assert rs.get("HGMMA", 0) >= 32 and rs.get("UTMALDG", 0) > 0 and rs.get("UBLKRED", 0) > 0

@@ -103,6 +103,10 @@ CASES_FULL = [
     ("d256_full", "bf16", 256, 256, "full", 1, 300, 500, 2, 2, "1", False),
     ("mqa_causal_doc", "bf16", 128, 128, "causal_doc", 1, 800, 800, 8, 1, "1", False),
     ("d64_full_sink", "bf16", 64, 64, "full", 1, 257, 513, 4, 2, "1", True),
+    # opt-in register-operand (RS) dV/dK path (BwdConfig.rs_dkv=True, tile_n = 128)
+    ("causal_d128_rs", "bf16", 128, 128, "causal", 2, 1000, 1000, 4, 2, "1", False),
+    ("random_C4_rs", "bf16", 128, 128, "random4", 1, 700, 640, 4, 1, "1", False),
+    ("fp16_d64_causal_doc_sink_rs", "fp16", 64, 64, "causal_doc", 2, 1000, 1000, 4, 2, "1", True),
 ]
 CASES_QUICK = [c for c in CASES_FULL if c[0] in (
     "causal_d128", "causal_doc_C1", "random_C4", "empty_rows_C4_sink", "d256_causal_window_sink",
@@ -147,7 +151,8 @@ class Runner:
         cols = None if p["idx"] is None else p["idx"].shape[-1]
         cfg = self.bwd.BwdConfig(p["dt"].replace("bf16", "bfloat16").replace("fp16", "float16"),
                                  p["d"], p["dv"], p["causal"], cols, gqa=p["h"] != p["hk"],
-                                 has_sink=p["sink"] is not None, deterministic=deterministic)
+                                 has_sink=p["sink"] is not None, deterministic=deterministic,
+                                 rs_dkv=p["name"].endswith("_rs"))
         fn, compile_s = self.get(cfg)
         b, sq, sk, h, hk = p["b"], p["sq"], p["sk"], p["h"], p["hk"]
         nan = float("nan")

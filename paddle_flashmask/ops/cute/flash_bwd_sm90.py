@@ -92,6 +92,9 @@ class BwdConfig:
     deterministic: bool = False
     tile_m: int = ROWS_PER_CTA
     tile_n: int = 0  # 0 = default_tile_n(head_dim)
+    # dV/dK wgmma with P^T/dS^T from registers (tile_n = 128 only). Compiles spill-free for sm_90a
+    # but is not yet validated on the GPU, so the validated smem-operand path is the default.
+    rs_dkv: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -136,6 +139,18 @@ def _transposed(t: cute.Tensor) -> cute.Tensor:
     return cute.composition(t, cute.make_ordered_layout(shape, order=order))
 
 
+@cute.jit
+def _acc_to_operand_a(acc: cute.Tensor, frag_a: cute.Tensor):
+    """Copy a 16-bit wgmma accumulator-layout tensor ((2, 2, V), 1, 1) (rows = M, cols = K of the
+    next GEMM) into the RS A fragment ((2, 2, 2), 1, V / 2): A k-block kb holds the accumulator's
+    column groups 2kb and 2kb + 1, same thread, same register order."""
+    for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
+        for g in cutlass.range_constexpr(2):
+            for hh in cutlass.range_constexpr(2):
+                for c in cutlass.range_constexpr(2):
+                    frag_a[(c, hh, g), 0, kb] = acc[(c, hh, 2 * kb + g), 0, 0]
+
+
 def _acc_mn(t: cute.Tensor) -> cute.Tensor:
     """(rows, cols) view of a wgmma accumulator-shaped partition ((2, 2, V), M, N):
     value mode 0 = two adjacent columns, 1 = rows r and r + 8, 2 = column groups of 8."""
@@ -169,6 +184,9 @@ class FlashMaskBwdSm90:
             self.sdp_atom = (1, 2, 1)  # S^T [64 x 64]: WGs split the query columns
             self.dkv_atom = (1, 2, 1)  # dK/dV [64 x D]: WGs split the head dim
         self.dq_atom = (1, 2, 1)  # dQ [64 x D]: WGs split the head dim
+        # tile_n = 128: each consumer WG owns the same 64 key rows in S^T/dP^T and in dK/dV, so
+        # P^T and dS^T feed the dV/dK wgmma straight from registers (RS); P never touches smem
+        self.rs_dkv = cfg.rs_dkv and self.sdp_atom == (2, 1, 1) and self.dkv_atom == (2, 1, 1)
         # dQ via padded fp32 smem + bulk reduce-add when it fits next to the operand tiles,
         # else fp32 red.global.add from registers (D = 256)
         el = 2
@@ -185,8 +203,9 @@ class FlashMaskBwdSm90:
         mk = sm90_utils.make_trivial_tiled_mma
         sdp = mk(dt, dt, K, K, Float32, self.sdp_atom,
                  (64, self.tile_m // self.sdp_atom[1]))
-        dk = mk(dt, dt, K, MN, Float32, self.dkv_atom, (64, self.d // self.dkv_atom[1]))
-        dv = mk(dt, dt, K, MN, Float32, self.dkv_atom, (64, self.dv // self.dkv_atom[1]))
+        src = warpgroup.OperandSource.RMEM if self.rs_dkv else warpgroup.OperandSource.SMEM
+        dk = mk(dt, dt, K, MN, Float32, self.dkv_atom, (64, self.d // self.dkv_atom[1]), src)
+        dv = mk(dt, dt, K, MN, Float32, self.dkv_atom, (64, self.dv // self.dkv_atom[1]), src)
         dq = mk(dt, dt, MN, MN, Float32, self.dq_atom, (64, self.d // self.dq_atom[1]))
         return sdp, dk, dv, dq
 
@@ -446,10 +465,14 @@ class FlashMaskBwdSm90:
         tPrV = wg_sdp.make_fragment_A(wg_sdp.partition_A(sV))
         tPrdO = wg_sdp.make_fragment_B(wg_sdp.partition_B(sdO))
         # dV += P^T dO : A = P^T [keys x queries] (K-major), B = dO viewed [Dv x queries] (MN-major)
-        tVrP = wg_dv.make_fragment_A(wg_dv.partition_A(sP))
+        if const_expr(self.rs_dkv):
+            tVrP = wg_dv.make_fragment_A(wg_dv.partition_shape_A((self.tile_n, self.tile_m)))
+            tKrdS = wg_dk.make_fragment_A(wg_dk.partition_shape_A((self.tile_n, self.tile_m)))
+        else:
+            tVrP = wg_dv.make_fragment_A(wg_dv.partition_A(sP))
+            tKrdS = wg_dk.make_fragment_A(wg_dk.partition_A(sdS))
         tVrdO = wg_dv.make_fragment_B(wg_dv.partition_B(_transposed(sdO)))
         # dK += dS^T Q
-        tKrdS = wg_dk.make_fragment_A(wg_dk.partition_A(sdS))
         tKrQ = wg_dk.make_fragment_B(wg_dk.partition_B(_transposed(sQ)))
         # dQ = dS K : A = dS viewed [queries x keys] (MN-major), B = K viewed [D x keys] (MN-major)
         tQrdS = wg_dq.make_fragment_A(wg_dq.partition_A(_transposed(sdS)))
@@ -539,7 +562,11 @@ class FlashMaskBwdSm90:
                 rP.store(acc_S.load().to(self.dtype))
                 rdS = cute.make_rmem_tensor_like(acc_dP, self.dtype)
                 rdS.store(acc_dP.load().to(self.dtype))
-                cute.autovec_copy(rP, tPsP)
+                if const_expr(self.rs_dkv):
+                    _acc_to_operand_a(rP, tVrP)
+                    _acc_to_operand_a(rdS, tKrdS)
+                else:
+                    cute.autovec_copy(rP, tPsP)
                 cute.autovec_copy(rdS, tPsdS)
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier(barrier_id=_BAR_PDS_READY,
