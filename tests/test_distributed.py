@@ -18,8 +18,8 @@ import pytest
 from paddle_flashmask import mask_builders as mb
 from paddle_flashmask import semantics as sem
 from paddle_flashmask.distributed import (PAD, assign_lpt, balance_report, explicit_indices,
-                                          gathered_indices, improve_assignment, local_masks, plan_context_parallel,
-                                          rewrite_indices)
+                                          gathered_indices, improve_assignment, local_masks,
+                                          plan_context_parallel, rewrite_indices, window_indices)
 
 FORMS = [(True, 1), (True, 2), (False, 2), (False, 4)]
 
@@ -252,6 +252,11 @@ def torch_cases(s):
         sink = name in ("causal_document", "random_bidir_c4")
         cases.append(dict(name=name, idx=idx, causal=causal, batch=batch, heads=heads, kv_heads=kv_heads,
                           sink=sink, dv=8 if name == "document" else 16))
+    # the window_size shorthand (indices built by prepare, as the frontends build them)
+    cases.append(dict(name="window_shorthand_causal", idx=None, window=5, causal=True, batch=1, heads=2,
+                      kv_heads=1, sink=False, dv=16))
+    cases.append(dict(name="window_shorthand_bidir", idx=None, window=(3, 6), causal=False, batch=1, heads=2,
+                      kv_heads=2, sink=False, dv=16))
     return cases
 
 
@@ -307,13 +312,17 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
             # single process
             leaves = [x.clone().requires_grad_() for x in (q, k, v)]
             sink_ref = sink.clone().requires_grad_() if sink is not None else None
+            window = case.get("window")
             out_ref, lse_ref = pft.flashmask_attention(*leaves, idx, causal=causal, return_softmax_lse=True,
-                                                       learnable_sink=sink_ref, backend="reference")
+                                                       learnable_sink=sink_ref, backend="reference",
+                                                       window_size=window)
             (out_ref * w).sum().backward()
 
             # context parallel
             plan, masks = torch_cp.prepare(idx, causal, group=group, seqlen=s, chunk_size=chunk,
-                                           comm_groups=comm_groups)
+                                           comm_groups=comm_groups, window_size=window)
+            if window is not None:  # the oracle gets the explicit indices
+                idx = window_indices(s, window, causal)
             if events is not None:
                 events.clear()
             overlapped = events is not None and masks.local_work > 0 and all(masks.remote_work)
@@ -589,3 +598,9 @@ def test_torch_cp_single_rank_and_errors(single_rank_group):
         torch_cp.device_masks(two_rank_plan, local_masks(*mask, two_rank_plan, 1), "cpu")
     with pytest.raises(ValueError, match="key"):
         torch_cp.context_parallel_attention(q, k[..., :4], v, plan, masks)
+    with pytest.raises(ValueError, match="window_size"):
+        torch_cp.prepare(mask.startend_row_indices, True, window_size=3, seqlen=s)
+    with pytest.raises(ValueError, match="seqlen"):
+        torch_cp.prepare(None, True, window_size=3)
+    with pytest.raises(ValueError, match="window_size"):
+        torch_cp.prepare(None, True, window_size=-2, seqlen=s)

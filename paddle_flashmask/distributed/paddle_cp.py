@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import engine
-from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel
+from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel, window_indices
 
 
 def _paddle():
@@ -185,14 +185,28 @@ def _pylayer():
 
 
 def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[int] = None,
-            **plan_kwargs) -> tuple[ContextParallelPlan, RankMasks]:
-    """Plan over the ranks of ``group`` (default: all) and rewrite the indices for this rank."""
+            window_size: Any = None, **plan_kwargs) -> tuple[ContextParallelPlan, RankMasks]:
+    """Plan over the ranks of ``group`` (default: all) and rewrite the indices for this rank.
+
+    ``window_size`` (with ``startend_row_indices=None`` and ``seqlen=``): the sliding-window shorthand.
+    """
+    if window_size is not None:
+        startend_row_indices = _window(startend_row_indices, causal, window_size, plan_kwargs)
     paddle = _paddle()
     world = group.nranks if group is not None else paddle.distributed.get_world_size()
     if rank is None:
         rank = group.rank if group is not None else paddle.distributed.get_rank()
     plan = plan_context_parallel(startend_row_indices, causal, world, **plan_kwargs)
     return plan, local_masks(startend_row_indices, causal, plan, rank)
+
+
+def _window(startend_row_indices, causal, window_size, plan_kwargs):
+    if startend_row_indices is not None:
+        raise ValueError("window_size: expected None when startend_row_indices is given (the window is "
+                         f"shorthand for building them), found {window_size!r}")
+    if plan_kwargs.get("seqlen") is None:
+        raise ValueError("seqlen: required with window_size")
+    return window_indices(int(plan_kwargs["seqlen"]), window_size, causal)
 
 
 def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks, *,

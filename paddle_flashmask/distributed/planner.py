@@ -133,6 +133,14 @@ def explicit_indices(startend_row_indices: Any, causal: bool, seqlen: int) -> tu
     return idx, bool(causal)
 
 
+def window_indices(seqlen: int, window_size: Any, causal: bool) -> np.ndarray:
+    """Indices of the frontends' ``window_size`` shorthand (same builder, same convention)."""
+    from ..mask_builders import window_mask
+    from ..ops.arguments import window_bounds
+    left, right = window_bounds(window_size)
+    return np.asarray(window_mask(seqlen, seqlen, left, right, causal).startend_row_indices, dtype=np.int32)
+
+
 def chunk_work(startend_row_indices: Any, causal: bool, seqlen: int, chunk_size: int,
                num_chunks: int, work_model: str = "pairs", tile: int = 128) -> np.ndarray:
     """int64 ``[num_chunks]``: work of each chunk of query rows, summed over batch and mask heads.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import engine
-from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel
+from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel, window_indices
 
 
 def _torch():
@@ -190,17 +190,30 @@ def _function():
 
 
 def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[int] = None,
-            **plan_kwargs) -> tuple[ContextParallelPlan, RankMasks]:
+            window_size: Any = None, **plan_kwargs) -> tuple[ContextParallelPlan, RankMasks]:
     """Plan the split over the ranks of ``group`` and rewrite the indices for this rank.
 
     ``startend_row_indices``: the *global* ``[B, Hm, S, C]`` indices (numpy or tensor; ``None`` for
-    plain attention, then pass ``seqlen=``). ``plan_kwargs`` go to :func:`plan_context_parallel`.
+    plain attention, then pass ``seqlen=``). ``window_size`` (with ``startend_row_indices=None`` and
+    ``seqlen=``) is the frontends' sliding-window shorthand. ``plan_kwargs`` go to
+    :func:`plan_context_parallel`.
     """
+    if window_size is not None:
+        startend_row_indices = _window(startend_row_indices, causal, window_size, plan_kwargs)
     torch = _torch()
     world = torch.distributed.get_world_size(group)
     rank = torch.distributed.get_rank(group) if rank is None else rank
     plan = plan_context_parallel(startend_row_indices, causal, world, **plan_kwargs)
     return plan, local_masks(startend_row_indices, causal, plan, rank)
+
+
+def _window(startend_row_indices, causal, window_size, plan_kwargs):
+    if startend_row_indices is not None:
+        raise ValueError("window_size: expected None when startend_row_indices is given (the window is "
+                         f"shorthand for building them), found {window_size!r}")
+    if plan_kwargs.get("seqlen") is None:
+        raise ValueError("seqlen: required with window_size")
+    return window_indices(int(plan_kwargs["seqlen"]), window_size, causal)
 
 
 def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks, *,
