@@ -90,6 +90,10 @@ class FwdConfig:
             raise ValueError(f"FwdConfig.num_stages: expected >= 1, found {self.num_stages}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"FwdConfig.q_stages: expected 1 or 2, found {self.q_stages}")
+        if self.shared_memory_bytes() > SMEM_LIMIT_BYTES:
+            raise ValueError(
+                f"FwdConfig: shared memory {self.shared_memory_bytes()} B exceeds the SM90 limit "
+                f"{SMEM_LIMIT_BYTES} B (reduce tile_n, num_stages or q_stages, or tma_store_o)")
         if self.pingpong and not self.intra_wg_overlap:
             raise ValueError("FwdConfig.pingpong: needs intra_wg_overlap=True")
         # setmaxnreg only moves registers inside the CTA's launch allocation (ptxas caps a
@@ -104,6 +108,22 @@ class FwdConfig:
 
 
 FAST_ENV = "PADDLE_FLASHMASK_FWD_FAST"
+
+
+SMEM_LIMIT_BYTES = 232448  # 227 KB of dynamic shared memory per CTA on SM90
+
+
+def _shared_memory_bytes(cfg: "FwdConfig") -> int:
+    elem = 2
+    q = cfg.q_stages * cfg.tile_m * cfg.head_dim * elem
+    kv = cfg.num_stages * cfg.tile_n * (cfg.head_dim + cfg.head_dim_v) * elem
+    o = cfg.tile_m * cfg.head_dim_v * elem if cfg.tma_store_o else 0
+    ncols = fm_mask.num_mask_columns(cfg.causal, cfg.mask_columns)
+    meta = cfg.num_stages * (cfg.tile_n * ncols * 4 + 8) + (cfg.q_stages + 2 * cfg.num_stages) * 16
+    return q + kv + o + meta + 4 * 1024  # alignment padding of the buffers
+
+
+FwdConfig.shared_memory_bytes = _shared_memory_bytes
 
 
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
@@ -124,11 +144,11 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                           256: (64, 2)}.get(head_dim, (128, 2))
         return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                          128, tile_n, stages)
-    tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 3, 2), 128: (112, 2, 2),
+    tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (112, 2, 2),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                      128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
-                     tma_store_o=head_dim != 256, producer_regs=32, consumer_regs=232)
+                     tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -280,6 +300,7 @@ class FlashFwdSm90:
             sO: cute.struct.Align[cute.struct.MemRange[self.dtype, o_elems], 1024]
 
         self.shared_storage = SharedStorage
+        self.smem_bytes = SharedStorage.size_in_bytes()
         num_m_blocks = (seqlen_q + tm - 1) // tm
         self.kernel(
             tiled_mma_qk, tiled_mma_pv, tma_q, tma_mQ, tma_k, tma_mK, tma_v, tma_mVt,
@@ -817,4 +838,9 @@ def compile_forward(config: FwdConfig) -> CompiledForward:
         cuda.CUstream(0),
     )
     compiled = cute.compile(kernel, *args)
-    return CompiledForward(config, compiled)
+    if kernel.smem_bytes > SMEM_LIMIT_BYTES:  # the estimate in FwdConfig should have caught it
+        raise ValueError(f"compile_forward: {config} needs {kernel.smem_bytes} B of shared memory, "
+                         f"over the {SMEM_LIMIT_BYTES} B limit")
+    result = CompiledForward(config, compiled)
+    result.smem_bytes = kernel.smem_bytes
+    return result
