@@ -34,7 +34,7 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Boolean, Float32, Int32, Int64
 from cutlass.cute.nvgpu import cpasync, warpgroup
-from cutlass.utils import LayoutEnum
+from cutlass.tensor_utils import LayoutEnum
 
 from paddle_flashmask.ops.cute import mask as fm_mask
 from paddle_flashmask.ops.cute import softmax as fm_softmax
