@@ -172,8 +172,10 @@ class _Postprocess:
             mdVpart = rowmajor(dv_part_ptr, (b, sk, h, dv))
             mdK = rowmajor(dk_ptr, (b, sk, hk, d))
             mdV = rowmajor(dv_ptr, (b, sk, hk, dv))
+            # at least one CTA: Sk = 0 must not launch an empty grid (rows are bounds-checked)
             self.dkv_kernel(mdKpart, mdVpart, mdK, mdV).launch(
-                grid=[cute.ceil_div(sk, ROWS_PER_CTA), hk, b], block=[_THREADS, 1, 1],
+                grid=[cutlass.max(cute.ceil_div(sk, ROWS_PER_CTA), 1), hk, b],
+                block=[_THREADS, 1, 1],
                 stream=stream)
         if const_expr(self.cfg.has_sink):
             mDsinkPart = rowmajor(dsink_part_ptr, (b, h, n_blk))
