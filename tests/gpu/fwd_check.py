@@ -313,6 +313,11 @@ def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng, rows=BENCH_ROWS
     return results
 
 
+def _write(report: dict) -> None:
+    out_dir = Path(os.environ.get("OUT", "."))
+    (out_dir / "fwd_check.json").write_text(json.dumps(report, indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -342,6 +347,7 @@ def main() -> int:
             r = {"name": case[0], "ok": False, "error": repr(exc)[:1500],
                  "trace": traceback.format_exc()[-3000:]}
         report["cases"].append(r)
+        _write(report)  # incremental: a hung variant (killed by `timeout`) keeps earlier results
         print(json.dumps({k: r.get(k) for k in ("name", "ok", "rel_err_o", "max_abs_err_lse",
                                                   "empty_rows", "compile_s", "error")}),
               flush=True)
@@ -355,8 +361,7 @@ def main() -> int:
     n_ok = sum(1 for r in report["cases"] if r.get("ok"))
     report["summary"] = {"passed": n_ok, "total": len(report["cases"])}
     print(json.dumps(report["summary"]), flush=True)
-    out_dir = Path(os.environ.get("OUT", "."))
-    (out_dir / "fwd_check.json").write_text(json.dumps(report, indent=1))
+    _write(report)
     return 0 if n_ok == len(report["cases"]) else 1
 
 
