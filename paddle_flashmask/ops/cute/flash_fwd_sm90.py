@@ -801,6 +801,9 @@ class CompiledForward:
             raise ValueError(f"learnable_sink: presence must match config.has_sink={cfg.has_sink}")
         if sq == 0 or b == 0 or h == 0:
             return
+        if sk == 0:  # a TMA descriptor cannot describe an empty K/V; the answer needs no kernel
+            raise ValueError("seqlen_k: expected >= 1 for the cute forward kernel, found 0 (the "
+                             "caller fills out = 0 and lse = -inf, or = sink, for Sk == 0)")
         hm = int(startend_row_indices.shape[1]) if startend_row_indices is not None else 1
         dt = _DTYPES[cfg.dtype]
 
