@@ -273,17 +273,15 @@ def _rel_err(a, b):
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)) if b.size else 0.0
 
 
-def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_names, errors, dtype="float32",
-                  cp_size=None):
+def _torch_worker(rank, world, errors, s=45, chunk=4, comm_groups=2, native_rs=True, case_names=(),
+                  dtype="float32", cp_size=None):
+    """One configuration, in a process of an initialised gloo group of ``world`` ranks."""
     import torch
     import torch.distributed as dist
 
     import paddle_flashmask.torch as pft
     from paddle_flashmask.distributed import torch_cp
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
     torch_cp.TorchAdapter.prefer_native_reduce_scatter = native_rs
     events = _record_events(torch_cp) if not native_rs else None
     # cp_size < world: independent CP groups (data x context parallel), each on its own sequence
@@ -293,78 +291,75 @@ def _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_name
         groups = [dist.new_group(list(range(i, i + cp_size))) for i in range(0, world, cp_size)]
         group_id, cp_rank = rank // cp_size, rank % cp_size
         group = groups[group_id]
-    try:
-        for case in (edge_cases(s) if case_names == ("edge",) else torch_cases(s)):
-            if case_names and case_names != ("edge",) and case["name"] not in case_names:
-                continue
-            g = torch.Generator().manual_seed(zlib.crc32(case["name"].encode()) + group_id)
-            b, h, hk, dv = case["batch"], case["heads"], case["kv_heads"], case["dv"]
-            dt = getattr(torch, dtype)
-            q = torch.randn(b, s, h, 16, generator=g).to(dt)
-            k = torch.randn(b, s, hk, 16, generator=g).to(dt)
-            v = torch.randn(b, s, hk, dv, generator=g).to(dt)
-            w = torch.randn(b, s, h, dv, generator=g).to(dt)
-            sink = torch.randn(h, generator=g).to(dt) if case["sink"] else None
-            # fp32: same math up to summation order; bf16: a few roundings of the partial results
-            tol = 1e-5 if dtype == "float32" else 2e-2
-            idx, causal = case["idx"], case["causal"]
+    for case in (edge_cases(s) if case_names == ("edge",) else torch_cases(s)):
+        if case_names and case_names != ("edge",) and case["name"] not in case_names:
+            continue
+        g = torch.Generator().manual_seed(zlib.crc32(case["name"].encode()) + group_id)
+        b, h, hk, dv = case["batch"], case["heads"], case["kv_heads"], case["dv"]
+        dt = getattr(torch, dtype)
+        q = torch.randn(b, s, h, 16, generator=g).to(dt)
+        k = torch.randn(b, s, hk, 16, generator=g).to(dt)
+        v = torch.randn(b, s, hk, dv, generator=g).to(dt)
+        w = torch.randn(b, s, h, dv, generator=g).to(dt)
+        sink = torch.randn(h, generator=g).to(dt) if case["sink"] else None
+        # fp32: same math up to summation order; bf16: a few roundings of the partial results
+        tol = 1e-5 if dtype == "float32" else 2e-2
+        idx, causal = case["idx"], case["causal"]
 
-            # single process
-            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-            sink_ref = sink.clone().requires_grad_() if sink is not None else None
-            window = case.get("window")
-            out_ref, lse_ref = pft.flashmask_attention(*leaves, idx, causal=causal, return_softmax_lse=True,
-                                                       learnable_sink=sink_ref, backend="reference",
-                                                       window_size=window)
-            (out_ref * w).sum().backward()
+        # single process
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        sink_ref = sink.clone().requires_grad_() if sink is not None else None
+        window = case.get("window")
+        out_ref, lse_ref = pft.flashmask_attention(*leaves, idx, causal=causal, return_softmax_lse=True,
+                                                   learnable_sink=sink_ref, backend="reference",
+                                                   window_size=window)
+        (out_ref * w).sum().backward()
 
-            # context parallel
-            plan, masks = torch_cp.prepare(idx, causal, group=group, seqlen=s, chunk_size=chunk,
-                                           comm_groups=comm_groups, window_size=window)
-            if window is not None:  # the oracle gets the explicit indices
-                idx = window_indices(s, window, causal)
-            if events is not None:
-                events.clear()
-            overlapped = events is not None and masks.local_work > 0 and all(masks.remote_work)
-            local = [torch_cp.shard_sequence(x, plan, cp_rank).requires_grad_() for x in (q, k, v)]
-            sink_cp = sink.clone().requires_grad_() if sink is not None else None
-            if case["batch"] == 1:  # uploaded once per step (the per-layer path); else uploaded per call
-                masks = torch_cp.device_masks(plan, masks, q.device, group=group)
-            out, lse = torch_cp.context_parallel_attention(*local, plan, masks, group=group, learnable_sink=sink_cp,
-                                                           return_softmax_lse=True, backend="reference")
-            if overlapped:
-                _check_forward_overlap(events, len(plan.comm_groups), case["name"], rank, errors)
-            if events is not None:
-                events.clear()
-            (out * torch_cp.shard_sequence(w, plan, cp_rank)).sum().backward()
-            if overlapped:
-                _check_backward_overlap(events, len(plan.comm_groups), case["name"], rank, errors)
-            got = {"out": torch_cp.gather_sequence(out.detach(), plan, group),
-                   "lse": torch_cp.gather_sequence(lse, plan, group, dim=2),
-                   "dq": torch_cp.gather_sequence(local[0].grad, plan, group),
-                   "dk": torch_cp.gather_sequence(local[1].grad, plan, group),
-                   "dv": torch_cp.gather_sequence(local[2].grad, plan, group)}
-            want = {"out": out_ref, "lse": lse_ref, "dq": leaves[0].grad, "dk": leaves[1].grad,
-                    "dv": leaves[2].grad}
-            if sink is not None:
-                dsink = sink_cp.grad.clone()
-                dist.all_reduce(dsink, group=group)  # the replicated parameter's gradient: sum over ranks
-                got["dsink"], want["dsink"] = dsink, sink_ref.grad
-            for key in got:
-                a, e = got[key].detach().float().numpy(), want[key].detach().float().numpy()
-                fin = np.isfinite(e)
-                if not (np.array_equal(fin, np.isfinite(a)) and np.array_equal(a[~fin], e[~fin])):
-                    errors.append(f"{case['name']} rank {rank} {key}: non-finite entries differ")
-                elif _rel_err(a[fin], e[fin]) > tol:
-                    errors.append(f"{case['name']} rank {rank} {key}: rel err {_rel_err(a[fin], e[fin]):.2e}")
-            want64 = oracle_fp64(*(x.double().numpy() for x in (q, k, v)), idx, causal, 16 ** -0.5,
-                                 w.double().numpy(), None if sink is None else sink.double().numpy())
-            for key in ("out", "dq", "dk", "dv", "dsink"):
-                if key in got and _rel_err(got[key].float().numpy(), want64[key]) > tol:
-                    errors.append(f"{case['name']} rank {rank} {key} vs fp64 oracle: "
-                                  f"{_rel_err(got[key].float().numpy(), want64[key]):.2e}")
-    finally:
-        dist.destroy_process_group()
+        # context parallel
+        plan, masks = torch_cp.prepare(idx, causal, group=group, seqlen=s, chunk_size=chunk,
+                                       comm_groups=comm_groups, window_size=window)
+        if window is not None:  # the oracle gets the explicit indices
+            idx = window_indices(s, window, causal)
+        if events is not None:
+            events.clear()
+        overlapped = events is not None and masks.local_work > 0 and all(masks.remote_work)
+        local = [torch_cp.shard_sequence(x, plan, cp_rank).requires_grad_() for x in (q, k, v)]
+        sink_cp = sink.clone().requires_grad_() if sink is not None else None
+        if case["batch"] == 1:  # uploaded once per step (the per-layer path); else uploaded per call
+            masks = torch_cp.device_masks(plan, masks, q.device, group=group)
+        out, lse = torch_cp.context_parallel_attention(*local, plan, masks, group=group, learnable_sink=sink_cp,
+                                                       return_softmax_lse=True, backend="reference")
+        if overlapped:
+            _check_forward_overlap(events, len(plan.comm_groups), case["name"], rank, errors)
+        if events is not None:
+            events.clear()
+        (out * torch_cp.shard_sequence(w, plan, cp_rank)).sum().backward()
+        if overlapped:
+            _check_backward_overlap(events, len(plan.comm_groups), case["name"], rank, errors)
+        got = {"out": torch_cp.gather_sequence(out.detach(), plan, group),
+               "lse": torch_cp.gather_sequence(lse, plan, group, dim=2),
+               "dq": torch_cp.gather_sequence(local[0].grad, plan, group),
+               "dk": torch_cp.gather_sequence(local[1].grad, plan, group),
+               "dv": torch_cp.gather_sequence(local[2].grad, plan, group)}
+        want = {"out": out_ref, "lse": lse_ref, "dq": leaves[0].grad, "dk": leaves[1].grad,
+                "dv": leaves[2].grad}
+        if sink is not None:
+            dsink = sink_cp.grad.clone()
+            dist.all_reduce(dsink, group=group)  # the replicated parameter's gradient: sum over ranks
+            got["dsink"], want["dsink"] = dsink, sink_ref.grad
+        for key in got:
+            a, e = got[key].detach().float().numpy(), want[key].detach().float().numpy()
+            fin = np.isfinite(e)
+            if not (np.array_equal(fin, np.isfinite(a)) and np.array_equal(a[~fin], e[~fin])):
+                errors.append(f"{case['name']} rank {rank} {key}: non-finite entries differ")
+            elif _rel_err(a[fin], e[fin]) > tol:
+                errors.append(f"{case['name']} rank {rank} {key}: rel err {_rel_err(a[fin], e[fin]):.2e}")
+        want64 = oracle_fp64(*(x.double().numpy() for x in (q, k, v)), idx, causal, 16 ** -0.5,
+                             w.double().numpy(), None if sink is None else sink.double().numpy())
+        for key in ("out", "dq", "dk", "dv", "dsink"):
+            if key in got and _rel_err(got[key].float().numpy(), want64[key]) > tol:
+                errors.append(f"{case['name']} rank {rank} {key} vs fp64 oracle: "
+                              f"{_rel_err(got[key].float().numpy(), want64[key]):.2e}")
 
 
 def _record_events(torch_cp):
@@ -406,55 +401,56 @@ def _check_backward_overlap(events, groups, name, rank, errors):
         errors.append(f"{name} rank {rank}: backward order {bwd[:len(want)]}, expected {want}")
 
 
-def _torch_entry(rank, world, port, s, chunk, comm_groups, native_rs, case_names, path, dtype, cp_size):
+def _torch_entry(rank, world, port, configs, path):
+    import torch
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
     errors: list[str] = []
-    _torch_worker(rank, world, port, s, chunk, comm_groups, native_rs, case_names, errors, dtype, cp_size)
-    with open(f"{path}.{rank}", "w") as f:
-        f.write("\n".join(errors))
+    try:
+        # configurations share one spawn (process start-up dominates on 2 cores); the one that
+        # logs events (native_rs=False) must come last
+        for config in configs:
+            start = len(errors)
+            _torch_worker(rank, world, errors, **config)
+            errors[start:] = [f"[{config}] {e}" for e in errors[start:]]
+    finally:
+        dist.destroy_process_group()
+        with open(f"{path}.{rank}", "w") as f:
+            f.write("\n".join(errors))
 
 
-def run_torch(world, tmp_path, s=45, chunk=4, comm_groups=2, native_rs=True, case_names=(), dtype="float32",
-              cp_size=None):
-    torch = pytest.importorskip("torch")
+def run_torch(world, tmp_path, *configs):
+    pytest.importorskip("torch")
     import torch.multiprocessing as mp
     path = str(tmp_path / "errors")
-    mp.spawn(_torch_entry, args=(world, free_port(), s, chunk, comm_groups, native_rs, tuple(case_names),
-                                 path, dtype, cp_size), nprocs=world, join=True)
+    mp.spawn(_torch_entry, args=(world, free_port(), list(configs), path), nprocs=world, join=True)
     errors = [line for r in range(world) for line in open(f"{path}.{r}").read().splitlines() if line]
     assert not errors, "\n".join(errors)
 
 
-def test_torch_cp_two_ranks_every_mask(tmp_path):
-    run_torch(2, tmp_path)
+def test_torch_cp_two_ranks(tmp_path):
+    """2 processes: every mask (S = 45, chunks of 4, 2 comm groups); bf16 (partial outputs merged
+    with one rounding each, looser tolerance); then the all-reduce + slice path used where
+    reduce_scatter is missing, with one comm group and unpadded shards (S = 40 in 8 full chunks: the
+    K/V shards are views of the local rows), checking the order of collectives vs compute that
+    makes the overlap possible."""
+    run_torch(2, tmp_path,
+              dict(s=45, chunk=4),
+              dict(s=40, chunk=4, case_names=("causal_document", "random_bidir_c4"), dtype="bfloat16"),
+              dict(s=40, chunk=5, comm_groups=1, native_rs=False,
+                   case_names=("causal_document", "random_causal_c2", "random_bidir_c4")))
 
 
-def test_torch_cp_four_ranks_every_mask(tmp_path):
-    run_torch(4, tmp_path, s=45, chunk=3, comm_groups=3)
-
-
-def test_torch_cp_bfloat16(tmp_path):
-    """bf16 inputs: partial outputs merged in bf16 with one rounding each (looser tolerance)."""
-    run_torch(2, tmp_path, s=40, chunk=4, case_names=("causal_document", "random_bidir_c4"), dtype="bfloat16")
-
-
-def test_torch_cp_two_groups_of_two(tmp_path):
-    """4 processes as 2 data-parallel x 2 context-parallel ranks: each CP group (a torch.distributed
-    subgroup) runs its own sequence; group ranks, collectives and gathers stay inside the group."""
-    run_torch(4, tmp_path, s=33, chunk=4, cp_size=2,
-              case_names=("causal_document", "random_bidir_c4", "shared_question"))
-
-
-def test_torch_cp_rank_without_rows_and_masked_ranks(tmp_path):
-    """S=10 in chunks of 4 on 4 ranks: one rank owns an empty chunk; the last rows are padding."""
-    run_torch(4, tmp_path, s=10, chunk=4, comm_groups=2, case_names=("edge",))
-
-
-def test_torch_cp_allreduce_fallback_and_single_group(tmp_path):
-    """The all-reduce + slice path used where reduce_scatter is missing, one gather group, the
-    unpadded shard (S = 40 in 8 full chunks: K/V shards are views of the local rows), and the order
-    of collectives vs compute that makes the overlap possible."""
-    run_torch(2, tmp_path, s=40, chunk=5, comm_groups=1, native_rs=False,
-              case_names=("causal_document", "random_causal_c2", "random_bidir_c4"))
+def test_torch_cp_four_ranks(tmp_path):
+    """4 processes: every mask (S = 45, chunks of 3, 3 comm groups); S = 10 in chunks of 4 (one rank
+    owns an empty chunk, the last rows are padding); 2 data-parallel x 2 context-parallel ranks, each
+    CP group a torch.distributed subgroup running its own sequence."""
+    run_torch(4, tmp_path,
+              dict(s=45, chunk=3, comm_groups=3),
+              dict(s=10, chunk=4, comm_groups=2, case_names=("edge",)),
+              dict(s=33, chunk=4, cp_size=2, case_names=("causal_document", "random_bidir_c4", "shared_question")))
 
 
 # ------------------------------------------------------------------------------------------------
