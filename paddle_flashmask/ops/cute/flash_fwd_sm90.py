@@ -228,9 +228,11 @@ class FlashFwdSm90:
         mVt = cute.make_tensor(v_ptr, cute.make_layout(
             (dv, seqlen_k, num_kv_heads, batch),
             stride=(1, num_kv_heads * dv, dv, Int64(seqlen_k) * num_kv_heads * dv)))
+        # Row stride in 64 bit too: the direct-store epilogue computes row * H * Dv, which passes
+        # 2^31 at S = 128K, H = 64, Dv = 256 (TMA addresses by coordinates and needs no such care).
         mO = cute.make_tensor(o_ptr, cute.make_layout(
             (seqlen_q, dv, num_heads, batch),
-            stride=(num_heads * dv, 1, dv, Int64(seqlen_q) * num_heads * dv)))
+            stride=(Int64(num_heads) * dv, 1, dv, Int64(seqlen_q) * num_heads * dv)))
         mLSE = cute.make_tensor(lse_ptr, cute.make_layout(
             (seqlen_q, num_heads, batch), stride=(1, seqlen_q, Int64(seqlen_q) * num_heads)))
         num_k_tiles = (seqlen_k + tn - 1) // tn
