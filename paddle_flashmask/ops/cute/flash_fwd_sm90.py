@@ -14,6 +14,10 @@ Structure (one CTA = one 128-row query tile at a time, persistent over work tile
   (full tiles run no mask code), online softmax, P converted in registers and O += P·V
   (RS wgmma, P never touches shared memory). Epilogue writes O and the fp32 LSE.
 * ``setmaxnreg`` moves registers from the producer warpgroup to the consumers.
+* Fast path (``FwdConfig`` flags, ``default_config(fast=True)``): S_j = Q·K_jᵀ in flight with
+  P_{j-1}·V_{j-1} (intra-warpgroup overlap), ping-pong turns between the two consumer
+  warpgroups, double-buffered Q, and a stmatrix + TMA-store epilogue. Compiled and SASS-checked;
+  the verified default is the simpler one-tile-at-a-time loop (docs/kernels_fwd.md).
 
 Host side: :class:`FwdConfig` (compile-time parameters) and :func:`compile_forward`, which returns a
 :class:`CompiledForward` taking cute tensors made with ``cute.runtime.from_dlpack`` plus the stream.
