@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any, Callable, Hashable, Optional
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # .../paddle_flashmask
-_LOCK_TIMEOUT_S = 30 * 60.0
+_LOCK_TIMEOUT_S = 30 * 60.0  # longer than any single compile; then compile without the lock
 # host-side modules of ops/cute that never change generated code (kept out of the fingerprint)
-_HOST_ONLY_SOURCES = {"__init__.py", "cache.py", "compile_check.py", "interface.py"}  # longer than any single compile; then compile without the lock
+_HOST_ONLY_SOURCES = {"__init__.py", "cache.py", "compile_check.py", "interface.py"}
 
 _memory: dict[tuple[str, Hashable], Any] = {}
 _memory_lock = threading.Lock()
