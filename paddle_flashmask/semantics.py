@@ -91,6 +91,15 @@ def element_masked(row: Any, col: Any, bands: Bands, causal: bool, diag_offset: 
     return masked
 
 
+def causal_first_row(col: Any, seqlen_q: int, seqlen_k: int) -> Any:
+    """First query row the bottom-right causal diagonal lets see key ``col``, clipped to [0, Sq].
+
+    Rows ``[0, causal_first_row)`` are above the diagonal: the causal rule of :func:`element_masked`
+    (``col > row + Sk - Sq``) written as a row bound, for code that works with row intervals.
+    """
+    return np.clip(np.asarray(col) - (seqlen_k - seqlen_q), 0, seqlen_q)
+
+
 def tile_fully_masked(row_begin: Any, row_end: Any, col_begin: Any, band_max: Bands,
                       band_min: Bands, causal: bool, diag_offset: Any) -> Any:
     """Conservative SKIP test for query rows ``[row_begin, row_end)`` x a key tile.
@@ -228,8 +237,8 @@ def count_visible_pairs(startend_row_indices: Any, causal: bool, seqlen_q: Optio
     bands = band_bounds([idx[..., k] for k in range(c)], causal)
     cols = np.arange(sk, dtype=np.int64)
     lo = np.full((b, hm, sk), r0, dtype=np.int64)
-    if causal:  # row i sees col j only if j <= i + (Sk - Sq)
-        lo = np.maximum(lo, cols - (sk - sq))
+    if causal:
+        lo = np.maximum(lo, causal_first_row(cols, sq, sk))
     hi = np.full((b, hm, sk), r1, dtype=np.int64)
     lt_lo = np.maximum(lo, bands.lt_start)
     lt_hi = hi if bands.lt_end is None else np.minimum(hi, bands.lt_end)

@@ -365,7 +365,7 @@ def rewrite_indices(startend_row_indices: Any, causal: bool, local_rows: np.ndar
 
     cols = idx[:, :, np.where(real, keys, 0), :]  # [B, Hm, K, C] global columns
     bands = sem.band_bounds([cols[..., k] for k in range(c)], causal)
-    diag = np.clip(np.where(real, keys, 0) - (sk - sq), 0, sq)  # causal prefix [0, diag)
+    diag = sem.causal_first_row(np.where(real, keys, 0), sq, sk)  # causal prefix [0, diag)
     lts = to_local(bands.lt_start)
     if causal and c == 1:
         out = [lts, np.broadcast_to(to_local(diag), lts.shape)]

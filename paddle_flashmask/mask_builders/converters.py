@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..semantics import causal_first_row
 from .flashmask import FlashMask, finish
 
 
@@ -66,7 +67,7 @@ def from_dense(allowed: Any, causal: Optional[bool] = None) -> FlashMask:
     sq, sk = arr.shape[-2:]
     masked = ~arr
     rows = np.arange(sq)[:, None]
-    diag_rows = np.clip(np.arange(sk) - (sk - sq), 0, sq)           # rows < this are above the diagonal
+    diag_rows = causal_first_row(np.arange(sk), sq, sk)              # rows < this are above the diagonal
     below = rows >= diag_rows[None, :]                                # [Sq, Sk]
     full_col = masked.all(axis=-2)
     failures = []
