@@ -373,7 +373,7 @@ def _record_events(torch_cp):
             return fn(*args, **kwargs)
         return call
 
-    adapter, pending = torch_cp.TorchAdapter, torch_cp._Pending
+    adapter, pending = torch_cp.TorchAdapter, engine.PendingCollective
     adapter.all_gather = logged("gather", adapter.all_gather)
     adapter.reduce_scatter = logged("reduce_scatter", adapter.reduce_scatter)
     pending.wait = logged("wait", pending.wait)

@@ -27,7 +27,33 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from ..ops import arguments, backend as backend_ops
-from .planner import ContextParallelPlan, RankMasks
+from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel, window_indices
+
+
+class PendingCollective:
+    """An async collective (torch Work / Paddle task, or None when done) and its result once waited."""
+
+    def __init__(self, handle, result) -> None:
+        self.handle, self.result = handle, result
+
+    def wait(self):
+        if self.handle is not None:
+            self.handle.wait()
+        return self.result() if callable(self.result) else self.result
+
+
+def plan_for_rank(startend_row_indices: Any, causal: bool, world_size: int, rank: int,
+                  window_size: Any, plan_kwargs: dict) -> tuple[ContextParallelPlan, RankMasks]:
+    """The frameworks' ``prepare``: window shorthand, plan over ``world_size`` ranks, local masks."""
+    if window_size is not None:
+        if startend_row_indices is not None:
+            raise ValueError("window_size: expected None when startend_row_indices is given (the window "
+                             f"is shorthand for building them), found {window_size!r}")
+        if plan_kwargs.get("seqlen") is None:
+            raise ValueError("seqlen: required with window_size")
+        startend_row_indices = window_indices(int(plan_kwargs["seqlen"]), window_size, causal)
+    plan = plan_context_parallel(startend_row_indices, causal, world_size, **plan_kwargs)
+    return plan, local_masks(startend_row_indices, causal, plan, rank)
 
 
 class PhaseIndices(NamedTuple):

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import engine
-from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel, window_indices
+from .planner import ContextParallelPlan, RankMasks
 
 
 def _paddle():
@@ -29,16 +29,6 @@ def _paddle():
         raise ImportError("paddle_flashmask.distributed.paddle_cp needs PaddlePaddle: "
                           "pip install 'paddle_flashmask[paddle]'") from exc
     return paddle
-
-
-class _Pending:
-    def __init__(self, task, result) -> None:
-        self.task, self.result = task, result
-
-    def wait(self):
-        if self.task is not None:
-            self.task.wait()
-        return self.result() if callable(self.result) else self.result
 
 
 class PaddleAdapter:
@@ -55,25 +45,25 @@ class PaddleAdapter:
         self.reduce_scatter_native = type(self).prefer_native_reduce_scatter
 
     # collectives -----------------------------------------------------------------------------------
-    def all_gather(self, x) -> _Pending:
+    def all_gather(self, x) -> engine.PendingCollective:
         x = x.contiguous()
         out = self.paddle.empty([self.world_size * int(x.shape[0])] + list(x.shape[1:]), dtype=x.dtype)
         task = self.dist.stream.all_gather(out, x, group=self.group, sync_op=False)
-        return _Pending(task, out)
+        return engine.PendingCollective(task, out)
 
-    def reduce_scatter(self, x) -> _Pending:
+    def reduce_scatter(self, x) -> engine.PendingCollective:
         x = x.contiguous()
         part = int(x.shape[0]) // self.world_size
         if self.reduce_scatter_native:
             out = self.paddle.empty([part] + list(x.shape[1:]), dtype=x.dtype)
             try:
                 task = self.dist.stream.reduce_scatter(out, x, group=self.group, sync_op=False)
-                return _Pending(task, out)
+                return engine.PendingCollective(task, out)
             except (NotImplementedError, RuntimeError, ValueError):
                 self.reduce_scatter_native = False  # gloo: all-reduce + slice from now on
         task = self.dist.all_reduce(x, group=self.group, sync_op=False)
         lo = self.rank * part
-        return _Pending(task, lambda: x[lo:lo + part])
+        return engine.PendingCollective(task, lambda: x[lo:lo + part])
 
     # tensor ops ------------------------------------------------------------------------------------
     def rows(self, x, lo: int, hi: int):
@@ -190,23 +180,12 @@ def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[
 
     ``window_size`` (with ``startend_row_indices=None`` and ``seqlen=``): the sliding-window shorthand.
     """
-    if window_size is not None:
-        startend_row_indices = _window(startend_row_indices, causal, window_size, plan_kwargs)
     paddle = _paddle()
     world = group.nranks if group is not None else paddle.distributed.get_world_size()
     if rank is None:
         rank = group.rank if group is not None else paddle.distributed.get_rank()
-    plan = plan_context_parallel(startend_row_indices, causal, world, **plan_kwargs)
-    return plan, local_masks(startend_row_indices, causal, plan, rank)
+    return engine.plan_for_rank(startend_row_indices, causal, world, rank, window_size, plan_kwargs)
 
-
-def _window(startend_row_indices, causal, window_size, plan_kwargs):
-    if startend_row_indices is not None:
-        raise ValueError("window_size: expected None when startend_row_indices is given (the window is "
-                         f"shorthand for building them), found {window_size!r}")
-    if plan_kwargs.get("seqlen") is None:
-        raise ValueError("seqlen: required with window_size")
-    return window_indices(int(plan_kwargs["seqlen"]), window_size, causal)
 
 
 def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks, *,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import engine
-from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel, window_indices
+from .planner import ContextParallelPlan, RankMasks
 
 
 def _torch():
@@ -26,18 +26,6 @@ def _torch():
         raise ImportError("paddle_flashmask.distributed.torch_cp needs PyTorch: "
                           "pip install 'paddle_flashmask[torch]'") from exc
     return torch
-
-
-class _Pending:
-    """An async collective and what its result is once it completes."""
-
-    def __init__(self, work, result) -> None:
-        self.work, self.result = work, result
-
-    def wait(self):
-        if self.work is not None:
-            self.work.wait()
-        return self.result() if callable(self.result) else self.result
 
 
 class TorchAdapter:
@@ -58,13 +46,13 @@ class TorchAdapter:
         self.reduce_scatter_native = type(self).prefer_native_reduce_scatter
 
     # collectives -----------------------------------------------------------------------------------
-    def all_gather(self, x) -> _Pending:
+    def all_gather(self, x) -> engine.PendingCollective:
         x = x.contiguous()
         out = x.new_empty((self.world_size * int(x.shape[0]),) + tuple(x.shape[1:]))
         work = self._all_gather(out, x, group=self.group, async_op=True)
-        return _Pending(work, out)
+        return engine.PendingCollective(work, out)
 
-    def reduce_scatter(self, x) -> _Pending:
+    def reduce_scatter(self, x) -> engine.PendingCollective:
         """Sum over ranks, keep this rank's slice of dim 0; all-reduce + slice if the backend lacks it."""
         x = x.contiguous()
         part = int(x.shape[0]) // self.world_size
@@ -72,12 +60,12 @@ class TorchAdapter:
             out = x.new_empty((part,) + tuple(x.shape[1:]))
             try:
                 work = self._reduce_scatter(out, x, group=self.group, async_op=True)
-                return _Pending(work, out)
+                return engine.PendingCollective(work, out)
             except (RuntimeError, NotImplementedError, ValueError):
                 self.reduce_scatter_native = False  # e.g. an old gloo: fall back once and for all
         work = self.dist.all_reduce(x, group=self.group, async_op=True)
         lo = self.rank * part
-        return _Pending(work, lambda: x[lo:lo + part])
+        return engine.PendingCollective(work, lambda: x[lo:lo + part])
 
     # tensor ops ------------------------------------------------------------------------------------
     def rows(self, x, lo: int, hi: int):
@@ -198,22 +186,11 @@ def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[
     ``seqlen=``) is the frontends' sliding-window shorthand. ``plan_kwargs`` go to
     :func:`plan_context_parallel`.
     """
-    if window_size is not None:
-        startend_row_indices = _window(startend_row_indices, causal, window_size, plan_kwargs)
     torch = _torch()
     world = torch.distributed.get_world_size(group)
     rank = torch.distributed.get_rank(group) if rank is None else rank
-    plan = plan_context_parallel(startend_row_indices, causal, world, **plan_kwargs)
-    return plan, local_masks(startend_row_indices, causal, plan, rank)
+    return engine.plan_for_rank(startend_row_indices, causal, world, rank, window_size, plan_kwargs)
 
-
-def _window(startend_row_indices, causal, window_size, plan_kwargs):
-    if startend_row_indices is not None:
-        raise ValueError("window_size: expected None when startend_row_indices is given (the window is "
-                         f"shorthand for building them), found {window_size!r}")
-    if plan_kwargs.get("seqlen") is None:
-        raise ValueError("seqlen: required with window_size")
-    return window_indices(int(plan_kwargs["seqlen"]), window_size, causal)
 
 
 def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks, *,
