@@ -54,6 +54,7 @@ import cuda.bindings.driver as cuda
 from paddle_flashmask import semantics
 
 from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, rowmajor
+from .launch_args import check_variant_call, gmem_ptr
 
 _LOG2_E = math.log2(math.e)
 _SUPPORTED_DIMS = {(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)}
@@ -767,15 +768,6 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
     return out
 
 
-def _device_address(t) -> int:
-    """Device address of a cute runtime tensor (``data_ptr``), a torch tensor (``data_ptr()``) or
-    a scratch buffer exposing ``ptr`` (``dlpack.DeviceBuffer``)."""
-    address = getattr(t, "data_ptr", None)
-    if address is None:
-        address = getattr(t, "ptr")
-    return int(address() if callable(address) else address)
-
-
 class CompiledBackward:
     """The three compiled backward kernels of one variant, called with cute tensors.
 
@@ -803,32 +795,21 @@ class CompiledBackward:
                  col_max, learnable_sink, dsink, workspace: dict, softmax_scale: float,
                  stream) -> None:
         cfg = self.config
-        b, sq, h, d = (int(x) for x in q.shape)
-        _, sk, hk, _ = (int(x) for x in k.shape)
-        if d != cfg.head_dim or int(v.shape[3]) != cfg.head_dim_v:
-            raise ValueError(f"q/v head dims: expected ({cfg.head_dim}, {cfg.head_dim_v}) for this "
-                             f"compiled variant, found ({d}, {int(v.shape[3])})")
-        if (startend_row_indices is None) != (cfg.num_columns is None):
-            raise ValueError("startend_row_indices: presence must match config.num_columns="
-                             f"{cfg.num_columns}")
-        if (learnable_sink is None) == cfg.has_sink or (dsink is None) == cfg.has_sink:
-            raise ValueError(f"learnable_sink/dsink: presence must match has_sink={cfg.has_sink}")
+        b, sq, h, sk, hk, hm = check_variant_call(
+            q, k, v, startend_row_indices, learnable_sink, head_dim=cfg.head_dim,
+            head_dim_v=cfg.head_dim_v, mask_columns=cfg.num_columns, has_sink=cfg.has_sink)
+        if (dsink is None) == cfg.has_sink:
+            raise ValueError(f"dsink: presence must match has_sink={cfg.has_sink}")
         if (h != hk) != cfg.gqa:
             raise ValueError(f"num_heads/num_kv_heads: config.gqa={cfg.gqa} but H={h}, Hk={hk}")
         if b == 0 or sq == 0 or h == 0:
             return
-        hm = int(startend_row_indices.shape[1]) if startend_row_indices is not None else 1
         dt = _dsl_dtype(cfg.dtype)
         kv_dt = Float32 if cfg.gqa else dt
         if not isinstance(stream, cuda.CUstream):
             stream = cuda.CUstream(int(stream))
         ws = workspace
-
-        def ptr(t, dtype, align=16):
-            if t is None:
-                return None
-            return cute.runtime.make_ptr(dtype, _device_address(t), cute.AddressSpace.gmem,
-                                         assumed_align=align)
+        ptr = gmem_ptr
 
         f32 = Float32
         self.pre(ptr(out, dt), ptr(dout, dt), ptr(lse, f32, 4), ptr(ws["lse2"], f32),

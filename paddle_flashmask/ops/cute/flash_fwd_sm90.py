@@ -44,6 +44,7 @@ from paddle_flashmask.ops.cute import mask as fm_mask
 from paddle_flashmask.ops.cute import softmax as fm_softmax
 from paddle_flashmask.ops.cute.softmax import acc_mn_view
 from paddle_flashmask.ops.cute import tile_scheduler as sched
+from paddle_flashmask.ops.cute.launch_args import check_variant_call, gmem_ptr
 
 _DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
@@ -795,29 +796,16 @@ class CompiledForward:
     def __call__(self, q, k, v, out, lse, startend_row_indices, col_min, col_max,
                  learnable_sink, softmax_scale: float, stream, num_sms: int = 132) -> None:
         cfg = self.config
-        b, sq, h, d = (int(x) for x in q.shape)
-        _, sk, hk, _ = (int(x) for x in k.shape)
-        if d != cfg.head_dim or int(v.shape[3]) != cfg.head_dim_v:
-            raise ValueError(f"q/v head dims: expected ({cfg.head_dim}, {cfg.head_dim_v}) for this "
-                             f"compiled variant, found ({d}, {int(v.shape[3])})")
-        if (startend_row_indices is None) != (cfg.mask_columns is None):
-            raise ValueError("startend_row_indices: presence must match config.mask_columns="
-                             f"{cfg.mask_columns}")
-        if (learnable_sink is None) == cfg.has_sink:
-            raise ValueError(f"learnable_sink: presence must match config.has_sink={cfg.has_sink}")
+        b, sq, h, sk, hk, hm = check_variant_call(
+            q, k, v, startend_row_indices, learnable_sink, head_dim=cfg.head_dim,
+            head_dim_v=cfg.head_dim_v, mask_columns=cfg.mask_columns, has_sink=cfg.has_sink)
         if sq == 0 or b == 0 or h == 0:
             return
         if sk == 0:  # a TMA descriptor cannot describe an empty K/V; the answer needs no kernel
             raise ValueError("seqlen_k: expected >= 1 for the cute forward kernel, found 0 (the "
                              "caller fills out = 0 and lse = -inf, or = sink, for Sk == 0)")
-        hm = int(startend_row_indices.shape[1]) if startend_row_indices is not None else 1
         dt = _DTYPES[cfg.dtype]
-
-        def ptr(tensor, dtype, align):
-            if tensor is None:
-                return None
-            return cute.runtime.make_ptr(dtype, tensor.data_ptr, cute.AddressSpace.gmem,
-                                         assumed_align=align)
+        ptr = gmem_ptr
 
         num_m_blocks = -(-sq // cfg.tile_m)
         grid = sched.grid_size(num_m_blocks, h, b, num_sms)
