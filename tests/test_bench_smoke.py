@@ -1,0 +1,161 @@
+"""CPU smoke tests of the benchmarks: the end-to-end training step (`bench/e2e_step.py`, with its
+model `bench/tiny_llama.py`) and the mask zoo the attention benchmark times (`bench/mask_zoo.py`).
+
+The GPU numbers come from the H200 (docs/gpu_session.md); here we prove the scripts run and that
+their checks can fail: the packed rows, the dense/varlen forms of the same mask, the first-step
+loss agreement (which a wrong mask must break), the child-process isolation and its time limit.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(BENCH))
+
+import e2e_step  # noqa: E402
+import mask_zoo  # noqa: E402
+import tiny_llama  # noqa: E402
+from paddle_flashmask import semantics  # noqa: E402
+
+
+def test_default_model_is_about_one_billion_parameters():
+    with torch.device("meta"):
+        model = tiny_llama.TinyLlama(tiny_llama.LlamaConfig())
+    n = model.num_parameters()
+    assert n == tiny_llama.default_param_estimate()
+    assert 0.9e9 <= n <= 1.1e9, n
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        tiny_llama.LlamaConfig(num_heads=16, num_kv_heads=6).check()
+
+
+def test_packed_rows_labels_and_masks_agree():
+    b, s = 3, 1024
+    batch = e2e_step.make_batch(b, s, 16, 400, vocab=1000, seed=5)
+    assert batch.input_ids.shape == (b, s)
+    for r in range(b):
+        assert sum(batch.segments[r]) == s
+        start = 0
+        for n in batch.doc_lens[r]:
+            doc = slice(start, start + n)
+            assert 16 <= n <= 400
+            assert (batch.position_ids[r, doc] == np.arange(n)).all()          # RoPE restarts
+            assert (batch.labels[r, start:start + n - 1] == batch.input_ids[r, start + 1:start + n]).all()
+            assert batch.labels[r, start + n - 1] == -100                      # no cross-document label
+            start += n
+        assert (batch.labels[r, start:] == -100).all()                         # padding
+    # the dense SDPA mask equals pack_sft's indices on real rows (independent oracle: to_dense)
+    allowed = e2e_step.dense_document_mask(batch, "cpu")
+    oracle = semantics.to_dense(batch.indices, True, s)
+    real = e2e_step._real_token_rows(batch)[:, None, :, None]
+    assert np.array_equal(allowed.numpy() & real, oracle & real)
+    e2e_step.check_dense_mask(batch, allowed)
+    broken = allowed.clone()
+    broken[0, 0, 5, 0] = ~broken[0, 0, 5, 0]
+    with pytest.raises(AssertionError, match="differs"):
+        e2e_step.check_dense_mask(batch, broken)
+    # FA4's cu_seqlens cover every token, one segment per document (+ padding tail)
+    cu, longest = e2e_step.cu_seqlens(batch, "cpu")
+    assert int(cu[-1]) == b * s and longest == max(max(r) for r in batch.segments)
+    assert len(cu) == 1 + sum(len(r) for r in batch.segments)
+
+
+def test_document_lengths_are_fixed_by_the_seed_and_clipped():
+    a = e2e_step.document_lengths(500, 100, 4000, seed=0)
+    assert a == e2e_step.document_lengths(500, 100, 4000, seed=0)
+    assert min(a) >= 100 and max(a) <= 4000
+    assert 250 < np.median(a) < 1000   # "real-looking": mostly short, a long tail
+
+
+def test_cpu_smoke_step_matches_sdpa_and_writes_report(tmp_path):
+    rc = e2e_step.main(["--cpu-smoke", "--out", str(tmp_path)])
+    assert rc == 0
+    report = json.loads((tmp_path / "e2e_step.json").read_text())
+    res = report["results"]
+    assert set(res) == {"flashmask", "sdpa_dense"} and all(r["ok"] for r in res.values())
+    assert res["flashmask"]["flashmask_backend_used"] == "reference"
+    for r in res.values():
+        assert len(r["step_times_s"]) == 2 and r["tokens_per_s"] > 0
+        assert all(np.isfinite(r["losses_after_first"]))
+    comp = report["comparison"]
+    assert comp["loss_check_pass"]
+    check = comp["loss_check"]["flashmask"]
+    assert check["rel_diff"] <= 1e-5 and check["grad_norm_rel_diff"] < 1e-4
+    # the control shows the comparison has teeth: a wrong mask moves documents' losses far more
+    assert comp["control_wrong_mask"]["per_document_max_abs_diff"] > 100 * check["per_document_max_abs_diff"]
+    # identical weights and data, so the same first-step loss to fp32 rounding; training moves it
+    assert res["flashmask"]["losses_after_first"][-1] < res["flashmask"]["first_step"]["loss"]
+    meta = report["meta"]
+    assert meta["command"].startswith("python3 bench/e2e_step.py --cpu-smoke")
+    assert meta["model"]["parameters"] == tiny_llama.TinyLlama(e2e_step.SMOKE_CONFIG).num_parameters()
+    assert "flashmask_vs_sdpa_dense" in comp["speedups"]
+    assert (tmp_path / "e2e_step.png").stat().st_size > 1000
+
+
+def test_loss_check_fails_on_a_wrong_mask(tmp_path, monkeypatch):
+    real_make = e2e_step.make_attention
+
+    def wrong_for_flashmask(impl, batch, device, args):
+        if impl != "flashmask":
+            return real_make(impl, batch, device, args)
+        import paddle_flashmask.torch as pfm
+        return lambda q, k, v: pfm.flashmask_attention(q, k, v, causal=True, backend="reference")
+
+    monkeypatch.setattr(e2e_step, "make_attention", wrong_for_flashmask)
+    rc = e2e_step.main(["--cpu-smoke", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "e2e_step.json").read_text())
+    assert rc == 1 and not report["comparison"]["loss_check_pass"]
+    assert not report["comparison"]["loss_check"]["flashmask"]["pass"]
+
+
+def test_isolated_children_and_their_time_limit(tmp_path):
+    script = str(BENCH / "e2e_step.py")
+    env = {**os.environ, "OUT": str(tmp_path / "ok")}
+    run = subprocess.run([sys.executable, script, "--cpu-smoke", "--isolate"], env=env,
+                         capture_output=True, text=True, timeout=170)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads((tmp_path / "ok" / "e2e_step.json").read_text())
+    assert all(r["ok"] and r["process_s"] > 0 for r in report["results"].values())
+    assert report["comparison"]["loss_check_pass"]
+    # a child that overruns its limit is killed and reported; the run fails instead of hanging
+    run = subprocess.run([sys.executable, script, "--cpu-smoke", "--isolate", "--impls", "sdpa_dense",
+                          "--impl-timeout", "0.5", "--out", str(tmp_path / "slow")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    report = json.loads((tmp_path / "slow" / "e2e_step.json").read_text())
+    assert report["results"]["sdpa_dense"]["error"].startswith("timed out")
+
+
+def test_bad_arguments_name_the_flag():
+    with pytest.raises(ValueError, match="--impls"):
+        e2e_step.parse_args(["--impls", "flashmask,xformers"])
+    with pytest.raises(ValueError, match="--doc-max"):
+        e2e_step.make_batch(1, 512, 10, 1000, 100, 0)
+
+
+def test_mask_zoo_indices_equal_the_peers_predicates_on_cpu():
+    b, s = 2, 2048
+    zoo = mask_zoo.make_zoo(b, s, device="cpu")
+    assert len(zoo) == 8
+    for mask in zoo.values():
+        allowed = mask_zoo.dense_allowed(mask, b, s, device="cpu")
+        mask_zoo.check_same_mask(mask, allowed, s)  # raises on any differing element
+        assert mask_zoo.visible_pairs(mask, b, s) == int(allowed.sum())
+    # and the check can fail: flip one element of a document mask
+    doc = zoo["causal_document"]
+    allowed = mask_zoo.dense_allowed(doc, b, s, device="cpu")
+    allowed[1, 0, s - 1, 0] = ~allowed[1, 0, s - 1, 0]
+    with pytest.raises(AssertionError, match="causal_document"):
+        mask_zoo.check_same_mask(doc, allowed, s)
