@@ -159,3 +159,73 @@ def test_mask_zoo_indices_equal_the_peers_predicates_on_cpu():
     allowed[1, 0, s - 1, 0] = ~allowed[1, 0, s - 1, 0]
     with pytest.raises(AssertionError, match="causal_document"):
         mask_zoo.check_same_mask(doc, allowed, s)
+
+
+# ------------------------------------------------------------------------------------------------
+# scripts/gpu_session.sh: the next session's checklist of `run` calls
+# ------------------------------------------------------------------------------------------------
+
+SESSION = ROOT / "scripts" / "gpu_session.sh"
+
+
+def _session(*args, env=None, check=True):
+    run = subprocess.run(["bash", str(SESSION), *args], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **(env or {})}, cwd=ROOT)
+    if check:
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
+
+
+def test_gpu_session_calls_are_bounded_and_use_real_flags():
+    run = _session("check")
+    assert "0 problems" in run.stdout
+    calls = [json.loads(line) for line in _session("all").stdout.splitlines() if line.startswith("{")]
+    assert [c["kind"] for c in calls] == ["nvidia-h200"] * 6 + ["nvidia-h200-x2"] * 2
+    text = "\n".join(c["command"] for c in calls)
+    for needed in ("tests/gpu/precompile.py --jobs 14", "-m pytest", "tests/gpu/fwd_check.py --fast",
+                   "tests/gpu/bwd_check.py --bench", "bench/bench_attention.py --cases 0",
+                   "bench/e2e_step.py", "--nproc_per_node 2 bench/cp_scaling.py", "NCCL_NVLS_ENABLE=0"):
+        assert needed in text, needed
+    assert calls[0]["carry"] == [".cutedsl/a", ".devtools"] and calls[1]["carry"][0] == ".cutedsl/b"
+
+
+def test_gpu_session_check_catches_unbounded_or_wrong_calls(tmp_path):
+    bad = tmp_path / "calls.txt"
+    bad.write_text(json.dumps({"kind": "nvidia-h200", "timeout_s": 100, "carry": [".devtools"],
+                               "command": "python3 tests/gpu/fwd_check.py --fastest\n"
+                                          "timeout 200 python3 bench/e2e_step.py"}) + "\n")
+    run = _session("check", str(bad), check=False)
+    assert run.returncode == 1
+    assert "not under timeout" in run.stdout and "has no option --fastest" in run.stdout
+    assert "add up to 200 s" in run.stdout
+
+
+def test_gpu_session_doc_lists_the_current_calls(tmp_path):
+    doc = tmp_path / "gpu_session.md"
+    original = (ROOT / "docs" / "gpu_session.md").read_text()
+    doc.write_text(original)
+    _session("appendix", env={"GPU_SESSION_DOC": str(doc)})
+    assert doc.read_text() == original, "run scripts/gpu_session.sh appendix"
+
+
+def test_gpu_session_collect_and_summary(tmp_path):
+    got = tmp_path / "files_at"
+    (got / "fwd_fast").mkdir(parents=True)
+    (got / "bwd_check.json").write_text(json.dumps({
+        "passed": 2, "total": 2, "determinism": [{"name": "large_det_causal", "bit_identical": True, "pass": True}],
+        "bench": [{"name": "bench_causal", "ms": 2.0, "det_ms": 2.2}]}))
+    (got / "fwd_fast" / "fwd_check.json").write_text(json.dumps({"summary": {"passed": 5, "total": 5}}))
+    rows = [dict(B=4, S=8192, H=16, Hk=16, D=128, mask="causal", system=s, fwdbwd_tflops=t)
+            for s, t in (("paddle_flashmask", 638.0), ("fa4", 580.0))]
+    (got / "bench-cases0.json").write_text(json.dumps({"meta": {}, "results": rows}))
+    (got / "e2e_step.log").write_text("log\n")
+    env = {"GPU_SESSION_RESULTS": str(tmp_path / "results"), "GPU_SESSION_LOGS": str(tmp_path / "logs")}
+    _session("collect", str(got), env=env)
+    assert (tmp_path / "results" / "validation" / "bwd_check.json").exists()
+    assert (tmp_path / "results" / "validation" / "fwd_check_fast.json").exists()
+    assert (tmp_path / "results" / "bench-cases0.json").exists()
+    assert (tmp_path / "logs" / "e2e_step.log").exists()
+    out = _session("summary", env=env).stdout
+    assert "fwd_check_fast: {'passed': 5, 'total': 5}" in out
+    assert "deterministic / default = 1.100" in out
+    assert "638.0   580.0 (fa4)  1.10 580.0  1.10" in out

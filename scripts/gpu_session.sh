@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# The H200 validation session as a checklist: each `callN` prints the arguments of ONE call of the
+# agent's `run` tool (it is a tool, not a shell command) as JSON: kind, timeout_s, carry, command.
+# Copy them into `run` in order, each right after the previous one returns (the machine stays warm
+# only ~30 s; a cold one must be staged again). docs/gpu_session.md explains order, budgets, outputs.
+#
+#   scripts/gpu_session.sh all            print every call (0-4, 4b on nvidia-h200; 5a/5b on nvidia-h200-x2)
+#   scripts/gpu_session.sh call3          print one call
+#   scripts/gpu_session.sh check [FILE]   static checks (no GPU): sizes, flags, every program under timeout,
+#                                         timeouts summing to less than the call's limit
+#   scripts/gpu_session.sh collect DIR    copy a call's returned files (files_at) into bench/results/
+#   scripts/gpu_session.sh summary        key numbers and issue-6 targets from bench/results/
+#   scripts/gpu_session.sh appendix       rewrite the calls listed at the end of docs/gpu_session.md
+#
+# Every GPU program runs under `timeout` (SIGINT first, so Python writes what it has; SIGKILL after
+# the grace period): a hang costs a bounded, known number of device seconds.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+RESULTS=${GPU_SESSION_RESULTS:-bench/results}   # where collect puts JSON/PNG and summary reads them
+LOGS=${GPU_SESSION_LOGS:-out/gpu_session}       # logs: read, not committed (out/ is ignored)
+DOC=${GPU_SESSION_DOC:-docs/gpu_session.md}     # whose appendix lists the calls
+
+# --- pieces shared by the commands (kept literal: $OUT and $PWD expand on the GPU machine) --------
+PRELUDE='export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; set -o pipefail
+source .devtools/cutedsl-env.sh || exit $?'
+PEERS='[ -d .peers/flash_attn ] || timeout 60 python3 -m pip install -q --no-index --no-deps --target "$PWD/.peers" .whl/*.whl || exit 5
+export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+timeout 45 python3 -c "import flash_attn.cute as f; print(\"fa4 ok\", f.__file__)" || echo "FA4 NOT importable: its rows will be errors"'
+# the issue-6 peers: FA4 native/varlen and FA4 mask_mod (FlexAttention/cuDNN are in the stored anchors)
+BENCH_SYSTEMS='paddle_flashmask,fa4,fa4_mask_mod'
+
+emit() {  # emit TITLE KIND TIMEOUT_S CARRY_JSON COMMAND
+  TITLE=$1 KIND=$2 TIMEOUT_S=$3 CARRY=$4 CMD=$5 python3 - <<'PY'
+import json, os
+print("### " + os.environ["TITLE"])
+print(json.dumps({"kind": os.environ["KIND"], "timeout_s": int(os.environ["TIMEOUT_S"]),
+                  "carry": json.loads(os.environ["CARRY"]), "command": os.environ["CMD"]}))
+print()
+PY
+}
+
+call0() {
+  emit "call 0 - nvidia-h200: start the machine, stage CuTe DSL part a (exit 3 = 'part b MISSING' is expected) [~1.5-2 min incl. start]" \
+    nvidia-h200 180 '[".cutedsl/a", ".devtools"]' \
+'source .devtools/cutedsl-env.sh; rc=$?
+timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
+exit $rc'
+}
+
+call1() {
+  emit "call 1 - stage part b, precompile every GPU-test kernel into the disk cache, GPU test suite -> gpu_report.json [<= 9 min]" \
+    nvidia-h200 580 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 110 python3 tests/gpu/precompile.py --jobs 14 2>&1 | tee $OUT/precompile.log | tail -n 4
+PT=""; python3 -c "import pytest_timeout" 2>/dev/null && PT="--timeout 240"
+timeout -s INT -k 20 420 python3 -m pytest -v -rfE --durations=15 -p no:cacheprovider $PT tests/gpu 2>&1 | tee $OUT/pytest_gpu.log
+echo "pytest exit $?"; ls -la $OUT'
+}
+
+call2() {
+  emit "call 2 - kernel checks vs fp32 dense oracles: forward (default, --fast), backward --bench (incl. S=32K deterministic) [<= 9.5 min]" \
+    nvidia-h200 590 '[".devtools"]' \
+"$PRELUDE"'
+mkdir -p $OUT/fwd $OUT/fwd_fast
+OUT=$OUT/fwd timeout -s INT -k 10 140 python3 tests/gpu/fwd_check.py 2>&1 | tee $OUT/fwd_check.log | tail -n 8
+OUT=$OUT/fwd_fast timeout -s INT -k 10 120 python3 tests/gpu/fwd_check.py --fast 2>&1 | tee $OUT/fwd_check_fast.log | tail -n 8
+timeout -s INT -k 10 270 python3 tests/gpu/bwd_check.py --bench 2>&1 | tee $OUT/bwd_check.log
+echo "bwd exit $?"; ls -laR $OUT'
+}
+
+call3() {
+  emit "call 3 - same-run attention benchmark vs FA4 (issue 6 item 3): case 0 (B=4 S=8K), case 1 (B=1 S=32K) [<= 9.5 min]" \
+    nvidia-h200 590 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 300 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS"' --tag cases0 2>&1 | tee $OUT/bench_cases0.log | tail -n 30
+timeout -s INT -k 10 150 python3 bench/bench_attention.py --cases 1 --systems '"$BENCH_SYSTEMS"' --tag cases1 2>&1 | tee $OUT/bench_cases1.log | tail -n 16
+ls -la $OUT'
+}
+
+call4() {
+  emit "call 4 - end-to-end training step (issue 6 item 4): flashmask vs SDPA dense mask vs FA4 varlen [<= 9 min]" \
+    nvidia-h200 540 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 20 390 python3 bench/e2e_step.py --impl-timeout 120 2>&1 | tee $OUT/e2e_step.log | tail -n 16
+ls -la $OUT'
+}
+
+call4b() {
+  emit "call 4b (optional, if budget_left_s >= 700 after call 4) - the extra attention shapes: GQA 32/8, D=64, D=256 [<= 9.5 min]" \
+    nvidia-h200 580 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 440 python3 bench/bench_attention.py --cases 2,3,4 --systems paddle_flashmask,fa4 --tag cases2_3_4 2>&1 | tee $OUT/bench_cases234.log | tail -n 40
+ls -la $OUT'
+}
+
+call5a() {
+  emit "call 5a - nvidia-h200-x2 (gives the 1-GPU machine back, starts a bare 2-GPU one): stage part a [~2 min incl. start]" \
+    nvidia-h200-x2 180 '[".cutedsl/a", ".devtools"]' \
+'source .devtools/cutedsl-env.sh; rc=$?
+timeout 30 nvidia-smi --query-gpu=index,name,memory.used --format=csv
+exit $rc'
+}
+
+call5b() {
+  emit "call 5b - nvidia-h200-x2: stage part b, context-parallel scaling on 2 GPUs (NCCL, NVLink multicast off) [<= 8 min]" \
+    nvidia-h200-x2 500 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
+ls -la $OUT'
+}
+
+CALLS="call0 call1 call2 call3 call4 call4b call5a call5b"
+
+check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
+  local tmp
+  tmp=$(mktemp)
+  if [ -n "${1:-}" ]; then cp "$1" "$tmp"; else for c in $CALLS; do "$c"; done > "$tmp"; fi
+  local rc=0
+  CALLS_FILE=$tmp python3 - <<'PY' || rc=$?
+import json, os, re, subprocess, sys
+
+calls = [json.loads(l) for l in open(os.environ["CALLS_FILE"]) if l.startswith("{")]
+errors = []
+# what travels besides the carry: tracked + untracked-not-ignored files (0 outside a git checkout)
+listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True).stdout
+tree = sum(os.path.getsize(f) for f in listed.decode().split("\0") if f and os.path.isfile(f))
+for i, call in enumerate(calls):
+    cmd, name = call["command"], f"call #{i} ({call['kind']})"
+    if len(cmd) > 2000:
+        errors.append(f"{name}: command is {len(cmd)} > 2000 characters")
+    if not 1 <= call["timeout_s"] <= 600:
+        errors.append(f"{name}: timeout_s {call['timeout_s']} outside 1..600")
+    if len(call["carry"]) > 8:
+        errors.append(f"{name}: more than 8 carried paths")
+    carried = 0
+    for path in call["carry"]:
+        if os.path.exists(path):
+            carried += int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
+        elif path != ".whl" and not path.startswith(".cutedsl"):
+            errors.append(f"{name}: carried path {path} does not exist here")
+    if tree + carried > 64 * 2**20:
+        errors.append(f"{name}: working tree + carry = {(tree + carried) / 2**20:.1f} MiB > 64 MiB")
+    # bounded: every GPU program (python3, torchrun, nvidia-smi) is started by `timeout`
+    # (a plain `python3 -c "import <module>"` probe that touches no GPU is the one exception)
+    for line in cmd.splitlines():
+        for prog in re.finditer(r"(?:^|[;&|]\s*|\s)(python3|torchrun|nvidia-smi)\b", line):
+            before = line[:prog.start(1)]
+            if re.search(r"timeout (-s \w+ )?(-k \d+ )?\d+\s+$", before):
+                continue
+            if re.match(r'python3 -c "import [\w.]+"', line[prog.start(1):]):
+                continue
+            errors.append(f"{name}: not under timeout: {line.strip()[:120]}")
+    # the call's own time limits (limit + kill grace, summed) end before the run tool's limit,
+    # leaving 15 s for sourcing/unpacking the DSL: our timeouts fire first, $OUT comes back
+    bounded = sum(int(n) + int(k or 0) for k, n in
+                  re.findall(r"(?<![-\w])timeout (?:-s \w+ )?(?:-k (\d+) )?(\d+)", cmd))
+    if bounded + 15 > call["timeout_s"]:
+        errors.append(f"{name}: its timeouts add up to {bounded} s + 15 s staging > timeout_s {call['timeout_s']}")
+    # the scripts exist and accept the flags we pass (their argparse source names each flag)
+    for m in re.finditer(r"python3 (?:-m torch\.distributed\.run --nproc_per_node \d+ )?((?:tests|bench)/\S+\.py)([^|;\n]*)", cmd):
+        script, flags = m.group(1), re.findall(r"(--[\w-]+)", m.group(2))
+        if not os.path.exists(script):
+            errors.append(f"{name}: {script} does not exist")
+            continue
+        src = open(script).read()
+        for flag in flags:
+            if f'"{flag}"' not in src:
+                errors.append(f"{name}: {script} has no option {flag}")
+for e in errors:
+    print("gpu_session check:", e)
+print(f"gpu_session check: {len(calls)} calls, {len(errors)} problems (tree {tree / 2**20:.1f} MiB)")
+sys.exit(1 if errors else 0)
+PY
+  rm -f "$tmp"
+  return $rc
+}
+
+collect() {  # collect DIR: one call's returned files -> $RESULTS (JSON, PNG; checks under validation/), $LOGS
+  local src=${1:?usage: collect FILES_AT_DIR}
+  mkdir -p "$RESULTS/validation" "$LOGS"
+  for f in "$src"/*.json "$src"/*.png; do
+    [ -e "$f" ] || continue
+    case $(basename "$f") in
+      gpu_report.json|bwd_check.json) cp -v "$f" "$RESULTS/validation/" ;;
+      *) cp -v "$f" "$RESULTS/" ;;
+    esac
+  done
+  if [ -e "$src/fwd/fwd_check.json" ]; then cp -v "$src/fwd/fwd_check.json" "$RESULTS/validation/fwd_check.json"; fi
+  if [ -e "$src/fwd_fast/fwd_check.json" ]; then cp -v "$src/fwd_fast/fwd_check.json" "$RESULTS/validation/fwd_check_fast.json"; fi
+  for f in "$src"/*.log; do if [ -e "$f" ]; then cp -v "$f" "$LOGS/"; fi; done
+}
+
+summary() {  # the numbers the README's performance section and issue 6 need
+  RESULTS=$RESULTS python3 - <<'PY'
+import glob, json, os
+
+R = os.environ["RESULTS"]
+def load(p):
+    try:
+        return json.load(open(p))
+    except Exception:
+        return None
+
+v = load(f"{R}/validation/gpu_report.json")
+print("gpu_report.json:", "present" if v else "missing")
+for name in ("fwd_check", "fwd_check_fast"):
+    r = load(f"{R}/validation/{name}.json")
+    print(f"{name}:", r["summary"] if r and "summary" in r else "missing")
+b = load(f"{R}/validation/bwd_check.json")
+if b:
+    print(f"bwd_check: {b.get('passed')}/{b.get('total')} cases; determinism",
+          [(d["name"], d.get("bit_identical"), d.get("pass")) for d in b.get("determinism", [])])
+    for row in b.get("bench", []) if isinstance(b.get("bench"), list) else []:
+        if "det_ms" in row and "ms" in row:
+            print(f"  bwd {row.get('name', '?')}: deterministic / default = {row['det_ms'] / row['ms']:.3f} (<= 1.15)")
+# issue 6 item 3: fwd+bwd TFLOP/s >= 1.05 x best peer, B=4 S=8K (case 0)
+ISSUE_PEERS = {"full": 629, "causal": 580, "sliding_window": 438, "causal_document": 473, "document": 550,
+               "shared_question": 312, "prefix_lm_causal": 556, "global_sliding_window": 374}
+for path in sorted(glob.glob(f"{R}/bench-*.json")):
+    rows = load(path)["results"]
+    print(f"\n{os.path.basename(path)}: mask, ours fwd+bwd TF, best same-run peer, ratio, issue peer, ratio")
+    for case in sorted({(r["B"], r["S"], r["H"], r["Hk"], r["D"]) for r in rows}):
+        for mask in dict.fromkeys(r["mask"] for r in rows):
+            rs = [r for r in rows if (r["B"], r["S"], r["H"], r["Hk"], r["D"]) == case and r["mask"] == mask]
+            ours = next((r.get("fwdbwd_tflops") for r in rs if r["system"] == "paddle_flashmask"), None)
+            peers = [(r.get("fwdbwd_tflops"), r["system"]) for r in rs if r["system"] != "paddle_flashmask" and r.get("fwdbwd_tflops")]
+            best = max(peers) if peers else (None, "-")
+            ip = ISSUE_PEERS.get(mask) if case[:2] == (4, 8192) and case[2:] == (16, 16, 128) else None
+            f = lambda x: "-" if x is None else f"{x:.1f}"
+            ratio = lambda a, c: "-" if a is None or not c else f"{a / c:.2f}"
+            err = next((r["error"][:60] for r in rs if r["system"] == "paddle_flashmask" and "error" in r), "")
+            print(f"  {case} {mask:22s} {f(ours):>7} {f(best[0]):>7} ({best[1]}) {ratio(ours, best[0]):>5} "
+                  f"{f(ip):>5} {ratio(ours, ip):>5} {err}")
+e = load(f"{R}/e2e_step.json")
+if e:
+    print("\ne2e_step:", {k: (round(r["tokens_per_s"]) if r.get("ok") else r.get("error", "")[:80])
+                         for k, r in e["results"].items()})
+    print("  loss check:", e["comparison"].get("loss_check_pass"), " speedups:",
+          {k: round(s["speedup"], 3) for k, s in e["comparison"].get("speedups", {}).items()})
+c = load(f"{R}/cp_scaling.json")
+if c:
+    print("\ncp_scaling:", c["world_size"], "GPUs, speedup", c["speedup"], "errors", c["max_rel_error_vs_single_device"])
+PY
+}
+
+appendix() {  # rewrite the appendix of $DOC (docs/gpu_session.md) with the current calls
+  local tmp
+  tmp=$(mktemp)
+  for c in $CALLS; do "$c"; done > "$tmp"
+  CALLS_FILE=$tmp DOC=$DOC python3 - <<'PY'
+import os, re
+path = os.environ["DOC"]
+text = open(path).read()
+import json
+out = []
+for line in open(os.environ["CALLS_FILE"]):
+    if line.startswith("{"):
+        call = json.loads(line)
+        out += ["run arguments: " + line.rstrip(), "the command, readable:"]
+        out += ["    " + c for c in call["command"].splitlines()]
+    elif line.strip():
+        out.append(line.rstrip())
+    else:
+        out.append("")
+block = "<!-- calls:begin -->\n```text\n" + "\n".join(out).rstrip() + "\n```\n<!-- calls:end -->"
+text = re.sub(r"<!-- calls:begin -->.*<!-- calls:end -->", lambda m: block, text, flags=re.S)
+open(path, "w").write(text)
+PY
+  rm -f "$tmp"
+}
+
+case "${1:-all}" in
+  all) for c in $CALLS; do "$c"; done ;;
+  call0|call1|call2|call3|call4|call4b|call5a|call5b) "$1" ;;
+  check) shift; check "$@" ;;
+  collect) shift; collect "$@" ;;
+  summary) summary ;;
+  appendix) appendix ;;
+  *) echo "usage: $0 [all|call0..call4|call4b|call5a|call5b|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+esac
