@@ -2,7 +2,8 @@
 
 * config validation and the two invariants that hang or break the kernel on the GPU
   (setmaxnreg register split, shared-memory budget);
-* a real sm_90a compile of the verified default and of the fast path, with the SASS checked for
+* a real sm_90a compile of the verified default, of the fast path and of the work-ordered
+  scheduler (``FwdConfig.work_order``), with the SASS checked for
   the instructions the design relies on (HGMMA, UTMALDG), for no local-memory spills, and for an
   unserialised wgmma pipeline (ptxas falls back to one WARPGROUP.DEPBAR per HGMMA when it cannot
   keep wgmma asynchronous; the fast path's register budget is tuned so that it does not).
@@ -84,19 +85,22 @@ _COMPILE = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
     from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
-    cfg = fwd.default_config("bf16", 128, 128, True, 2, True, fast={fast})
+    cfg = fwd.default_config("bf16", 128, 128, True, 2, True, fast={fast},
+                             work_order={work_order})
     fwd.compile_forward(cfg)
 """)
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["verified", "fast"])
-def test_sm90a_sass_has_tma_and_async_wgmma(tmp_path, fast):
+@pytest.mark.parametrize("fast,work_order", [(False, False), (True, False), (False, True)],
+                         ids=["verified", "fast", "work-order"])
+def test_sm90a_sass_has_tma_and_async_wgmma(tmp_path, fast, work_order):
     nvdisasm = _nvdisasm()
     if nvdisasm is None:
         pytest.skip("nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="cubin",
                CUTE_DSL_DUMP_DIR=str(tmp_path))
-    subprocess.run([sys.executable, "-c", _COMPILE.format(root=str(ROOT), fast=fast)],
+    code = _COMPILE.format(root=str(ROOT), fast=fast, work_order=work_order)
+    subprocess.run([sys.executable, "-c", code],
                    env=env, check=True, timeout=600, capture_output=True)
     cubins = glob.glob(str(tmp_path / "*.cubin"))
     assert cubins, "the DSL wrote no cubin"

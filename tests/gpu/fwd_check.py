@@ -1,6 +1,7 @@
 """GPU check of the SM90 FlashMask forward kernel against fp32 dense attention (torch, on the GPU).
 
-Run on an SM90 machine: ``python3 tests/gpu/fwd_check.py [--quick] [--bench]``. Writes
+Run on an SM90 machine: ``python3 tests/gpu/fwd_check.py [--quick] [--bench] [--fast]
+[--work-order]``. Writes
 ``$OUT/fwd_check.json`` (or ./fwd_check.json) with per-case errors, compile times and, with
 ``--bench``, timings/TFLOP/s. Exit status 1 if any case fails its threshold.
 
@@ -8,6 +9,13 @@ Oracle: the dense mask from ``semantics.to_dense``, scores in fp32, softmax with
 in the denominator, rows with no visible key -> O = 0, LSE = -inf (or = sink). The tile summary
 is computed with ``semantics.tile_summary`` on the host, so this check does not depend on the
 GPU summary kernel. Outputs are poisoned with NaN before each run.
+
+``--work-order``: every case runs with ``FwdConfig.work_order`` (the persistent CTAs take query
+tiles from the GPU-computed heaviest-first order). Each case then also checks the order itself
+against the numpy reference of ``work_order_kernel`` (per-query-tile weights from
+``semantics.classify_tiles`` equal the GPU's, the order is a permutation of all work items and its
+item weights equal the reference sequence, heaviest first). With ``--bench``, A/B rows of the
+same shapes without and with the work order (the order kernels are inside the timed call).
 """
 from __future__ import annotations
 
@@ -166,13 +174,55 @@ CASES_QUICK = [c for c in CASES_FULL if c[0] in (
     "causal_d128", "causal_doc_C1", "random_C4", "empty_rows_C4_sink", "d256_causal_window_sink")]
 
 
-def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=False):
+def work_order_buffers(torch, compiled_cache, cfg, b, sq, sk, h, hm):
+    """(compiled work-order kernels, workspace, order) for forward config ``cfg``; the buffers
+    are poisoned with -7 so an item the kernels never write shows up."""
+    from paddle_flashmask.ops.cute import work_order_kernel as wo
+
+    wcfg = wo.WorkOrderConfig.for_forward(cfg)
+    if wcfg not in compiled_cache:
+        compiled_cache[wcfg] = wo.CompiledWorkOrder(wcfg, wo.compile_work_order(wcfg))
+    workspace = torch.full((wo.workspace_elems(wcfg, b, hm, sq, sk),), -7, device="cuda",
+                           dtype=torch.int32)
+    order = torch.full((wo.order_length(wcfg, b, h, sq),), -7, device="cuda", dtype=torch.int32)
+    return compiled_cache[wcfg], workspace, order
+
+
+def make_work_order(torch, compiled_cache, cfg, cmin, cmax, b, sq, sk, h, hm, stream):
+    """Run the work-order kernels for forward config ``cfg``; returns (workspace, order) tensors."""
+    fn, workspace, order = work_order_buffers(torch, compiled_cache, cfg, b, sq, sk, h, hm)
+    fn(cmin, cmax, workspace, order, b, sq, sk, h, hm, stream)
+    return workspace, order
+
+
+def check_work_order(workspace, order, idx, causal, cfg, b, sq, sk, h, hm) -> dict:
+    """The GPU order against the numpy reference (weights from semantics.classify_tiles)."""
+    from paddle_flashmask.ops.cute import work_order_kernel as wo
+
+    ref = wo.reference_weights(idx, causal, b, sq, sk, cfg.tile_m, cfg.tile_n)  # [B, Hm, M]
+    got = workspace.cpu().numpy()[:ref.size].reshape(ref.shape)
+    weights_ok = bool((got == ref).all())
+    order_np = order.cpu().numpy().astype(np.int64)
+    total = order_np.size
+    permutation = bool(np.array_equal(np.sort(order_np), np.arange(total)))
+    sequence_ok = permutation and bool(np.array_equal(
+        wo.item_weights(ref, h)[order_np], wo.reference_order_weights(ref, h)))
+    return {"work_order_ok": weights_ok and permutation and sequence_ok,
+            "work_weights_match": weights_ok, "work_order_permutation": permutation,
+            "work_order_heaviest_first": sequence_ok, "work_items": int(total),
+            "work_weight_max": int(ref.max()) if ref.size else 0,
+            "work_weight_min": int(ref.min()) if ref.size else 0}
+
+
+def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=False,
+             work_order=False):
     name, dt, d, dv, kind, b, sq, sk, h, hk, hm_mode, has_sink = case
     hm = {"1": 1, "Hk": hk, "H": h}[hm_mode]
     tdt = torch.bfloat16 if dt == "bf16" else torch.float16
     idx, causal = make_mask(kind, rng, b, hm, sq, sk)
     cols = None if idx is None else idx.shape[-1]
-    cfg = fwd_mod.default_config(dt, d, dv, causal, cols, has_sink, fast=fast)
+    cfg = fwd_mod.default_config(dt, d, dv, causal, cols, has_sink, fast=fast,
+                                 work_order=work_order)
     t0 = time.time()
     if cfg not in compiled_cache:
         compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
@@ -193,9 +243,28 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
         cmax = torch.from_numpy(np.ascontiguousarray(summ.col_max)).cuda()
     dl = lambda x: None if x is None else cute_rt.from_dlpack(x, assumed_align=16)  # noqa: E731
     stream = torch.cuda.current_stream().cuda_stream
+    order_info, order = {}, None
+    if work_order:
+        workspace, order = make_work_order(torch, compiled_cache, cfg, cmin, cmax, b, sq, sk, h,
+                                           hm, stream)
     fn(dl(q), dl(k), dl(v), dl(out), dl(lse), dl(idx_t), dl(cmin), dl(cmax), dl(sink), scale,
-       stream, num_sms)
+       stream, num_sms, work_order=order)
     torch.cuda.synchronize()
+    if work_order:
+        order_info = check_work_order(workspace, order, idx, causal, cfg, b, sq, sk, h, hm)
+        # Each work tile runs the same code whatever its place in the order, so the default
+        # scheduler should give the same bits (reported, not a pass criterion).
+        import dataclasses
+        base_cfg = dataclasses.replace(cfg, work_order=False)
+        if base_cfg not in compiled_cache:
+            compiled_cache[base_cfg] = fwd_mod.compile_forward(base_cfg)
+        out_base, lse_base = torch.full_like(out, float("nan")), torch.full_like(lse, float("nan"))
+        compiled_cache[base_cfg](dl(q), dl(k), dl(v), dl(out_base), dl(lse_base), dl(idx_t),
+                                 dl(cmin), dl(cmax), dl(sink), scale, stream, num_sms)
+        torch.cuda.synchronize()
+        order_info["bitwise_equal_to_default"] = bool(
+            torch.equal(out.view(torch.int16), out_base.view(torch.int16))
+            and torch.equal(lse.view(torch.int32), lse_base.view(torch.int32)))
     ref_o, ref_lse = reference(torch, q, k, v, idx, causal, scale, sink)
     o = out.float()
     nan_out = bool(torch.isnan(o).any())
@@ -213,12 +282,14 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
     if idx is not None:
         stats = semantics.computed_tile_counts(idx, causal, sq, cfg.tile_m, cfg.tile_n)
     ok = (not nan_out) and rel_o <= 1e-2 and err_lse <= 1e-2 and inf_match
-    return {
+    if work_order:
+        ok = ok and order_info["work_order_ok"]
+    return {**order_info,
         "name": name, "ok": ok, "dtype": dt, "d": d, "dv": dv, "mask": kind, "causal": causal,
         "C": cols, "B": b, "Sq": sq, "Sk": sk, "H": h, "Hk": hk, "Hm": hm, "sink": has_sink,
         "tile_n": cfg.tile_n, "max_abs_err_o": err_o, "rel_err_o": rel_o, "max_abs_err_lse": err_lse,
         "nan_in_out": nan_out, "neg_inf_lse_match": inf_match, "empty_rows": empty_rows,
-        "compile_s": round(compile_s, 2), "tiles": stats,
+        "compile_s": round(compile_s, 2), "tiles": stats, "work_order": work_order,
     }
 
 
@@ -245,7 +316,15 @@ def _bench_one(torch, cute_rt, fwd_mod, compiled_cache, num_sms, cfg, b, s, h, h
     dl = lambda x: None if x is None else cute_rt.from_dlpack(x, assumed_align=16)  # noqa
     args = [dl(x) for x in (q, k, v, out, lse, idx_t, cmin, cmax)] + [None]
     stream = torch.cuda.current_stream().cuda_stream
-    call = lambda: fn(*args, 1.0 / math.sqrt(d), stream, num_sms)  # noqa: E731
+    hm = 1 if idx is None else idx.shape[1]
+    order_fn = workspace = order = None
+    if cfg.work_order:
+        order_fn, workspace, order = work_order_buffers(torch, compiled_cache, cfg, b, s, s, h, hm)
+
+    def call():
+        if order_fn is not None:  # the ordering kernels are part of what is timed
+            order_fn(cmin, cmax, workspace, order, b, s, s, h, hm, stream)
+        fn(*args, 1.0 / math.sqrt(d), stream, num_sms, work_order=order)
     for _ in range(3):
         call()
     torch.cuda.synchronize()
@@ -295,6 +374,15 @@ BENCH_ROWS = [
 ]
 
 
+# A/B of the work-ordered scheduler (--work-order --bench): same shapes, off then on.
+WORK_ORDER_BENCH_ROWS = [
+    row for kind in ("causal", "causal_doc", "window", "full")
+    for fast in (False, True)
+    for row in ((kind, 2, 8192, 16, 16, 128, 128, fast, {}),
+                (kind, 2, 8192, 16, 16, 128, 128, fast, {"work_order": True}))
+]
+
+
 def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng, rows=BENCH_ROWS):
     import dataclasses
     results = []
@@ -326,6 +414,8 @@ def main() -> int:
                     help="bench rows of the verified default only")
     ap.add_argument("--only", default="")
     ap.add_argument("--fast", action="store_true", help="check the fast-path configurations")
+    ap.add_argument("--work-order", action="store_true",
+                    help="run every case with the work-ordered scheduler and check the order")
     args = ap.parse_args()
     import torch
     import cutlass.cute.runtime as cute_rt
@@ -339,21 +429,24 @@ def main() -> int:
         cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]
     compiled = {}
     report = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "fast_path": args.fast, "cases": []}
+              "fast_path": args.fast, "work_order": args.work_order, "cases": []}
     for case in cases:
         try:
-            r = run_case(torch, cute_rt, fwd_mod, compiled, case, rng, num_sms, fast=args.fast)
+            r = run_case(torch, cute_rt, fwd_mod, compiled, case, rng, num_sms, fast=args.fast,
+                         work_order=args.work_order)
         except Exception as exc:  # record and continue: one broken variant must not hide others
             r = {"name": case[0], "ok": False, "error": repr(exc)[:1500],
                  "trace": traceback.format_exc()[-3000:]}
         report["cases"].append(r)
         _write(report)  # incremental: a hung variant (killed by `timeout`) keeps earlier results
         print(json.dumps({k: r.get(k) for k in ("name", "ok", "rel_err_o", "max_abs_err_lse",
-                                                  "empty_rows", "compile_s", "error")}),
+                                                  "empty_rows", "compile_s", "work_order_ok",
+                                                  "bitwise_equal_to_default", "error")}),
               flush=True)
     if args.bench:
         try:
-            rows = [r for r in BENCH_ROWS if not (args.bench_verified_only and r[7])]
+            rows = WORK_ORDER_BENCH_ROWS if args.work_order else BENCH_ROWS
+            rows = [r for r in rows if not (args.bench_verified_only and r[7])]
             report["bench"] = bench(torch, cute_rt, fwd_mod, compiled, num_sms, rng, rows)
         except Exception as exc:
             report["bench_error"] = traceback.format_exc()[-3000:]

@@ -51,7 +51,7 @@ MASK_FORMS = ((True, None), (False, None), (True, 1), (True, 2), (False, 2), (Fa
 @dataclasses.dataclass(frozen=True)
 class Variant:
     label: str
-    kind: str  # summary | fwd | bwd | bwd_pre | bwd_post
+    kind: str  # summary | work_order | fwd | bwd | bwd_pre | bwd_post
     config: Any
     fast_path: bool  # must contain HGMMA and UTMALDG
 
@@ -75,9 +75,17 @@ def variants(full: bool = False) -> list[Variant]:
             seen.add((kind, config))
             out.append(Variant(label, kind, config, fast_path))
 
-    def fwd(dtype, d, causal, c, sink=False):
+    def fwd(dtype, d, causal, c, sink=False, work_order=False):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
-        add(f"fwd {dtype} d{d} {_form_label(causal, c)}{' sink' if sink else ''}", "fwd", cfg, True)
+        extra = " sink" if sink else ""
+        if work_order:  # the work-ordered scheduler (FwdConfig.work_order) + its ordering kernels
+            from .work_order_kernel import WorkOrderConfig
+
+            cfg = dataclasses.replace(cfg, work_order=True)
+            extra += " work-order"
+            add(f"work-order {_form_label(causal, c)}", "work_order",
+                WorkOrderConfig.for_forward(cfg), False)
+        add(f"fwd {dtype} d{d} {_form_label(causal, c)}{extra}", "fwd", cfg, True)
 
     def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False):
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
@@ -108,6 +116,9 @@ def variants(full: bool = False) -> list[Variant]:
         fwd("bfloat16", d, causal, c)
         bwd("bfloat16", d, causal, c)
     fwd("float16", 128, True, 1, sink=True)
+    fwd("bfloat16", 128, True, None, work_order=True)
+    fwd("bfloat16", 128, True, 1, work_order=True)
+    fwd("bfloat16", 128, False, 4, work_order=True)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, False, 4, det=True)
     return out
@@ -118,6 +129,9 @@ def _build(kind: str, config: Any) -> Any:
     if kind == "summary":
         from .summary_kernel import compile_summary
         return compile_summary(config)
+    if kind == "work_order":
+        from .work_order_kernel import compile_work_order
+        return compile_work_order(config)
     if kind == "fwd":
         from .flash_fwd_sm90 import compile_forward
         return compile_forward(config).compiled

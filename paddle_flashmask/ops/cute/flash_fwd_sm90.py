@@ -14,6 +14,9 @@ Structure (one CTA = one 128-row query tile at a time, persistent over work tile
   (full tiles run no mask code), online softmax, P converted in registers and O += P·V
   (RS wgmma, P never touches shared memory). Epilogue writes O and the fp32 LSE.
 * ``setmaxnreg`` moves registers from the producer warpgroup to the consumers.
+* Persistent scheduler (``tile_scheduler.py``): last query tiles first, or with
+  ``FwdConfig.work_order`` (off by default, compiled but not yet GPU-run) the query tiles in the
+  heaviest-first order that ``work_order_kernel.py`` computes on the GPU from the tile summary.
 * Fast path (``FwdConfig`` flags, ``default_config(fast=True)``): S_j = Q·K_jᵀ in flight with
   P_{j-1}·V_{j-1} (intra-warpgroup overlap), ping-pong turns between the two consumer
   warpgroups, double-buffered Q, and a stmatrix + TMA-store epilogue. Compiled and SASS-checked;
@@ -76,6 +79,9 @@ class FwdConfig:
     tma_store_o: bool = False  # O leaves through shared memory + TMA (else direct stores)
     producer_regs: int = 24
     consumer_regs: int = 240
+    # Persistent CTAs walk a work order computed on the GPU from the tile summary (query tiles by
+    # real work, heaviest first; work_order_kernel.py). Off by default: compiled, not yet GPU-run.
+    work_order: bool = False
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -113,6 +119,11 @@ class FwdConfig:
 
 
 FAST_ENV = "PADDLE_FLASHMASK_FWD_FAST"
+WORK_ORDER_ENV = "PADDLE_FLASHMASK_FWD_WORK_ORDER"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "0") not in ("", "0", "false", "False")
 
 
 SMEM_LIMIT_BYTES = 232448  # 227 KB of dynamic shared memory per CTA on SM90
@@ -133,27 +144,32 @@ FwdConfig.shared_memory_bytes = _shared_memory_bytes
 
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
-                   fast: Optional[bool] = None) -> FwdConfig:
+                   fast: Optional[bool] = None, work_order: Optional[bool] = None) -> FwdConfig:
     """Tile shape and features for a head dim (smem: Q + stages * (K + V) [+ O] <= 227 KB).
 
     ``fast=False`` (default): the configuration verified on the H200 (docs/kernels_fwd.md).
     ``fast=True`` (or env ``PADDLE_FLASHMASK_FWD_FAST=1``): intra-warpgroup overlap, ping-pong,
     double-buffered Q, TMA-store epilogue and d128 tile 128x112 (keeps ptxas from serialising
     the wgmma pipeline); compiled and SASS-checked, not yet run on the GPU.
+    ``work_order=True`` (or env ``PADDLE_FLASHMASK_FWD_WORK_ORDER=1``): the persistent scheduler
+    takes query tiles in the GPU-computed heaviest-first order (either path; not yet GPU-run).
     """
     dv = head_dim if head_dim_v is None else head_dim_v
     if fast is None:
-        fast = os.environ.get(FAST_ENV, "0") not in ("", "0", "false", "False")
+        fast = _env_flag(FAST_ENV)
+    if work_order is None:
+        work_order = _env_flag(WORK_ORDER_ENV)
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
         return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
-                         128, tile_n, stages)
+                         128, tile_n, stages, work_order=bool(work_order))
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (112, 2, 2),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                      128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
-                     tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232)
+                     tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
+                     work_order=bool(work_order))
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -189,6 +205,7 @@ class FlashFwdSm90:
         self.producer_regs = config.producer_regs
         self.consumer_regs = config.consumer_regs
         self.tma_store_o = config.tma_store_o
+        self.work_order = config.work_order
         self.causal = config.causal
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
@@ -211,6 +228,7 @@ class FlashFwdSm90:
         col_min_ptr: Optional[cute.Pointer],
         col_max_ptr: Optional[cute.Pointer],
         sink_ptr: Optional[cute.Pointer],
+        order_ptr: Optional[cute.Pointer],
         batch: Int32,
         seqlen_q: Int32,
         seqlen_k: Int32,
@@ -255,6 +273,10 @@ class FlashFwdSm90:
         mSink = None
         if cutlass.const_expr(self.has_sink):
             mSink = cute.make_tensor(sink_ptr, cute.make_layout((num_heads,)))
+        mOrder = None  # work items, heaviest first (tile_scheduler.work_tile)
+        if cutlass.const_expr(self.work_order):
+            mOrder = cute.make_tensor(order_ptr, cute.make_layout(
+                (((seqlen_q + tm - 1) // tm) * num_heads * batch,)))
 
         tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
             self.dtype, self.dtype, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K,
@@ -311,7 +333,7 @@ class FlashFwdSm90:
         num_m_blocks = (seqlen_q + tm - 1) // tm
         self.kernel(
             tiled_mma_qk, tiled_mma_pv, tma_q, tma_mQ, tma_k, tma_mK, tma_v, tma_mVt,
-            mO, tma_o, tma_mO, mLSE, mIdx, mColMin, mColMax, mSink,
+            mO, tma_o, tma_mO, mLSE, mIdx, mColMin, mColMax, mSink, mOrder,
             sQ_layout, sK_layout, sVt_layout, sO_layout,
             seqlen_q, seqlen_k, num_heads, num_kv_heads, num_mask_heads,
             softmax_scale, num_m_blocks, batch,
@@ -345,6 +367,7 @@ class FlashFwdSm90:
         mColMin: Optional[cute.Tensor],
         mColMax: Optional[cute.Tensor],
         mSink: Optional[cute.Tensor],
+        mOrder: Optional[cute.Tensor],
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
         sVt_layout: cute.ComposedLayout,
@@ -405,13 +428,14 @@ class FlashFwdSm90:
                 self.producer(tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
                               mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q,
                               seqlen_k, diag_offset, num_heads, num_kv_heads, num_mask_heads,
-                              num_m_blocks, batch)
+                              num_m_blocks, batch, mOrder)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             self.consumer(tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, sO, s_meta, s_bounds, mO,
                           tma_o, tma_mO, mLSE,
                           mSink, pipe_q, pipe_k, pipe_v, tidx - self.threads_per_wg, seqlen_q,
-                          seqlen_k, diag_offset, softmax_scale, num_heads, num_m_blocks, batch)
+                          seqlen_k, diag_offset, softmax_scale, num_heads, num_m_blocks, batch,
+                          mOrder)
 
     @cute.jit
     def tile_bands(self, mColMin: Optional[cute.Tensor], mColMax: Optional[cute.Tensor],
@@ -428,7 +452,8 @@ class FlashFwdSm90:
     @cute.jit
     def producer(self, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
                  mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q, seqlen_k, diag_offset,
-                 num_heads, num_kv_heads, num_mask_heads, num_m_blocks: Int32, num_batch: Int32):
+                 num_heads, num_kv_heads, num_mask_heads, num_m_blocks: Int32, num_batch: Int32,
+                 mOrder: Optional[cute.Tensor]):
         tm, tn = self.tile_m, self.tile_n
         lane = cute.arch.lane_idx()
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
@@ -438,7 +463,8 @@ class FlashFwdSm90:
         total = sched.total_work(num_m_blocks, num_heads, num_batch)
         t = sched.first_work()
         while t < total:
-            m_block, head, batch = sched.decode_work(t, num_m_blocks, num_heads, num_batch)
+            m_block, head, batch = sched.work_tile(mOrder, t, total, num_m_blocks, num_heads,
+                                                   num_batch)
             kv_head = head // (num_heads // num_kv_heads)
             mask_head = head // (num_heads // num_mask_heads)
             row_begin = m_block * tm
@@ -531,7 +557,8 @@ class FlashFwdSm90:
     def consumer(self, tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, sO, s_meta, s_bounds, mO,
                  tma_o, tma_mO, mLSE,
                  mSink, pipe_q, pipe_k, pipe_v, ctidx: Int32, seqlen_q, seqlen_k, diag_offset,
-                 softmax_scale: Float32, num_heads: Int32, num_m_blocks: Int32, num_batch: Int32):
+                 softmax_scale: Float32, num_heads: Int32, num_m_blocks: Int32, num_batch: Int32,
+                 mOrder: Optional[cute.Tensor]):
         tm, tn = self.tile_m, self.tile_n
         thr_qk = tiled_mma_qk.get_slice(ctidx)
         thr_pv = tiled_mma_pv.get_slice(ctidx)
@@ -579,7 +606,8 @@ class FlashFwdSm90:
                                          number_of_threads=2 * self.threads_per_wg)
         t = sched.first_work()
         while t < total:
-            m_block, head, batch = sched.decode_work(t, num_m_blocks, num_heads, num_batch)
+            m_block, head, batch = sched.work_tile(mOrder, t, total, num_m_blocks, num_heads,
+                                                   num_batch)
             row_base = m_block * tm
             row_max.fill(-Float32.inf)
             row_sum.fill(0.0)
@@ -786,7 +814,8 @@ class CompiledForward:
     ``[B,Hm,Sk,C]`` and ``col_min``/``col_max`` int32 ``[B,Hm,ceil(Sk/tile_n),C]`` (the tile
     summary with ``tile_n = config.tile_n``), or None for plain attention; learnable_sink fp32
     ``[H]`` or None. ``stream`` is a CUDA stream handle (int or ``CUstream``); ``num_sms`` sizes
-    the persistent grid.
+    the persistent grid. ``work_order`` (only with ``config.work_order``): int32
+    ``[B * H * ceil(Sq / tile_m)]`` from ``work_order_kernel`` on the same stream.
     """
 
     def __init__(self, config: FwdConfig, compiled):
@@ -794,7 +823,8 @@ class CompiledForward:
         self.compiled = compiled
 
     def __call__(self, q, k, v, out, lse, startend_row_indices, col_min, col_max,
-                 learnable_sink, softmax_scale: float, stream, num_sms: int = 132) -> None:
+                 learnable_sink, softmax_scale: float, stream, num_sms: int = 132,
+                 work_order=None) -> None:
         cfg = self.config
         b, sq, h, sk, hk, hm = check_variant_call(
             q, k, v, startend_row_indices, learnable_sink, head_dim=cfg.head_dim,
@@ -808,13 +838,22 @@ class CompiledForward:
         ptr = gmem_ptr
 
         num_m_blocks = -(-sq // cfg.tile_m)
+        if (work_order is None) == cfg.work_order:
+            raise ValueError(f"work_order: expected {'an int32 buffer' if cfg.work_order else 'None'}"
+                             f" for this variant (work_order={cfg.work_order}), found "
+                             f"{type(work_order).__name__}")
+        if work_order is not None and hasattr(work_order, "shape"):
+            length = math.prod(int(x) for x in work_order.shape)
+            if length != b * h * num_m_blocks:
+                raise ValueError(f"work_order: expected {b * h * num_m_blocks} items "
+                                 f"(B * H * ceil(Sq / tile_m)), found {length}")
         grid = sched.grid_size(num_m_blocks, h, b, num_sms)
         if not isinstance(stream, cuda.CUstream):
             stream = cuda.CUstream(int(stream))
         self.compiled(
             ptr(q, dt, 16), ptr(k, dt, 16), ptr(v, dt, 16), ptr(out, dt, 16),
             ptr(lse, Float32, 4), ptr(startend_row_indices, Int32, 4), ptr(col_min, Int32, 4),
-            ptr(col_max, Int32, 4), ptr(learnable_sink, Float32, 4),
+            ptr(col_max, Int32, 4), ptr(learnable_sink, Float32, 4), ptr(work_order, Int32, 4),
             Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
             Float32(softmax_scale), Int32(grid), stream)
 
@@ -831,6 +870,7 @@ def compile_forward(config: FwdConfig) -> CompiledForward:
         _placeholder_ptr(Int32, 4) if has_mask else None,
         _placeholder_ptr(Int32, 4) if has_mask else None,
         _placeholder_ptr(Float32, 4) if config.has_sink else None,
+        _placeholder_ptr(Int32, 4) if config.work_order else None,
         Int32(1), Int32(128), Int32(128), Int32(1), Int32(1), Int32(1), Float32(1.0), Int32(1),
         cuda.CUstream(0),
     )

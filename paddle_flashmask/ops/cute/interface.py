@@ -170,6 +170,26 @@ def tile_summary(startend_row_indices: Any, tile_n: int, *, stream: int
     return launch_tile_summary(tensor, problem, tile_n, stream)
 
 
+def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
+                      ) -> tuple[DeviceBuffer, DeviceBuffer]:
+    """The forward's work order (``FwdConfig.work_order``): its query tiles, heaviest first,
+    computed on ``stream`` from the tile summary (``work_order_kernel``). Returns the workspace and
+    the order buffer; keep them alive until the forward is enqueued."""
+    from .work_order_kernel import (CompiledWorkOrder, WorkOrderConfig, compile_work_order,
+                                    order_length, workspace_elems)
+
+    wcfg = WorkOrderConfig.for_forward(config)
+    b, sq, sk, h, hm = (problem.batch, problem.seqlen_q, problem.seqlen_k, problem.num_heads,
+                        problem.mask_heads)
+    workspace = DeviceBuffer((workspace_elems(wcfg, b, hm, sq, sk),), "int32", problem.device,
+                             stream)
+    order = DeviceBuffer((order_length(wcfg, b, h, sq),), "int32", problem.device, stream)
+    jitted = cache.get_or_compile("fwd_work_order", wcfg, compile_work_order)
+    CompiledWorkOrder(wcfg, jitted)(summary[0], summary[1], workspace, order, b, sq, sk, h, hm,
+                                    stream)
+    return workspace, order
+
+
 # --------------------------------------------------------------------------------------------------
 # Configs (what compile_check compiles is exactly what these return)
 # --------------------------------------------------------------------------------------------------
@@ -238,10 +258,13 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     if problem.num_columns is not None:
         summary = launch_tile_summary(infos["indices_tensor"], problem, config.tile_n, stream)
     kernel = compiled_forward(config)
+    ordering = (None, None)  # workspace, order: only when the config asks for the work order
+    if getattr(config, "work_order", False):
+        ordering = launch_work_order(problem, config, summary, stream)
     kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["lse"], infos.get("indices"),
            summary[0], summary[1], infos.get("sink"), float(softmax_scale), stream,
-           num_sms(problem.device))
-    for buffer in summary:  # freed in stream order, after the kernel that reads them
+           num_sms(problem.device), work_order=ordering[1])
+    for buffer in (*summary, *ordering):  # freed in stream order, after the kernel that reads them
         if buffer is not None:
             buffer.release()
 

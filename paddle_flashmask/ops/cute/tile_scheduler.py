@@ -7,11 +7,25 @@ bottom-right-heavy masks (causal documents, prefix-LM) the last query tiles carr
 tiles, so they start first and the short ones fill the tail (LPT order); for flat masks (sliding
 window, documents) the order is neutral. Static: no per-tile table, nothing to allocate.
 
+Work-ordered variant (``FwdConfig.work_order``, off by default until run on the GPU): the order is
+a list of work items computed on the GPU from the tile summary (``work_order_kernel``: query tiles
+sorted by the key tiles they really load, heaviest first, O(S/tile) per head). The CTAs still
+take slots ``t = cta, cta + grid, ...`` statically; slot ``t`` reads item ``order[snake(t)]``.
+Static striding rather than an atomic work counter: producer and consumers of a CTA compute the
+same sequence with no communication (an atomic counter needs the producer to publish each item to
+the consumers through shared memory and a barrier per work tile, plus a counter reset per launch),
+and over a list sorted heaviest first, striding already hands every CTA one item of each "row" of
+``grid`` similar items. The snake (row r left to right when r is even, right to left when odd)
+keeps CTA 0 from taking the heaviest item of every row.
+
 All producer and consumer roles of a CTA call the same functions, so they walk the same sequence.
 Plain functions over DSL integers (not a stateful object) so they can live inside dynamic loops.
 """
 from __future__ import annotations
 
+from typing import Optional
+
+import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 
@@ -39,3 +53,37 @@ def decode_work(t: Int32, num_m_blocks: Int32, num_heads: Int32, batch: Int32):
     m_rank = t // hb
     rest = t - m_rank * hb
     return num_m_blocks - 1 - m_rank, rest % num_heads, rest // num_heads
+
+
+def snake_slot(t: Int32, total: Int32, grid: Int32) -> Int32:
+    """Slot ``t`` of the static striding -> the index it reads in a heaviest-first list.
+
+    Row ``r = t // grid`` is read left to right when even and right to left when odd; the last,
+    possibly short, row is reversed within its own length, so the map stays a bijection of
+    ``[0, total)``. Plain arithmetic: runs on DSL integers and on Python ints (tests).
+    """
+    row = t // grid
+    col = t - row * grid
+    row_start = row * grid
+    row_len = cutlass.min(grid, total - row_start)
+    odd = row & 1
+    return row_start + col + odd * (row_len - 1 - 2 * col)
+
+
+def decode_item(item: Int32, num_m_blocks: Int32, num_heads: Int32):
+    """Work item ``(batch * H + head) * num_m_blocks + m_block`` -> (m_block, head, batch)."""
+    rest = item // num_m_blocks
+    return item - rest * num_m_blocks, rest % num_heads, rest // num_heads
+
+
+def work_tile(order: Optional[cute.Tensor], t: Int32, total: Int32, num_m_blocks: Int32,
+              num_heads: Int32, batch: Int32):
+    """(m_block, head, batch) of slot ``t``: the static order, or the GPU-computed work order.
+
+    ``order`` is None (trace-time constant) for the default scheduler, which then traces exactly
+    :func:`decode_work`.
+    """
+    if order is None:
+        return decode_work(t, num_m_blocks, num_heads, batch)
+    grid = Int32(cute.arch.grid_dim()[0])
+    return decode_item(order[snake_slot(t, total, grid)], num_m_blocks, num_heads)

@@ -1,0 +1,219 @@
+"""CPU tests of the forward's work-ordered scheduler (``FwdConfig.work_order``, off by default).
+
+* the numpy reference of the ordering (``work_order_kernel.reference_weights`` from
+  ``semantics.classify_tiles``) against a brute-force count from the dense mask, where the tile
+  predicates are exact (plain causal / full attention, tile-aligned documents);
+* the checker the GPU script uses (``tests/gpu/fwd_check.py --work-order``) accepts a correct order
+  and rejects wrong ones;
+* the snake map of the static striding is a bijection;
+* the ordering kernels compile for sm_90a, and the host API, with the work order switched on,
+  hands the compiled kernels (work order + forward) arguments their own packing accepts.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cutlass")
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from paddle_flashmask import semantics  # noqa: E402
+from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd  # noqa: E402
+from paddle_flashmask.ops.cute import tile_scheduler as sched  # noqa: E402
+from paddle_flashmask.ops.cute import work_order_kernel as wo  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+
+
+def _brute_force_weights(allowed: np.ndarray, sq: int, sk: int, tm: int, tn: int) -> np.ndarray:
+    """[B, Hm, M] weights from the dense mask: a tile is skipped iff nothing in it is visible,
+    partial iff something in it is masked or it reaches past Sk (exact, no summary)."""
+    b, hm = allowed.shape[:2]
+    nm, nn = -(-sq // tm), -(-sk // tn)
+    out = np.zeros((b, hm, nm), dtype=np.int64)
+    for m in range(nm):
+        for n in range(nn):
+            block = allowed[:, :, m * tm:(m + 1) * tm, n * tn:(n + 1) * tn]
+            visible = block.any(axis=(2, 3))
+            partial = ~block.all(axis=(2, 3)) | ((n + 1) * tn > sk)
+            out[:, :, m] += np.where(visible, np.where(partial, wo.WEIGHT_PARTIAL, wo.WEIGHT_FULL),
+                                     0)
+    return out
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("sq,sk", [(512, 512), (300, 700), (1000, 333), (129, 128)])
+def test_reference_weights_plain_attention_match_brute_force(causal, sq, sk):
+    tm, tn = 128, 64
+    rows, cols = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    allowed = (cols <= rows + (sk - sq)) if causal else np.ones((sq, sk), bool)
+    want = _brute_force_weights(np.broadcast_to(allowed, (2, 1, sq, sk)), sq, sk, tm, tn)
+    got = wo.reference_weights(None, causal, 2, sq, sk, tm, tn)
+    assert got.shape == (2, 1, -(-sq // tm))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_reference_weights_causal_by_hand():
+    # causal, 4 x 4 tiles of 128: query tile m loads m full tiles and its diagonal (partial) one
+    got = wo.reference_weights(None, True, 1, 512, 512, 128, 128)[0, 0]
+    assert got.tolist() == [wo.WEIGHT_FULL * m + wo.WEIGHT_PARTIAL for m in range(4)]
+
+
+def test_reference_weights_tile_aligned_documents_match_brute_force():
+    # causal documents whose boundaries are tile-aligned: the summary loses nothing, so the
+    # conservative tile predicates are exact and agree with the dense mask
+    sq = sk = 1024
+    lens = [[256, 512, 256], [128, 128, 768], [1024]]
+    idx = np.zeros((3, 1, sk, 1), dtype=np.int32)
+    for b, doc in enumerate(lens):
+        start = 0
+        for n in doc:
+            idx[b, 0, start:start + n, 0] = start + n
+            start += n
+    want = _brute_force_weights(semantics.to_dense(idx, True), sq, sk, 128, 128)
+    got = wo.reference_weights(idx, True, 3, sq, sk, 128, 128)
+    np.testing.assert_array_equal(got, want)
+    assert got[1, 0].argmax() == 7  # the last tile of the long document is the heaviest
+
+
+def test_item_weights_follow_the_forwards_head_mapping():
+    weights = np.arange(2 * 2 * 3).reshape(2, 2, 3)  # B=2, Hm=2, M=3
+    items = wo.item_weights(weights, num_heads=4)  # H=4: heads 0,1 -> mask head 0; 2,3 -> 1
+    for b in range(2):
+        for h in range(4):
+            for m in range(3):
+                assert items[(b * 4 + h) * 3 + m] == weights[b, h // 2, m]
+    seq = wo.reference_order_weights(weights, 4)
+    assert (np.diff(seq) <= 0).all() and sorted(seq.tolist()) == sorted(items.tolist())
+
+
+def test_gpu_checker_accepts_the_reference_order_and_rejects_wrong_ones():
+    torch = pytest.importorskip("torch")
+    import fwd_check
+
+    rng = np.random.default_rng(7)
+    b, h, hm, sq, sk = 2, 4, 2, 1000, 1000
+    idx, causal = fwd_check.make_mask("causal_doc", rng, b, hm, sq, sk)
+    cfg = fwd.default_config("bf16", 128, 128, causal, 1, work_order=True)
+    ref = wo.reference_weights(idx, causal, b, sq, sk, cfg.tile_m, cfg.tile_n)
+    wcfg = wo.WorkOrderConfig.for_forward(cfg)
+    workspace = np.full(wo.workspace_elems(wcfg, b, hm, sq, sk), -7, dtype=np.int32)
+    workspace[:ref.size] = ref.ravel()
+    items = wo.item_weights(ref, h)
+    order = np.argsort(-items, kind="stable").astype(np.int32)
+    assert len(np.unique(items)) > 3  # the case has something to sort
+
+    def check(ws, od):
+        return fwd_check.check_work_order(torch.from_numpy(ws), torch.from_numpy(od), idx, causal,
+                                          cfg, b, sq, sk, h, hm)
+
+    assert check(workspace, order)["work_order_ok"]
+    swapped = order.copy()
+    first_light = int(np.argmax(items[order] < items[order[0]]))
+    swapped[0], swapped[first_light] = swapped[first_light], swapped[0]
+    assert not check(workspace, swapped)["work_order_heaviest_first"]
+    duplicated = order.copy()
+    duplicated[-1] = duplicated[0]
+    assert not check(workspace, duplicated)["work_order_permutation"]
+    bad_weights = workspace.copy()
+    bad_weights[3] += 1
+    assert not check(bad_weights, order)["work_weights_match"]
+
+
+def test_snake_slot_is_a_bijection():
+    for total in range(1, 70):
+        for grid in range(1, 17):
+            slots = [sched.snake_slot(t, total, grid) for t in range(total)]
+            assert sorted(slots) == list(range(total)), (total, grid)
+    # rows alternate direction: CTA 0 takes the heaviest item of row 0, the lightest of row 1
+    assert [sched.snake_slot(t, 10, 4) for t in range(10)] == [0, 1, 2, 3, 7, 6, 5, 4, 8, 9]
+
+
+def test_work_order_config_switch(monkeypatch):
+    monkeypatch.delenv(fwd.WORK_ORDER_ENV, raising=False)
+    assert not fwd.default_config("bf16", 128, None, True, 1).work_order  # default OFF
+    assert not fwd.default_config("bf16", 128, None, True, 1, fast=True).work_order
+    monkeypatch.setenv(fwd.WORK_ORDER_ENV, "1")
+    on = fwd.default_config("bf16", 128, None, True, 1)
+    assert on.work_order and on != fwd.default_config("bf16", 128, None, True, 1, work_order=False)
+    with pytest.raises(ValueError, match="causal"):
+        wo.WorkOrderConfig(128, 128, True, 4)
+
+
+def test_forward_wrapper_requires_the_order_exactly_when_configured():
+    class Shape:
+        def __init__(self, *shape):
+            self.shape = shape
+
+    q, k, v = Shape(1, 300, 4, 128), Shape(1, 300, 2, 128), Shape(1, 300, 2, 128)
+    cfg = fwd.default_config("bf16", 128, None, True, None, work_order=True)
+    wrapper = fwd.CompiledForward(cfg, compiled=None)  # the checks come before any launch
+    with pytest.raises(ValueError, match="work_order: expected an int32 buffer"):
+        wrapper(q, k, v, None, None, None, None, None, None, 0.1, 0)
+    with pytest.raises(ValueError, match=r"work_order: expected 12 items"):
+        wrapper(q, k, v, None, None, None, None, None, None, 0.1, 0, work_order=Shape(11))
+    plain = fwd.CompiledForward(fwd.default_config("bf16", 128, None, True, None,
+                                                   work_order=False), compiled=None)
+    with pytest.raises(ValueError, match="work_order: expected None"):
+        plain(q, k, v, None, None, None, None, None, None, 0.1, 0, work_order=Shape(12))
+
+
+def test_host_api_with_work_order_packs_the_compiled_kernels_arguments(monkeypatch):
+    """flashmask_fwd with the work order on, up to the launches: the summary, the ordering kernels
+    and the forward (real sm_90a compiles) accept the arguments the host API builds, counted and
+    typed by the DSL's own argument packing; both with a mask and for plain causal attention."""
+    torch = pytest.importorskip("torch")
+    from paddle_flashmask.ops.cute import cache, interface
+    from test_cute_compile import _HostAsCuda
+
+    class Scratch(_HostAsCuda):  # stands in for DeviceBuffer, in host memory
+        def __init__(self, shape, dtype, device, stream, zero=False):
+            super().__init__(torch.zeros(tuple(shape), dtype=getattr(torch, dtype)))
+            self.shape, self.data_ptr = tuple(shape), self.tensor.data_ptr()
+
+        def release(self):
+            pass
+
+    launched, scratch = [], []
+
+    def compile_and_pack(name, config, build):
+        compiled = build(config)
+
+        def launch(*args):
+            compiled.execution_args.generate_execution_args(args, {})
+            launched.append(name)
+        return launch
+
+    def make_scratch(*args, **kwargs):
+        buffer = Scratch(*args, **kwargs)
+        scratch.append(buffer.shape)
+        return buffer
+
+    monkeypatch.setenv(fwd.WORK_ORDER_ENV, "1")
+    monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
+    monkeypatch.setattr(interface, "num_sms", lambda device: 132)
+    monkeypatch.setattr(interface, "DeviceBuffer", make_scratch)
+    monkeypatch.setattr(cache, "get_or_compile", compile_and_pack)
+
+    b, s, h, hk, d = 2, 300, 4, 2, 128
+
+    def t(*shape, dtype=torch.bfloat16):
+        return _HostAsCuda(torch.zeros(*shape, dtype=dtype))
+
+    q, k, v, out = t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d)
+    lse = t(b, h, s, dtype=torch.float32)
+    interface.flashmask_fwd(q, k, v, out, lse, t(b, hk, s, 2, dtype=torch.int32), causal=True,
+                            softmax_scale=0.1, stream=0)
+    assert launched == ["tile_summary", "fwd_work_order", "flash_fwd_sm90"]
+    m_blocks, k_tiles = 3, 3  # ceil(300 / 128)
+    # summary x2, then workspace (weights [B, Hk, M] + histogram) and the order [B * H * M]
+    assert scratch[2:] == [(b * hk * m_blocks + wo.WEIGHT_PARTIAL * k_tiles + 1,),
+                           (b * h * m_blocks,)]
+    launched.clear()
+    interface.flashmask_fwd(q, k, v, out, lse, None, causal=True, softmax_scale=0.1, stream=0)
+    assert launched == ["fwd_work_order", "flash_fwd_sm90"]
