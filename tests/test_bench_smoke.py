@@ -120,6 +120,24 @@ def test_loss_check_fails_on_a_wrong_mask(tmp_path, monkeypatch):
     assert not report["comparison"]["loss_check"]["flashmask"]["pass"]
 
 
+def test_an_interrupt_keeps_the_finished_rows(tmp_path, monkeypatch):
+    """`timeout -s INT` on the GPU: the implementations already measured stay in the JSON."""
+    real_run = e2e_step.run_impl_safely
+
+    def interrupted_second(impl, args):
+        if impl == "sdpa_dense":
+            raise KeyboardInterrupt
+        return real_run(impl, args)
+
+    monkeypatch.setattr(e2e_step, "run_impl_safely", interrupted_second)
+    rc = e2e_step.main(["--cpu-smoke", "--impls", "flashmask,sdpa_dense", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "e2e_step.json").read_text())
+    assert rc == 1
+    assert report["results"]["flashmask"]["ok"]
+    assert report["results"]["sdpa_dense"]["error"].startswith("interrupted")
+    assert not report["comparison"]["loss_check_pass"]  # one implementation: nothing was compared
+
+
 def test_isolated_children_and_their_time_limit(tmp_path):
     script = str(BENCH / "e2e_step.py")
     env = {**os.environ, "OUT": str(tmp_path / "ok")}
