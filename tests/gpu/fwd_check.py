@@ -401,9 +401,9 @@ def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng, rows=BENCH_ROWS
     return results
 
 
-def _write(report: dict) -> None:
+def _write(report: dict, name: str = "fwd_check.json") -> None:
     out_dir = Path(os.environ.get("OUT", "."))
-    (out_dir / "fwd_check.json").write_text(json.dumps(report, indent=1))
+    (out_dir / name).write_text(json.dumps(report, indent=1))
 
 
 def main() -> int:
@@ -416,6 +416,8 @@ def main() -> int:
     ap.add_argument("--fast", action="store_true", help="check the fast-path configurations")
     ap.add_argument("--work-order", action="store_true",
                     help="run every case with the work-ordered scheduler and check the order")
+    ap.add_argument("--json-name", default="fwd_check.json",
+                    help="file name of the JSON report under $OUT (several runs in one call)")
     args = ap.parse_args()
     import torch
     import cutlass.cute.runtime as cute_rt
@@ -438,7 +440,7 @@ def main() -> int:
             r = {"name": case[0], "ok": False, "error": repr(exc)[:1500],
                  "trace": traceback.format_exc()[-3000:]}
         report["cases"].append(r)
-        _write(report)  # incremental: a hung variant (killed by `timeout`) keeps earlier results
+        _write(report, args.json_name)  # incremental: a hung variant (killed by `timeout`) keeps earlier results
         print(json.dumps({k: r.get(k) for k in ("name", "ok", "rel_err_o", "max_abs_err_lse",
                                                   "empty_rows", "compile_s", "work_order_ok",
                                                   "bitwise_equal_to_default", "error")}),
@@ -454,7 +456,7 @@ def main() -> int:
     n_ok = sum(1 for r in report["cases"] if r.get("ok"))
     report["summary"] = {"passed": n_ok, "total": len(report["cases"])}
     print(json.dumps(report["summary"]), flush=True)
-    _write(report)
+    _write(report, args.json_name)
     return 0 if n_ok == len(report["cases"]) else 1
 
 
