@@ -530,7 +530,9 @@ def compare(results: dict, args) -> dict:
 
 def _version(module: str, dist_name: Optional[str] = None) -> str:
     try:
-        m = __import__(module)
+        import importlib
+
+        m = importlib.import_module(module)
         v = getattr(m, "__version__", None)
         if (not v or v == "0.0.0") and dist_name:
             from importlib.metadata import version

@@ -6,6 +6,8 @@
 #
 #   scripts/gpu_session.sh all            print every call (0-4, 4b on nvidia-h200; 5a/5b on nvidia-h200-x2)
 #   scripts/gpu_session.sh call3          print one call
+#   GS_QUICK=1 scripts/gpu_session.sh call2   the shrunk variant of a call (short budget)
+#   GS_KIND=nvidia-h200-x2 scripts/gpu_session.sh all; scripts/gpu_session.sh call5   plan B (all on 2 GPUs)
 #   scripts/gpu_session.sh check [FILE]   static checks (no GPU): sizes, flags, every program under timeout,
 #                                         timeouts summing to less than the call's limit
 #   scripts/gpu_session.sh collect DIR    copy a call's returned files (files_at) into bench/results/
@@ -29,6 +31,15 @@ export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABL
 timeout 45 python3 -c "import flash_attn.cute as f; print(\"fa4 ok\", f.__file__)" || echo "FA4 NOT importable: its rows will be errors"'
 # the issue-6 peers: FA4 native/varlen and FA4 mask_mod (FlexAttention/cuDNN are in the stored anchors)
 BENCH_SYSTEMS='paddle_flashmask,fa4,fa4_mask_mod'
+# GS_QUICK=1: the shrunk calls for a short budget (docs/gpu_session.md, "Budget and order")
+# GS_KIND=nvidia-h200-x2: plan B, calls 0-4b on the 2-GPU machine, then call5 without re-staging
+QUICK=${GS_QUICK:-0}
+KIND1=${GS_KIND:-nvidia-h200}
+if [ "$QUICK" = 1 ]; then
+  FWD_FLAGS=' --quick'; BWD_FLAGS=' --quick --bench'; E2E_FLAGS=' --steps 5 --warmup 2'
+else
+  FWD_FLAGS=''; BWD_FLAGS=' --bench'; E2E_FLAGS=''
+fi
 
 emit() {  # emit TITLE KIND TIMEOUT_S CARRY_JSON COMMAND
   TITLE=$1 KIND=$2 TIMEOUT_S=$3 CARRY=$4 CMD=$5 python3 - <<'PY'
@@ -42,7 +53,7 @@ PY
 
 call0() {
   emit "call 0 - nvidia-h200: start the machine, stage CuTe DSL part a (exit 3 = 'part b MISSING' is expected) [~1.5-2 min incl. start]" \
-    nvidia-h200 180 '[".cutedsl/a", ".devtools"]' \
+    "$KIND1" 180 '[".cutedsl/a", ".devtools"]' \
 'source .devtools/cutedsl-env.sh; rc=$?
 timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
 exit $rc'
@@ -50,7 +61,7 @@ exit $rc'
 
 call1() {
   emit "call 1 - stage part b, precompile every GPU-test kernel into the disk cache, GPU test suite -> gpu_report.json [<= 9 min]" \
-    nvidia-h200 580 '[".cutedsl/b", ".devtools"]' \
+    "$KIND1" 580 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 timeout -s INT -k 10 110 python3 tests/gpu/precompile.py --jobs 14 2>&1 | tee $OUT/precompile.log | tail -n 4
 PT=""; python3 -c "import pytest_timeout" 2>/dev/null && PT="--timeout 240"
@@ -60,37 +71,37 @@ echo "pytest exit $?"; ls -la $OUT'
 
 call2() {
   emit "call 2 - kernel checks vs fp32 dense oracles: forward (default, --fast), backward --bench (incl. S=32K deterministic) [<= 9.5 min]" \
-    nvidia-h200 590 '[".devtools"]' \
+    "$KIND1" 590 '[".devtools"]' \
 "$PRELUDE"'
 mkdir -p $OUT/fwd $OUT/fwd_fast
-OUT=$OUT/fwd timeout -s INT -k 10 140 python3 tests/gpu/fwd_check.py 2>&1 | tee $OUT/fwd_check.log | tail -n 8
-OUT=$OUT/fwd_fast timeout -s INT -k 10 120 python3 tests/gpu/fwd_check.py --fast 2>&1 | tee $OUT/fwd_check_fast.log | tail -n 8
-timeout -s INT -k 10 270 python3 tests/gpu/bwd_check.py --bench 2>&1 | tee $OUT/bwd_check.log
+OUT=$OUT/fwd timeout -s INT -k 10 140 python3 tests/gpu/fwd_check.py'"$FWD_FLAGS"' 2>&1 | tee $OUT/fwd_check.log | tail -n 8
+OUT=$OUT/fwd_fast timeout -s INT -k 10 120 python3 tests/gpu/fwd_check.py --fast'"$FWD_FLAGS"' 2>&1 | tee $OUT/fwd_check_fast.log | tail -n 8
+timeout -s INT -k 10 270 python3 tests/gpu/bwd_check.py'"$BWD_FLAGS"' 2>&1 | tee $OUT/bwd_check.log
 echo "bwd exit $?"; ls -laR $OUT'
 }
 
 call3() {
   emit "call 3 - same-run attention benchmark vs FA4 (issue 6 item 3): case 0 (B=4 S=8K), case 1 (B=1 S=32K) [<= 9.5 min]" \
-    nvidia-h200 590 '[".devtools", ".whl"]' \
+    "$KIND1" 590 '[".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-timeout -s INT -k 10 300 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS"' --tag cases0 2>&1 | tee $OUT/bench_cases0.log | tail -n 30
-timeout -s INT -k 10 150 python3 bench/bench_attention.py --cases 1 --systems '"$BENCH_SYSTEMS"' --tag cases1 2>&1 | tee $OUT/bench_cases1.log | tail -n 16
+timeout -s INT -k 10 300 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS"' --tag cases0 2>&1 | tee $OUT/bench_cases0.log | tail -n 30'"$(
+  [ "$QUICK" = 1 ] || printf '\n%s' 'timeout -s INT -k 10 150 python3 bench/bench_attention.py --cases 1 --systems '"$BENCH_SYSTEMS"' --tag cases1 2>&1 | tee $OUT/bench_cases1.log | tail -n 16')"'
 ls -la $OUT'
 }
 
 call4() {
-  emit "call 4 - end-to-end training step (issue 6 item 4): flashmask vs SDPA dense mask vs FA4 varlen [<= 9 min]" \
-    nvidia-h200 540 '[".devtools", ".whl"]' \
+  emit "call 4 - end-to-end training step (issue 6 item 4): flashmask vs SDPA dense mask vs FA4 varlen [<= 9.5 min]" \
+    "$KIND1" 590 '[".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-timeout -s INT -k 20 390 python3 bench/e2e_step.py --impl-timeout 120 2>&1 | tee $OUT/e2e_step.log | tail -n 16
+timeout -s INT -k 20 450 python3 bench/e2e_step.py --impl-timeout 140'"$E2E_FLAGS"' 2>&1 | tee $OUT/e2e_step.log | tail -n 16
 ls -la $OUT'
 }
 
 call4b() {
   emit "call 4b (optional, if budget_left_s >= 700 after call 4) - the extra attention shapes: GQA 32/8, D=64, D=256 [<= 9.5 min]" \
-    nvidia-h200 580 '[".devtools", ".whl"]' \
+    "$KIND1" 580 '[".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
 timeout -s INT -k 10 440 python3 bench/bench_attention.py --cases 2,3,4 --systems paddle_flashmask,fa4 --tag cases2_3_4 2>&1 | tee $OUT/bench_cases234.log | tail -n 40
@@ -113,12 +124,24 @@ NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --n
 ls -la $OUT'
 }
 
+call5() {
+  emit "call 5 - plan B only (GS_KIND=nvidia-h200-x2, calls 0-4 already ran on this staged 2-GPU machine): context-parallel scaling [<= 8 min]" \
+    nvidia-h200-x2 460 '[".devtools"]' \
+"$PRELUDE"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
+ls -la $OUT'
+}
+
 CALLS="call0 call1 call2 call3 call4 call4b call5a call5b"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
   tmp=$(mktemp)
-  if [ -n "${1:-}" ]; then cp "$1" "$tmp"; else for c in $CALLS; do "$c"; done > "$tmp"; fi
+  if [ -n "${1:-}" ]; then
+    cp "$1" "$tmp"
+  else  # the default calls, the shrunk ones and plan B's extra call
+    { for c in $CALLS; do "$c"; done; GS_QUICK=1 "$ROOT/scripts/gpu_session.sh" all; call5; } > "$tmp"
+  fi
   local rc=0
   CALLS_FILE=$tmp python3 - <<'PY' || rc=$?
 import json, os, re, subprocess, sys
@@ -275,10 +298,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call3|call4|call4b|call5a|call5b) "$1" ;;
+  call0|call1|call2|call3|call4|call4b|call5a|call5b|call5) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call4b|call5a|call5b|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call4b|call5a|call5b|call5|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
