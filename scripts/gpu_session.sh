@@ -73,11 +73,20 @@ call2() {
   emit "call 2 - kernel checks vs fp32 dense oracles: forward (default, --fast), backward --bench (incl. S=32K deterministic) [<= 9.5 min]" \
     "$KIND1" 590 '[".devtools"]' \
 "$PRELUDE"'
-mkdir -p $OUT/fwd $OUT/fwd_fast
-OUT=$OUT/fwd timeout -s INT -k 10 140 python3 tests/gpu/fwd_check.py'"$FWD_FLAGS"' 2>&1 | tee $OUT/fwd_check.log | tail -n 8
-OUT=$OUT/fwd_fast timeout -s INT -k 10 120 python3 tests/gpu/fwd_check.py --fast'"$FWD_FLAGS"' 2>&1 | tee $OUT/fwd_check_fast.log | tail -n 8
+timeout -s INT -k 10 140 python3 tests/gpu/fwd_check.py'"$FWD_FLAGS"' --json-name fwd_check.json 2>&1 | tee $OUT/fwd_check.log | tail -n 8
+timeout -s INT -k 10 120 python3 tests/gpu/fwd_check.py --fast'"$FWD_FLAGS"' --json-name fwd_check_fast.json 2>&1 | tee $OUT/fwd_check_fast.log | tail -n 8
 timeout -s INT -k 10 270 python3 tests/gpu/bwd_check.py'"$BWD_FLAGS"' 2>&1 | tee $OUT/bwd_check.log
-echo "bwd exit $?"; ls -laR $OUT'
+echo "bwd exit $?"; ls -la $OUT'
+}
+
+call2b() {
+  emit "call 2b (optional, after call 4 if budget allows) - the forward's work-ordered scheduler, as docs/kernels_fwd.md asks [<= 5.5 min]" \
+    "$KIND1" 330 '[".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --work-order --json-name wo_cases.json 2>&1 | tee $OUT/wo_cases.log | tail -n 6
+timeout -s INT -k 10 70 python3 tests/gpu/fwd_check.py --work-order --fast --json-name wo_fast.json --only causal_d128,causal_doc_C1,random_C4,d256_causal_window_sink 2>&1 | tee $OUT/wo_fast.log | tail -n 6
+timeout -s INT -k 10 60 python3 tests/gpu/fwd_check.py --work-order --bench --json-name wo_bench.json --only causal_d128 2>&1 | tee $OUT/wo_bench.log | tail -n 6
+ls -la $OUT'
 }
 
 call3() {
@@ -132,7 +141,7 @@ NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --n
 ls -la $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call4b call5a call5b"
+CALLS="call0 call1 call2 call3 call4 call2b call4b call5a call5b"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -208,12 +217,10 @@ collect() {  # collect DIR: one call's returned files -> $RESULTS (JSON, PNG; ch
   for f in "$src"/*.json "$src"/*.png; do
     [ -e "$f" ] || continue
     case $(basename "$f") in
-      gpu_report.json|bwd_check.json) cp -v "$f" "$RESULTS/validation/" ;;
+      gpu_report.json|bwd_check.json|fwd_check*.json|wo_*.json) cp -v "$f" "$RESULTS/validation/" ;;
       *) cp -v "$f" "$RESULTS/" ;;
     esac
   done
-  if [ -e "$src/fwd/fwd_check.json" ]; then cp -v "$src/fwd/fwd_check.json" "$RESULTS/validation/fwd_check.json"; fi
-  if [ -e "$src/fwd_fast/fwd_check.json" ]; then cp -v "$src/fwd_fast/fwd_check.json" "$RESULTS/validation/fwd_check_fast.json"; fi
   for f in "$src"/*.log; do if [ -e "$f" ]; then cp -v "$f" "$LOGS/"; fi; done
 }
 
@@ -230,7 +237,7 @@ def load(p):
 
 v = load(f"{R}/validation/gpu_report.json")
 print("gpu_report.json:", "present" if v else "missing")
-for name in ("fwd_check", "fwd_check_fast"):
+for name in ("fwd_check", "fwd_check_fast", "wo_cases", "wo_fast"):
     r = load(f"{R}/validation/{name}.json")
     print(f"{name}:", r["summary"] if r and "summary" in r else "missing")
 b = load(f"{R}/validation/bwd_check.json")
@@ -298,10 +305,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call3|call4|call4b|call5a|call5b|call5) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call4b|call5a|call5b|call5|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
