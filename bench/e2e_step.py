@@ -349,6 +349,29 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class PhaseMarks:
+    """Time stamps between the phases of one step without extra synchronisation: CUDA events on
+    the GPU (read after the step's final sync), wall time on the CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.stamps: list = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.stamps.append(ev)
+        else:
+            self.stamps.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        pairs = zip(self.stamps, self.stamps[1:])
+        if self.cuda:
+            return [a.elapsed_time(b) / 1e3 for a, b in pairs]
+        return [b - a for a, b in pairs]
+
+
 def _per_document_loss(tok: torch.Tensor, batch: PackedBatch) -> list[float]:
     out = []
     for r, docs in enumerate(batch.doc_lens):
@@ -414,26 +437,37 @@ def run_impl(impl: str, args) -> dict:
 
         rec["flashmask_backend_used"] = last_backend()
 
-    def step() -> float:
+    def step(marks: Optional[PhaseMarks] = None) -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
         loss = mean_loss(model(ids, pos, attention), labels)
+        if marks:
+            marks.mark()
         loss.backward()
+        if marks:
+            marks.mark()
         opt.step()
         return loss.detach()
 
     losses = []
     for _ in range(args.warmup - 1):
         losses.append(float(step()))
-    times = []
+    times, phases = [], []
     for _ in range(args.steps):
+        marks = PhaseMarks(device)
         _sync(device)
         t0 = time.perf_counter()
-        loss = step()
+        marks.mark()
+        loss = step(marks)
+        marks.mark()
         _sync(device)
         times.append(time.perf_counter() - t0)
+        phases.append(marks.seconds())
         losses.append(float(loss))
     b, s = batch.shape
     med = statistics.median(times)
+    # forward (+ loss), backward, optimizer: medians of the per-step splits
+    rec["median_phase_s"] = {name: statistics.median(p[i] for p in phases)
+                             for i, name in enumerate(("forward", "backward", "optimizer"))}
     stats = batch.stats()
     attn_flops = cfg.num_layers * 3.5 * 4 * cfg.head_dim * cfg.num_heads * stats["visible_pairs_per_head"]
     rec.update(ok=True, losses_after_first=losses, step_times_s=times, median_step_s=med,
@@ -619,15 +653,16 @@ def plot(report: dict, path: str) -> bool:
 
 
 def print_table(report: dict) -> None:
-    print(f"\n{'impl':<12} {'ok':<3} {'step_ms':>9} {'tok/s':>10} {'TFLOP/s':>8} {'peakGiB':>8} "
-          f"{'loss0':>10} {'d_loss0':>9}")
+    print(f"\n{'impl':<12} {'ok':<3} {'step_ms':>9} {'fwd/bwd/opt ms':>18} {'tok/s':>10} {'TFLOP/s':>8} "
+          f"{'peakGiB':>8} {'loss0':>10} {'d_loss0':>9}")
     checks = report["comparison"]["loss_check"]
     for name, r in report["results"].items():
         if not r.get("ok"):
             print(f"{name:<12} NO  {r.get('error', '')[:100]}")
             continue
         c = checks.get(name, {})
-        print(f"{name:<12} yes {1e3 * r['median_step_s']:9.1f} {r['tokens_per_s']:10.0f} "
+        ph = "/".join(f"{1e3 * v:.0f}" for v in r.get("median_phase_s", {}).values())
+        print(f"{name:<12} yes {1e3 * r['median_step_s']:9.1f} {ph:>18} {r['tokens_per_s']:10.0f} "
               f"{r['model_tflops']:8.1f} {r.get('peak_memory_gib', float('nan')):8.2f} "
               f"{r['first_step']['loss']:10.5f} {c.get('abs_diff', float('nan')):9.2e}")
     comp = report["comparison"]

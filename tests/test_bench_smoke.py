@@ -88,6 +88,8 @@ def test_cpu_smoke_step_matches_sdpa_and_writes_report(tmp_path):
     assert res["flashmask"]["flashmask_backend_used"] == "reference"
     for r in res.values():
         assert len(r["step_times_s"]) == 2 and r["tokens_per_s"] > 0
+        assert list(r["median_phase_s"]) == ["forward", "backward", "optimizer"]
+        assert all(v > 0 for v in r["median_phase_s"].values())
         assert all(np.isfinite(r["losses_after_first"]))
     comp = report["comparison"]
     assert comp["loss_check_pass"]
