@@ -615,17 +615,46 @@ def _param_count(cfg: LlamaConfig) -> int:
         return TinyLlama(cfg).num_parameters()
 
 
+def _plot_with_pillow(report: dict, rows: list, path: str) -> bool:
+    """The same two bar panels without matplotlib (Pillow's bitmap font)."""
+    try:
+        from PIL import Image, ImageDraw
+    except ImportError:
+        print("neither matplotlib nor Pillow: no PNG; redraw later with --plot-from", flush=True)
+        return False
+    w, h, top, base = 900, 360, 50, 320
+    img = Image.new("RGB", (w, h), "white")
+    draw = ImageDraw.Draw(img)
+    meta = report["meta"]
+    draw.text((10, 8), f"{meta['device']} | {meta['dtype']} | {meta['batch']}x{meta['seqlen']} packed SFT | "
+                       f"{meta['date']}", fill="black")
+    colors = {"flashmask": (44, 160, 44), "sdpa_dense": (127, 127, 127), "fa4_varlen": (31, 119, 180)}
+    panels = (("tokens/s", [r["tokens_per_s"] for r in rows], "{:.0f}"),
+              ("peak GiB", [r.get("peak_memory_gib", 0.0) for r in rows], "{:.1f}"))
+    for p, (title, vals, fmt) in enumerate(panels):
+        x0 = 20 + p * w // 2
+        draw.text((x0, top - 20), title, fill="black")
+        peak = max(vals) or 1.0
+        for i, (r, v) in enumerate(zip(rows, vals)):
+            bx = x0 + 20 + i * 130
+            by = base - int((base - top - 20) * v / peak)
+            draw.rectangle([bx, by, bx + 90, base], fill=colors.get(r["impl"], (255, 127, 14)))
+            draw.text((bx, by - 14), fmt.format(v), fill="black")
+            draw.text((bx, base + 8), r["impl"], fill="black")
+    img.save(path)
+    return True
+
+
 def plot(report: dict, path: str) -> bool:
+    rows = [r for r in report["results"].values() if r.get("ok")]
+    if not rows:
+        return False
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib not available: no PNG; redraw later with --plot-from", flush=True)
-        return False
-    rows = [r for r in report["results"].values() if r.get("ok")]
-    if not rows:
-        return False
+        return _plot_with_pillow(report, rows, path)
     names = [r["impl"] for r in rows]
     colors = {"flashmask": "tab:green", "sdpa_dense": "tab:gray", "fa4_varlen": "tab:blue"}
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 3.8))

@@ -106,6 +106,16 @@ def test_cpu_smoke_step_matches_sdpa_and_writes_report(tmp_path):
     assert (tmp_path / "e2e_step.png").stat().st_size > 1000
 
 
+def test_plot_without_matplotlib_falls_back_to_pillow(tmp_path, monkeypatch):
+    pytest.importorskip("PIL")
+    assert e2e_step.main(["--cpu-smoke", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "e2e_step.json").read_text())
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert e2e_step.plot(report, str(tmp_path / "pillow.png"))
+    from PIL import Image
+    assert Image.open(tmp_path / "pillow.png").size == (900, 360)
+
+
 def test_loss_check_fails_on_a_wrong_mask(tmp_path, monkeypatch):
     real_make = e2e_step.make_attention
 
