@@ -438,18 +438,6 @@ class FlashFwdSm90:
                           mOrder)
 
     @cute.jit
-    def tile_bands(self, mColMin: Optional[cute.Tensor], mColMax: Optional[cute.Tensor],
-                   n_block: Int32, mask_head: Int32, batch: Int32, seqlen_q: Int32):
-        """(band_max, band_min) of one key tile from the summary (constants for plain masks)."""
-        if cutlass.const_expr(self.mask_columns is None):
-            const = fm_mask.constant_bands(self.causal, seqlen_q)
-            return const, const
-        col_max = [mColMax[k, n_block, mask_head, batch] for k in range(self.mask_columns)]
-        col_min = [mColMin[k, n_block, mask_head, batch] for k in range(self.mask_columns)]
-        return (fm_mask.bands_from_columns(col_max, self.causal),
-                fm_mask.bands_from_columns(col_min, self.causal))
-
-    @cute.jit
     def producer(self, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
                  mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q, seqlen_k, diag_offset,
                  num_heads, num_kv_heads, num_mask_heads, num_m_blocks: Int32, num_batch: Int32,
@@ -497,8 +485,9 @@ class FlashFwdSm90:
             for chunk in cutlass.range(num_chunks, unroll=1):
                 n_lane = chunk * 32 + lane
                 n_probe = cutlass.min(n_lane, n_end - 1)
-                band_max, band_min = self.tile_bands(mColMin, mColMax, n_probe, mask_head, batch,
-                                                     seqlen_q)
+                band_max, band_min = fm_mask.summary_tile_bands(
+                    mColMin, mColMax, n_probe, mask_head, batch, seqlen_q, self.causal,
+                    self.mask_columns)
                 skip, partial = fm_mask.classify_key_tile(
                     row_begin, row_end, n_probe, tn, seqlen_k, diag_offset, band_max, band_min,
                     self.causal)

@@ -41,6 +41,20 @@ def bands_from_columns(values, causal: bool) -> semantics.Bands:
 
 
 @cute.jit
+def summary_tile_bands(mColMin: Optional[cute.Tensor], mColMax: Optional[cute.Tensor],
+                       n_block: Int32, mask_head: Int32, batch: Int32, seqlen_q: Int32,
+                       causal: cutlass.Constexpr, mask_columns: cutlass.Constexpr):
+    """(band_max, band_min) of one key tile from the tile summary, in the forward's column-major
+    view ``[C, n_block, mask_head, batch]``; the constant bands for plain masks."""
+    if cutlass.const_expr(mask_columns is None):
+        const = constant_bands(causal, seqlen_q)
+        return const, const
+    col_max = [mColMax[k, n_block, mask_head, batch] for k in range(mask_columns)]
+    col_min = [mColMin[k, n_block, mask_head, batch] for k in range(mask_columns)]
+    return bands_from_columns(col_max, causal), bands_from_columns(col_min, causal)
+
+
+@cute.jit
 def classify_key_tile(
     row_begin: Int32,
     row_end: Int32,

@@ -196,18 +196,6 @@ class WorkOrderKernels:
         if i < cute.size(mHist):
             mHist[i] = Int32(0)
 
-    @cute.jit
-    def tile_bands(self, mColMin, mColMax, n_block: Int32, mask_head: Int32, batch: Int32,
-                   seqlen_q: Int32):
-        """(band_max, band_min) of one key tile, read like the forward's producer reads them."""
-        if cutlass.const_expr(self.mask_columns is None):
-            const = fm_mask.constant_bands(self.causal, seqlen_q)
-            return const, const
-        col_max = [mColMax[k, n_block, mask_head, batch] for k in range(self.mask_columns)]
-        col_min = [mColMin[k, n_block, mask_head, batch] for k in range(self.mask_columns)]
-        return (fm_mask.bands_from_columns(col_max, self.causal),
-                fm_mask.bands_from_columns(col_min, self.causal))
-
     @cute.kernel
     def count_kernel(self, mColMin: Optional[cute.Tensor], mColMax: Optional[cute.Tensor],
                      mWeight: cute.Tensor, mHist: cute.Tensor, seqlen_q: Int32, seqlen_k: Int32,
@@ -229,8 +217,9 @@ class WorkOrderKernels:
             for chunk in cutlass.range((num_k + WARP - 1) // WARP, unroll=1):
                 n_lane = chunk * WARP + lane
                 n_probe = cutlass.min(n_lane, num_k - 1)
-                band_max, band_min = self.tile_bands(mColMin, mColMax, n_probe, mask_head, batch,
-                                                     seqlen_q)
+                band_max, band_min = fm_mask.summary_tile_bands(
+                    mColMin, mColMax, n_probe, mask_head, batch, seqlen_q, self.causal,
+                    self.mask_columns)
                 skip, partial = fm_mask.classify_key_tile(
                     row_begin, row_end, n_probe, tn, seqlen_k, diag_offset, band_max, band_min,
                     self.causal)
