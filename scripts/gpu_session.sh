@@ -174,7 +174,8 @@ for i, call in enumerate(calls):
     for path in call["carry"]:
         if os.path.exists(path):
             carried += int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
-        elif path != ".whl" and not path.startswith(".cutedsl"):
+        elif path not in (".whl", ".devtools") and not path.startswith(".cutedsl"):
+            # the staging folders are built per machine (docs/gpu_session.md), absent in a clean clone
             errors.append(f"{name}: carried path {path} does not exist here")
     if tree + carried > 64 * 2**20:
         errors.append(f"{name}: working tree + carry = {(tree + carried) / 2**20:.1f} MiB > 64 MiB")
