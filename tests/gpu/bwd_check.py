@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paddle_flashmask import semantics  # noqa: E402
-from fwd_check import make_mask  # noqa: E402  (shared mask zoo of the GPU checks)
+from fwd_check import CASES_FULL as FWD_CASES, make_mask  # noqa: E402  (shared GPU case matrix and mask zoo)
 
 GRAD_TOL = {"bf16": 2e-2, "fp16": 1e-2}
 
@@ -77,32 +77,7 @@ def rel_err(torch, x, ref):
     return (x - ref).abs().max().item() / denom
 
 
-CASES_FULL = [
-    # name, dtype, d, dv, mask kind, B, Sq, Sk, H, Hk, Hm-mode, sink
-    ("causal_d128", "bf16", 128, 128, "causal", 2, 1000, 1000, 4, 2, "1", False),
-    ("full_d128_sq_ne_sk", "bf16", 128, 128, "full", 2, 300, 700, 4, 4, "1", False),
-    ("causal_d128_sq_lt_sk", "bf16", 128, 128, "causal", 1, 333, 1000, 2, 1, "1", False),
-    ("causal_d128_sq_gt_sk", "bf16", 128, 128, "causal", 1, 1000, 333, 2, 2, "1", False),
-    ("causal_doc_C1", "bf16", 128, 128, "causal_doc", 2, 1024, 1024, 4, 2, "1", False),
-    ("causal_doc_C1_partial", "bf16", 128, 128, "causal_doc", 1, 777, 777, 4, 4, "H", False),
-    ("causal_window_C2", "bf16", 128, 128, "causal_window", 2, 900, 900, 4, 2, "Hk", False),
-    ("causal_random_C2", "bf16", 128, 128, "causal_random2", 1, 600, 600, 2, 1, "H", False),
-    ("causal_window_C2_sq_lt_sk", "bf16", 128, 128, "causal_window", 1, 400, 900, 2, 2, "1", False),
-    ("doc_C2_padding", "bf16", 128, 128, "doc", 2, 1000, 1000, 4, 4, "1", False),
-    ("random_C2", "bf16", 128, 128, "random2", 1, 640, 700, 4, 2, "Hk", False),
-    ("random_C4", "bf16", 128, 128, "random4", 1, 700, 640, 4, 1, "1", False),
-    ("empty_rows_C4", "bf16", 128, 128, "empty_rows4", 1, 500, 500, 2, 2, "1", False),
-    ("empty_rows_C4_sink", "bf16", 128, 128, "empty_rows4", 1, 500, 500, 2, 2, "1", True),
-    ("fp16_d64_causal_doc_sink", "fp16", 64, 64, "causal_doc", 2, 1000, 1000, 4, 2, "1", True),
-    ("fp16_d128_random4", "fp16", 128, 128, "random4", 1, 512, 512, 2, 2, "H", False),
-    ("d96_causal", "bf16", 96, 96, "causal", 1, 700, 700, 4, 4, "1", False),
-    ("d96_doc", "bf16", 96, 96, "doc", 1, 700, 700, 4, 4, "1", False),
-    ("d192_random2", "bf16", 192, 128, "random2", 1, 600, 600, 4, 2, "1", False),
-    ("d192_causal", "bf16", 192, 128, "causal", 1, 600, 600, 4, 2, "1", False),
-    ("d256_causal_window_sink", "bf16", 256, 256, "causal_window", 1, 600, 600, 4, 2, "1", True),
-    ("d256_full", "bf16", 256, 256, "full", 1, 300, 500, 2, 2, "1", False),
-    ("mqa_causal_doc", "bf16", 128, 128, "causal_doc", 1, 800, 800, 8, 1, "1", False),
-    ("d64_full_sink", "bf16", 64, 64, "full", 1, 257, 513, 4, 2, "1", True),
+CASES_FULL = FWD_CASES + [  # the forward check's matrix, then:
     # opt-in register-operand (RS) dV/dK path (BwdConfig.rs_dkv=True, tile_n = 128)
     ("causal_d128_rs", "bf16", 128, 128, "causal", 2, 1000, 1000, 4, 2, "1", False),
     ("random_C4_rs", "bf16", 128, 128, "random4", 1, 700, 640, 4, 1, "1", False),
