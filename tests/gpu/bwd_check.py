@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paddle_flashmask import semantics  # noqa: E402
-from fwd_check import CASES_FULL as FWD_CASES, make_mask  # noqa: E402  (shared GPU case matrix and mask zoo)
+from fwd_check import CASES_FULL as FWD_CASES, allowed_mask, make_mask  # noqa: E402  (shared GPU case matrix and mask zoo)
 
 GRAD_TOL = {"bf16": 2e-2, "fp16": 1e-2}
 
@@ -37,13 +37,7 @@ def reference(torch, q, k, v, do, idx, causal, scale, sink):
     """fp32 dense attention with autograd: returns o, lse, dq, dk, dv, dsink."""
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
-    if idx is None:
-        i = np.arange(sq)[:, None]
-        j = np.arange(sk)[None, :]
-        allowed = (j <= i + (sk - sq)) if causal else np.ones((sq, sk), bool)
-        allowed = np.broadcast_to(allowed, (b, 1, sq, sk))
-    else:
-        allowed = semantics.to_dense(idx, causal, sq)
+    allowed = allowed_mask(idx, causal, b, sq, sk)
     hm = allowed.shape[1]
     allowed = torch.from_numpy(np.ascontiguousarray(allowed)).cuda().repeat_interleave(h // hm, 1)
     qf = q.float().detach().requires_grad_(True)

@@ -106,16 +106,21 @@ def make_mask(kind: str, rng, b: int, hm: int, sq: int, sk: int):
 # Reference
 # ------------------------------------------------------------------------------------------------
 
+def allowed_mask(idx, causal: bool, b: int, sq: int, sk: int) -> np.ndarray:
+    """bool [B, Hm, Sq, Sk], True = may attend: ``to_dense`` of the indices, or plain attention
+    (bottom-right causal / full) when there are none. Shared by the forward and backward checks."""
+    if idx is not None:
+        return semantics.to_dense(idx, causal, sq)
+    i = np.arange(sq)[:, None]
+    j = np.arange(sk)[None, :]
+    allowed = (j <= i + (sk - sq)) if causal else np.ones((sq, sk), bool)
+    return np.broadcast_to(allowed, (b, 1, sq, sk))
+
+
 def reference(torch, q, k, v, idx, causal, scale, sink):
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
-    if idx is None:
-        i = np.arange(sq)[:, None]
-        j = np.arange(sk)[None, :]
-        allowed = (j <= i + (sk - sq)) if causal else np.ones((sq, sk), bool)
-        allowed = np.broadcast_to(allowed, (b, 1, sq, sk))
-    else:
-        allowed = semantics.to_dense(idx, causal, sq)
+    allowed = allowed_mask(idx, causal, b, sq, sk)
     hm = allowed.shape[1]
     allowed = torch.from_numpy(np.ascontiguousarray(allowed)).cuda()
     allowed = allowed.repeat_interleave(h // hm, dim=1)  # [B,H,Sq,Sk]
