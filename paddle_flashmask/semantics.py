@@ -173,10 +173,14 @@ def validate(startend_row_indices: Any, causal: bool, seqlen_q: int, seqlen_k: i
         raise ValueError(f"startend_row_indices: num_heads={num_heads} is not a multiple of mask heads {hm}")
     if check_values and sk > 0:
         values = _to_numpy(startend_row_indices)
-        lo, hi = int(values.min()), int(values.max())
-        if lo < 0 or hi > seqlen_q:
-            raise ValueError(
-                f"startend_row_indices: values must lie in [0, seqlen_q={seqlen_q}], found min {lo}, max {hi}")
+        check_value_range(int(values.min()), int(values.max()), seqlen_q)
+
+
+def check_value_range(lo: int, hi: int, seqlen_q: int) -> None:
+    """The value rule of the contract, given the indices' minimum and maximum: ``[0, seqlen_q]``."""
+    if lo < 0 or hi > seqlen_q:
+        raise ValueError(
+            f"startend_row_indices: values must lie in [0, seqlen_q={seqlen_q}], found min {lo}, max {hi}")
 
 
 def _to_numpy(x: Any) -> np.ndarray:

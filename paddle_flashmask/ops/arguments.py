@@ -174,5 +174,68 @@ def prepare_indices(startend_row_indices: Any, *, causal: bool, window_size: Any
                          f"{type(startend_row_indices).__name__}")
     semantics.validate(startend_row_indices, causal, dims.seqlen_q, dims.seqlen_k,
                        num_heads=dims.num_heads, num_kv_heads=dims.num_kv_heads,
-                       batch_size=dims.batch, check_values=validate_indices and check_values)
+                       batch_size=dims.batch, check_values=False)
+    if validate_indices and check_values:
+        check_values_once(startend_row_indices, dims.seqlen_q)
     return startend_row_indices
+
+
+# id(tensor) -> (weakref to it, its in-place version, seqlen_q) of index tensors whose values passed.
+_values_checked: dict[int, tuple] = {}
+_VALUES_CHECKED_MAX = 1024
+
+
+def _inplace_version(x: Any) -> Optional[int]:
+    """The framework's in-place modification counter (torch ``_version``, paddle
+    ``_inplace_version()``), or None when the object has none."""
+    version = getattr(x, "_version", None)
+    if isinstance(version, int):
+        return version
+    getter = getattr(x, "_inplace_version", None)
+    return int(getter()) if callable(getter) else None
+
+
+def _min_max(x: Any) -> tuple[int, int]:
+    """Minimum and maximum of a tensor with one device->host copy of two numbers."""
+    module = type(x).__module__
+    if module.startswith("torch"):
+        import torch
+        lo, hi = torch.stack([x.min(), x.max()]).tolist()
+    elif module.startswith("paddle"):
+        import paddle
+        lo, hi = paddle.stack([x.min(), x.max()]).numpy().tolist()
+    else:
+        import numpy as np
+        arr = np.asarray(x)
+        lo, hi = arr.min(), arr.max()
+    return int(lo), int(hi)
+
+
+def check_values_once(indices: Any, seqlen_q: int) -> None:
+    """The contract's value check (``[0, seqlen_q]``), done once per index tensor and content.
+
+    The check needs a device->host copy, which stalls the CUDA queue. A model calls attention with
+    the same index tensor in every layer, so the result is remembered per tensor object and
+    in-place version: the 2nd..Nth layer (and a benchmark loop) pay nothing, while a new tensor or
+    an in-place write is checked again. Objects without a version counter are always checked.
+    """
+    import weakref
+
+    from .. import semantics
+    if 0 in tuple(int(s) for s in indices.shape):
+        return
+    key, version = id(indices), _inplace_version(indices)
+    entry = _values_checked.get(key)
+    if version is not None and entry is not None and entry[0]() is indices \
+            and entry[1:] == (version, seqlen_q):
+        return
+    semantics.check_value_range(*_min_max(indices), seqlen_q)
+    if version is None:
+        return
+    try:
+        ref = weakref.ref(indices, lambda _r, k=key: _values_checked.pop(k, None))
+    except TypeError:  # not weak-referenceable: nothing is remembered
+        return
+    if len(_values_checked) >= _VALUES_CHECKED_MAX:
+        _values_checked.clear()
+    _values_checked[key] = (ref, version, seqlen_q)
