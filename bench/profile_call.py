@@ -127,8 +127,8 @@ def main() -> None:
             prof.disable()
             torch.cuda.synchronize()
             s = io.StringIO()
-            pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(22)
-            print(s.getvalue()[-6000:], flush=True)
+            pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(45)
+            print(s.getvalue()[-9000:], flush=True)
     with open(os.path.join(args.out, "profile_call.json"), "w") as f:
         json.dump(report, f, indent=1)
 

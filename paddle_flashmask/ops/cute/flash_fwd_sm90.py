@@ -53,6 +53,7 @@ _DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 SUPPORTED_HEAD_DIMS = ((64, 64), (96, 96), (128, 128), (192, 128), (256, 256))
 LOG2_E = math.log2(math.e)
+BOUNDS_BATCH = 4  # independent global loads per lane in flight while staging a tile's bounds
 
 
 @dataclass(frozen=True)
@@ -498,8 +499,19 @@ class FlashFwdSm90:
                     if ((skip_bits >> bit) & 1) == 0:
                         n_block = chunk * 32 + bit
                         is_partial = (partial_bits >> bit) & 1
-                        # Stage the tile's metadata and bounds, then arm the K barrier.
+                        # K and V loads start first; the tile's metadata and bounds are staged
+                        # while they fly. The K stage's full barrier completes only after both
+                        # the TMA bytes and the arrive below, which follows the staging, so the
+                        # bounds still travel in lockstep with K.
                         pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
+                        k_bar = pipe_k.producer_get_barrier(k_state)
+                        with cute.arch.elect_one():
+                            cute.arch.mbarrier_expect_tx(k_bar, self.k_bytes)
+                        cute.copy(tma_k, tKgK[None, n_block], tKsK[None, k_state.index],
+                                  tma_bar_ptr=k_bar)
+                        pipe_v.producer_acquire(v_state)
+                        cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
+                                  tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
                         if lane == 0:
                             s_meta[0, k_state.index] = n_block
                             s_meta[1, k_state.index] = is_partial
@@ -508,12 +520,8 @@ class FlashFwdSm90:
                                 self.stage_bounds(mIdx, s_bounds, k_state.index, n_block,
                                                   mask_head, batch, seqlen_k, lane)
                         cute.arch.sync_warp()
-                        pipe_k.producer_acquire(k_state, Boolean(True))
-                        cute.copy(tma_k, tKgK[None, n_block], tKsK[None, k_state.index],
-                                  tma_bar_ptr=pipe_k.producer_get_barrier(k_state))
-                        pipe_v.producer_acquire(v_state)
-                        cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
-                                  tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
+                        with cute.arch.elect_one():
+                            cute.arch.mbarrier_arrive(k_bar)
                         k_state.advance()
                         v_state.advance()
             # Sentinel: a K stage with no data and key-tile index -1 ends this work tile.
@@ -530,17 +538,41 @@ class FlashFwdSm90:
     @cute.jit
     def stage_bounds(self, mIdx: cute.Tensor, s_bounds: cute.Tensor, stage: Int32,
                      n_block: Int32, mask_head: Int32, batch: Int32, seqlen_k: Int32, lane: Int32):
-        """Copy one key tile's C column values into its shared-memory stage (one warp)."""
+        """Copy one key tile's ``tile_n * C`` column values into its shared-memory stage (one warp).
+
+        Loads go out in batches of ``BOUNDS_BATCH`` independent loads per lane before their stores,
+        so a tile costs ``ceil(tile_n * C / (32 * BOUNDS_BATCH))`` memory round trips rather than
+        one per value (few live registers: the producer runs on ``producer_regs``). The last batch
+        is guarded when ``tile_n * C`` is not a multiple of 32 (e.g. tile_n 112 with C = 1).
+        """
         c = self.mask_columns
+        total = self.tile_n * c
         col0 = n_block * self.tile_n
-        for j in cutlass.range(self.tile_n * c // 32, unroll=1):  # one value live at a time
-            flat = j * 32 + lane
-            col = flat // c
-            k = flat - col * c
-            value = Int32(0)  # columns past Sk: masked by the sequence-edge rule anyway
-            if col0 + col < seqlen_k:
-                value = mIdx[k, col0 + col, mask_head, batch]
-            s_bounds[col, k, stage] = value
+        per_batch = 32 * BOUNDS_BATCH
+        num_batches = (total + per_batch - 1) // per_batch
+        guarded = num_batches * per_batch != total
+        for batch_idx in cutlass.range(num_batches, unroll=1):
+            values = []
+            for j in cutlass.range_constexpr(BOUNDS_BATCH):
+                flat = batch_idx * per_batch + j * 32 + lane
+                col = flat // c
+                k = flat - col * c
+                # a column past Sk (or past the tile) reads an in-bounds key; its store is
+                # dropped or zeroed below (the sequence-edge rule masks such columns anyway)
+                key = cutlass.min(col0 + col, seqlen_k - 1)
+                values.append(mIdx[k, key, mask_head, batch])
+            for j in cutlass.range_constexpr(BOUNDS_BATCH):
+                flat = batch_idx * per_batch + j * 32 + lane
+                col = flat // c
+                k = flat - col * c
+                value = values[j]
+                if col0 + col >= seqlen_k:
+                    value = Int32(0)
+                if cutlass.const_expr(guarded):
+                    if flat < total:
+                        s_bounds[col, k, stage] = value
+                else:
+                    s_bounds[col, k, stage] = value
 
     @cute.jit
     def consumer(self, tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, sO, s_meta, s_bounds, mO,
