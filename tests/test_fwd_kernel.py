@@ -73,12 +73,14 @@ def test_shared_memory_budget():
 
 
 def test_default_config_is_hashable_and_fast_switch(monkeypatch):
+    monkeypatch.delenv(fwd.FAST_ENV, raising=False)
     a = fwd.default_config("bf16", 128, None, True, 1)
     b = fwd.default_config("bfloat16", 128, 128, True, 1)
-    assert a == b and hash(a) == hash(b) and not a.intra_wg_overlap
-    monkeypatch.setenv(fwd.FAST_ENV, "1")
-    fast = fwd.default_config("bf16", 128, None, True, 1)
-    assert fast.intra_wg_overlap and fast.pingpong and fast != a
+    assert a == b and hash(a) == hash(b)
+    assert a.intra_wg_overlap and a.pingpong  # the fast path is the default
+    monkeypatch.setenv(fwd.FAST_ENV, "0")
+    simple = fwd.default_config("bf16", 128, None, True, 1)
+    assert not simple.intra_wg_overlap and not simple.pingpong and simple != a
 
 
 _COMPILE = textwrap.dedent("""

@@ -418,12 +418,16 @@ def main() -> int:
     ap.add_argument("--bench-verified-only", action="store_true",
                     help="bench rows of the verified default only")
     ap.add_argument("--only", default="")
-    ap.add_argument("--fast", action="store_true", help="check the fast-path configurations")
+    ap.add_argument("--fast", action="store_true", help="force the fast-path configurations")
+    ap.add_argument("--simple", action="store_true",
+                    help="force the simple one-tile-at-a-time configurations (default: "
+                         "what default_config picks, the fast path unless PADDLE_FLASHMASK_FWD_FAST=0)")
     ap.add_argument("--work-order", action="store_true",
                     help="run every case with the work-ordered scheduler and check the order")
     ap.add_argument("--json-name", default="fwd_check.json",
                     help="file name of the JSON report under $OUT (several runs in one call)")
     args = ap.parse_args()
+    args.fast = True if args.fast else (False if args.simple else None)
     import torch
     import cutlass.cute.runtime as cute_rt
     from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd_mod

@@ -201,6 +201,9 @@ def inspect(obj: Any, name: str) -> TensorInfo:
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"{name}: expected an object supporting __dlpack__ (a CUDA tensor), "
                         f"found {type(obj).__name__}")
+    info = _inspect_by_attributes(obj, name)
+    if info is not None:
+        return info
     obj = exportable(obj)
     try:
         capsule = obj.__dlpack__(stream=-1)  # -1: the producer must not synchronise streams
@@ -224,3 +227,22 @@ def inspect(obj: Any, name: str) -> TensorInfo:
     device = (dev_type, dev_id)
     data_ptr = (data or 0) + offset
     return TensorInfo(name, shape, stride, dtype, device, data_ptr)
+
+
+# torch-style attribute names -> the dtype names used here (the framework is never imported)
+_ATTR_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float32": "float32",
+                "torch.int32": "int32"}
+
+
+def _inspect_by_attributes(obj: Any, name: str) -> Optional[TensorInfo]:
+    """The same facts as the DLPack capsule gives, read from torch-style attributes
+    (``shape``, ``stride()``, ``dtype``, ``device.type/index``, ``data_ptr()``, ``storage_offset``
+    folded into ``data_ptr``): about 10x cheaper than exporting a capsule on every call. None when
+    the object does not look like that (paddle tensors, other DLPack producers)."""
+    dtype = _ATTR_DTYPES.get(str(getattr(obj, "dtype", "")))
+    device = getattr(obj, "device", None)
+    if dtype is None or getattr(device, "type", None) != "cuda" or not callable(
+            getattr(obj, "stride", None)) or not callable(getattr(obj, "data_ptr", None)):
+        return None
+    return TensorInfo(name, tuple(obj.shape), tuple(obj.stride()), dtype,
+                      (KDL_CUDA, int(device.index or 0)), int(obj.data_ptr()))

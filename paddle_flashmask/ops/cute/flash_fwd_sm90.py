@@ -19,8 +19,8 @@ Structure (one CTA = one 128-row query tile at a time, persistent over work tile
   heaviest-first order that ``work_order_kernel.py`` computes on the GPU from the tile summary.
 * Fast path (``FwdConfig`` flags, ``default_config(fast=True)``): S_j = Q·K_jᵀ in flight with
   P_{j-1}·V_{j-1} (intra-warpgroup overlap), ping-pong turns between the two consumer
-  warpgroups, double-buffered Q, and a stmatrix + TMA-store epilogue. Compiled and SASS-checked;
-  the verified default is the simpler one-tile-at-a-time loop (docs/kernels_fwd.md).
+  warpgroups, double-buffered Q, and a stmatrix + TMA-store epilogue. The default since it was
+  verified on the H200; ``PADDLE_FLASHMASK_FWD_FAST=0`` selects the simpler one-tile-at-a-time loop.
 
 Host side: :class:`FwdConfig` (compile-time parameters) and :func:`compile_forward`, which returns a
 :class:`CompiledForward` taking cute tensors made with ``cute.runtime.from_dlpack`` plus the stream.
@@ -123,8 +123,8 @@ FAST_ENV = "PADDLE_FLASHMASK_FWD_FAST"
 WORK_ORDER_ENV = "PADDLE_FLASHMASK_FWD_WORK_ORDER"
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "0") not in ("", "0", "false", "False")
+def _env_flag(name: str, default: str = "0") -> bool:
+    return os.environ.get(name, default) not in ("", "0", "false", "False")
 
 
 SMEM_LIMIT_BYTES = 232448  # 227 KB of dynamic shared memory per CTA on SM90
@@ -148,16 +148,16 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                    fast: Optional[bool] = None, work_order: Optional[bool] = None) -> FwdConfig:
     """Tile shape and features for a head dim (smem: Q + stages * (K + V) [+ O] <= 227 KB).
 
-    ``fast=False`` (default): the configuration verified on the H200 (docs/kernels_fwd.md).
-    ``fast=True`` (or env ``PADDLE_FLASHMASK_FWD_FAST=1``): intra-warpgroup overlap, ping-pong,
-    double-buffered Q, TMA-store epilogue and d128 tile 128x112 (keeps ptxas from serialising
-    the wgmma pipeline); compiled and SASS-checked, not yet run on the GPU.
+    ``fast=True`` (default; env ``PADDLE_FLASHMASK_FWD_FAST=0`` turns it off): intra-warpgroup
+    overlap, ping-pong, double-buffered Q, TMA-store epilogue and d128 tile 128x112 (keeps ptxas
+    from serialising the wgmma pipeline). Verified on the H200 (fwd_check 24/24, 2026-11-30) and
+    about 10 % faster than ``fast=False``, the simpler one-tile-at-a-time loop (also verified).
     ``work_order=True`` (or env ``PADDLE_FLASHMASK_FWD_WORK_ORDER=1``): the persistent scheduler
     takes query tiles in the GPU-computed heaviest-first order (either path; not yet GPU-run).
     """
     dv = head_dim if head_dim_v is None else head_dim_v
     if fast is None:
-        fast = _env_flag(FAST_ENV)
+        fast = _env_flag(FAST_ENV, default="1")
     if work_order is None:
         work_order = _env_flag(WORK_ORDER_ENV)
     if not fast:
