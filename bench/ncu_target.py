@@ -1,0 +1,51 @@
+"""One forward and one backward of paddle_flashmask's kernels for a mask of the zoo, as a target
+for Nsight Compute (a diagnostic, not the benchmark):
+
+    ncu --clock-control none -k regex:flash_fwd_sm90 --launch-skip 1 --launch-count 1 \\
+        --section SpeedOfLight --section WarpStateStats python3 bench/ncu_target.py --mask full
+
+Each kernel runs twice (the first launch is the warm-up that ``--launch-skip 1`` passes over).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from mask_zoo import make_zoo  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--mask", default="full")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seqlen", type=int, default=8192)
+    p.add_argument("--heads", type=int, default=16)
+    args = p.parse_args()
+    from paddle_flashmask.ops.cute import interface
+
+    B, S, H, D = args.batch, args.seqlen, args.heads, 128
+    q, k, v, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    out = torch.empty_like(q)
+    lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    mask = make_zoo(B, S)[args.mask]
+    idx = None if mask.indices is None else torch.from_numpy(mask.indices).cuda()
+    stream = torch.cuda.current_stream().cuda_stream
+    for _ in range(2):
+        interface.flashmask_fwd(q, k, v, out, lse, idx, causal=mask.causal,
+                                softmax_scale=D ** -0.5, stream=stream)
+        interface.flashmask_bwd(q, k, v, out, do, lse, *grads, idx, causal=mask.causal,
+                                softmax_scale=D ** -0.5, stream=stream)
+    torch.cuda.synchronize()
+    print("done", args.mask)
+
+
+if __name__ == "__main__":
+    main()
