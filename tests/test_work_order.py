@@ -217,3 +217,18 @@ def test_host_api_with_work_order_packs_the_compiled_kernels_arguments(monkeypat
     launched.clear()
     interface.flashmask_fwd(q, k, v, out, lse, None, causal=True, softmax_scale=0.1, stream=0)
     assert launched == ["fwd_work_order", "flash_fwd_sm90"]
+
+
+def test_static_order_is_a_bijection_grouped_by_head_heaviest_first():
+    """The default scheduler: every (m_block, head, batch) exactly once; the query tiles of one
+    (batch, head) consecutive (they share K/V in L2); the last (heaviest causal) tile first."""
+    from paddle_flashmask.ops.cute import tile_scheduler as sched
+
+    m, h, b = 5, 3, 2
+    items = [sched.decode_work(t, m, h, b) for t in range(sched.total_work(m, h, b))]
+    assert sorted(items) == sorted((mb, hh, bb) for mb in range(m) for hh in range(h)
+                                   for bb in range(b))
+    for start in range(0, len(items), m):
+        group = items[start:start + m]
+        assert len({(hh, bb) for _, hh, bb in group}) == 1
+        assert [mb for mb, _, _ in group] == list(range(m - 1, -1, -1))

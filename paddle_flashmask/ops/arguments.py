@@ -185,7 +185,7 @@ _values_checked: dict[int, tuple] = {}
 _VALUES_CHECKED_MAX = 1024
 
 
-def _inplace_version(x: Any) -> Optional[int]:
+def inplace_version(x: Any) -> Optional[int]:
     """The framework's in-place modification counter (torch ``_version``, paddle
     ``_inplace_version()``), or None when the object has none."""
     version = getattr(x, "_version", None)
@@ -224,7 +224,7 @@ def check_values_once(indices: Any, seqlen_q: int) -> None:
     from .. import semantics
     if 0 in tuple(int(s) for s in indices.shape):
         return
-    key, version = id(indices), _inplace_version(indices)
+    key, version = id(indices), inplace_version(indices)
     entry = _values_checked.get(key)
     if version is not None and entry is not None and entry[0]() is indices \
             and entry[1:] == (version, seqlen_q):

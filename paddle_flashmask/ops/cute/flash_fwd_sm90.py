@@ -39,7 +39,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Boolean, Float32, Int32, Int64
+from cutlass import Boolean, Float32, Int32, Int64, Uint32
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -495,35 +495,40 @@ class FlashFwdSm90:
                 skip = skip | (n_lane >= n_end)
                 skip_bits = cute.arch.vote_ballot_sync(skip)
                 partial_bits = cute.arch.vote_ballot_sync(partial)
-                for bit in cutlass.range(32, unroll=1):
-                    if ((skip_bits >> bit) & 1) == 0:
-                        n_block = chunk * 32 + bit
-                        is_partial = (partial_bits >> bit) & 1
-                        # K and V loads start first; the tile's metadata and bounds are staged
-                        # while they fly. The K stage's full barrier completes only after both
-                        # the TMA bytes and the arrive below, which follows the staging, so the
-                        # bounds still travel in lockstep with K.
-                        pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
-                        k_bar = pipe_k.producer_get_barrier(k_state)
-                        with cute.arch.elect_one():
-                            cute.arch.mbarrier_expect_tx(k_bar, self.k_bytes)
-                        cute.copy(tma_k, tKgK[None, n_block], tKsK[None, k_state.index],
-                                  tma_bar_ptr=k_bar)
-                        pipe_v.producer_acquire(v_state)
-                        cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
-                                  tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
-                        if lane == 0:
-                            s_meta[0, k_state.index] = n_block
-                            s_meta[1, k_state.index] = is_partial
-                        if cutlass.const_expr(self.mask_columns is not None):
-                            if is_partial != 0:
-                                self.stage_bounds(mIdx, s_bounds, k_state.index, n_block,
-                                                  mask_head, batch, seqlen_k, lane)
-                        cute.arch.sync_warp()
-                        with cute.arch.elect_one():
-                            cute.arch.mbarrier_arrive(k_bar)
-                        k_state.advance()
-                        v_state.advance()
+                # Visit only the set bits of the chunk, lowest first: a chunk of skipped tiles
+                # (most chunks of a document mask) costs one ballot, not 32 loop trips.
+                todo = Uint32(skip_bits) ^ Uint32(0xFFFFFFFF)
+                while todo != Uint32(0):
+                    lowest = todo & (Uint32(0) - todo)
+                    todo = todo ^ lowest
+                    bit = Int32(31) - Int32(cute.arch.clz(lowest))
+                    n_block = chunk * 32 + bit
+                    is_partial = (partial_bits >> bit) & 1
+                    # K and V loads start first; the tile's metadata and bounds are staged
+                    # while they fly. The K stage's full barrier completes only after both
+                    # the TMA bytes and the arrive below, which follows the staging, so the
+                    # bounds still travel in lockstep with K.
+                    pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
+                    k_bar = pipe_k.producer_get_barrier(k_state)
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_expect_tx(k_bar, self.k_bytes)
+                    cute.copy(tma_k, tKgK[None, n_block], tKsK[None, k_state.index],
+                              tma_bar_ptr=k_bar)
+                    pipe_v.producer_acquire(v_state)
+                    cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
+                              tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
+                    if lane == 0:
+                        s_meta[0, k_state.index] = n_block
+                        s_meta[1, k_state.index] = is_partial
+                    if cutlass.const_expr(self.mask_columns is not None):
+                        if is_partial != 0:
+                            self.stage_bounds(mIdx, s_bounds, k_state.index, n_block,
+                                              mask_head, batch, seqlen_k, lane)
+                    cute.arch.sync_warp()
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_arrive(k_bar)
+                    k_state.advance()
+                    v_state.advance()
             # Sentinel: a K stage with no data and key-tile index -1 ends this work tile.
             pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
             if lane == 0:

@@ -1,11 +1,12 @@
 """Persistent tile scheduler for the SM90 forward.
 
 A grid of ``num_ctas`` CTAs (at most one per SM) walks the linear list of work tiles
-``(m_block, head, batch)`` with a static stride. The list is ordered *heaviest query tiles first*:
-tile index ``t`` maps to ``m_block = num_m_blocks - 1 - t // (H * B)``. For causal and
-bottom-right-heavy masks (causal documents, prefix-LM) the last query tiles carry the most key
-tiles, so they start first and the short ones fill the tail (LPT order); for flat masks (sliding
-window, documents) the order is neutral. Static: no per-tile table, nothing to allocate.
+``(m_block, head, batch)`` with a static stride. The list keeps the query tiles of one
+(batch, head) together, so the CTAs that run at the same time share that head's K/V in L2, and
+within a head takes the *heaviest query tiles first*: ``m_block = num_m_blocks - 1 - t % M``. For
+causal and bottom-right-heavy masks (causal documents, prefix-LM) the last query tiles carry the
+most key tiles, so they start first and the short ones fill in behind them; for flat masks
+(sliding window, documents) the order is neutral. Static: no per-tile table, nothing to allocate.
 
 Work-ordered variant (``FwdConfig.work_order``, off by default until run on the GPU): the order is
 a list of work items computed on the GPU from the tile summary (``work_order_kernel``: query tiles
@@ -48,11 +49,17 @@ def next_work(t: Int32) -> Int32:
 
 
 def decode_work(t: Int32, num_m_blocks: Int32, num_heads: Int32, batch: Int32):
-    """Linear work index -> (m_block, head, batch), heaviest (last) query tiles first."""
-    hb = num_heads * batch
-    m_rank = t // hb
-    rest = t - m_rank * hb
-    return num_m_blocks - 1 - m_rank, rest % num_heads, rest // num_heads
+    """Linear work index -> (m_block, head, batch).
+
+    The query tiles of one (batch, head) are consecutive, heaviest (last) first within it. The
+    CTAs running at the same time then read the K/V of one or two heads, which stay in L2; with
+    (batch, head) varying fastest (the first version), 132 CTAs streamed the K/V of up to 132
+    heads at once, far more than L2 holds (Nsight Compute on the H200, full attention B=4 S=8K:
+    91 % L2 and 61 % DRAM throughput, 533 TFLOP/s).
+    """
+    bh = t // num_m_blocks
+    m_rank = t - bh * num_m_blocks
+    return num_m_blocks - 1 - m_rank, bh % num_heads, bh // num_heads
 
 
 def snake_slot(t: Int32, total: Int32, grid: Int32) -> Int32:

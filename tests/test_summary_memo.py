@@ -1,0 +1,79 @@
+"""The kernels' per-tensor tile-summary cache (``ops.cute.interface.tile_summary_for``), on CPU.
+
+The summary kernel is replaced by a stand-in that records launches and hands out buffers that
+record their release; the cache's rules are what is checked: one launch per index tensor, content
+(in-place version), ``tile_n`` and stream; a new launch after an in-place write; buffers freed
+when the tensor dies; objects without a version counter are never cached.
+"""
+import gc
+
+import pytest
+
+torch = pytest.importorskip("torch")
+interface = pytest.importorskip("paddle_flashmask.ops.cute.interface")
+
+
+class FakeBuffer:
+    def __init__(self, log):
+        self.log, self.released = log, False
+
+    def release(self):
+        self.released = True
+        self.log.append("release")
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    log = []
+
+    def fake_launch(indices, problem, tile_n, stream):
+        log.append(("launch", tile_n, stream))
+        return FakeBuffer(log), FakeBuffer(log)
+
+    monkeypatch.setattr(interface, "launch_tile_summary", fake_launch)
+    monkeypatch.setattr(interface, "runtime_tensor", lambda obj: obj)
+    monkeypatch.setattr(interface, "_summaries", {})
+    return log
+
+
+def _launch_count(log):
+    return sum(1 for entry in log if entry != "release")
+
+
+def test_one_launch_per_tensor_tile_and_stream(launches):
+    idx = torch.zeros(1, 1, 300, 1, dtype=torch.int32)
+    first, owned = interface.tile_summary_for(idx, None, 112, 7)
+    assert not owned and _launch_count(launches) == 1
+    again, owned = interface.tile_summary_for(idx, None, 112, 7)
+    assert again is first and not owned and _launch_count(launches) == 1
+    interface.tile_summary_for(idx, None, 128, 7)  # the backward's tile width
+    interface.tile_summary_for(idx, None, 112, 9)  # another stream
+    assert _launch_count(launches) == 3
+
+
+def test_in_place_write_recomputes_and_frees_the_stale_summary(launches):
+    idx = torch.zeros(1, 1, 300, 1, dtype=torch.int32)
+    old, _ = interface.tile_summary_for(idx, None, 112, 7)
+    idx.add_(1)
+    new, _ = interface.tile_summary_for(idx, None, 112, 7)
+    assert new is not old and _launch_count(launches) == 2
+    assert all(b.released for b in old) and not any(b.released for b in new)
+
+
+def test_buffers_are_freed_with_the_tensor(launches):
+    idx = torch.zeros(1, 1, 300, 1, dtype=torch.int32)
+    summary, _ = interface.tile_summary_for(idx, None, 112, 7)
+    del idx
+    gc.collect()
+    assert all(b.released for b in summary) and not interface._summaries
+
+
+def test_objects_without_a_version_are_not_cached(launches):
+    class Plain:  # a DLPack-style object with an address but no in-place version counter
+        def data_ptr(self):
+            return 4096
+
+    obj = Plain()
+    _, owned = interface.tile_summary_for(obj, None, 112, 7)
+    _, owned_again = interface.tile_summary_for(obj, None, 112, 7)
+    assert owned and owned_again and _launch_count(launches) == 2 and not interface._summaries
