@@ -231,3 +231,35 @@ def test_gradients_only_for_inputs_that_want_them():
                 assert t.grad is None
     with torch.no_grad():
         assert not flashmask_attention(*full[:3], causal=True).requires_grad
+
+
+def test_eager_function_and_custom_op_agree():
+    """Eager calls skip the torch.library dispatch (ops.EagerFlashMask); traced calls use the
+    custom op. Both must give the same outputs and gradients (sink and LSE gradient included)."""
+    from paddle_flashmask.torch import ops
+
+    rng = np.random.default_rng(7)
+    q, k, v = inputs(rng, 1, 21, 21, 4, 2, 8)
+    idx = torch.tensor(random_indices(rng, 1, 1, 21, 21, True, 2, empty_from_row=18))
+    sink = rng.standard_normal(4).astype(np.float32)
+    lse_w = torch.tensor(rng.standard_normal((1, 4, 21)).astype(np.float32))
+    results = []
+    for op in (ops.EagerFlashMask.apply, torch.ops.paddle_flashmask.fwd):
+        Q, K, V, S = (torch.tensor(a, requires_grad=True) for a in (q, k, v, sink))
+        out, lse = op(Q, K, V, idx, S, True, 0.3, "reference", -1, True)
+        ((out ** 2).sum() + (torch.nan_to_num(lse, neginf=0.0) * lse_w).sum()).backward()
+        results.append([t.detach().clone() for t in (out, lse, Q.grad, K.grad, V.grad, S.grad)])
+    for eager, traced in zip(*results):
+        torch.testing.assert_close(eager, traced, rtol=0, atol=0)
+
+
+def test_eager_path_used_outside_compile(monkeypatch):
+    from paddle_flashmask.torch import ops
+
+    calls = []
+    original = ops.EagerFlashMask.apply
+    monkeypatch.setattr(ops.EagerFlashMask, "apply", lambda *a: calls.append(1) or original(*a))
+    rng = np.random.default_rng(8)
+    q, k, v = (torch.tensor(a) for a in inputs(rng, 1, 9, 9, 2, 2, 8))
+    flashmask_attention(q, k, v, causal=True)
+    assert calls == [1]

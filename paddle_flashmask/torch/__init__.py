@@ -69,8 +69,9 @@ def flashmask_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     det = ops._DET_UNSET if deterministic is None else int(bool(deterministic))
     # An explicit backend is passed through; "auto" from the env is resolved again inside the op.
     op_backend = ops._NO_BACKEND if backend is None else requested
-    out, lse = torch.ops.paddle_flashmask.fwd(query, key, value, idx, learnable_sink, bool(causal), scale,
-                                              op_backend, det, bool(return_softmax_lse))
+    op = torch.ops.paddle_flashmask.fwd if _is_compiling() else ops.EagerFlashMask.apply
+    out, lse = op(query, key, value, idx, learnable_sink, bool(causal), scale, op_backend, det,
+                  bool(return_softmax_lse))
     if return_softmax_lse:
         return out, lse
     return out

@@ -27,9 +27,24 @@ def flashmask_fwd(q: Tensor, k: Tensor, v: Tensor, startend_row_indices: Optiona
                   deterministic: int, lse_grad_used: bool) -> tuple[Tensor, Tensor]:
     """``(out [B, Sq, H, Dv], lse fp32 [B, H, Sq])``. ``deterministic``/``lse_grad_used`` are only
     carried to the backward."""
+    return forward_impl(q, k, v, startend_row_indices, learnable_sink, causal, softmax_scale, backend)
+
+
+def forward_impl(q, k, v, startend_row_indices, learnable_sink, causal: bool, softmax_scale: float,
+                 backend: str) -> tuple[Tensor, Tensor]:
+    """The forward both paths run: the custom op (traced) and :class:`EagerFlashMask` (eager)."""
     out, lse, _ = backends.run_fwd(_backend_arg(backend), q, k, v, startend_row_indices,
                                    learnable_sink, causal=causal, softmax_scale=softmax_scale)
     return out, lse
+
+
+def backward_impl(dout, q, k, v, out, lse, startend_row_indices, learnable_sink, dlse,
+                  causal: bool, softmax_scale: float, backend: str, deterministic: int):
+    """The backward both paths run; ``(dq, dk, dv, dsink or None)``."""
+    det = None if deterministic == _DET_UNSET else bool(deterministic)
+    return backends.run_bwd(_backend_arg(backend), dout, q, k, v, out, lse, startend_row_indices,
+                            learnable_sink, dlse, causal=causal, softmax_scale=softmax_scale,
+                            deterministic=det)
 
 
 @flashmask_fwd.register_fake
@@ -47,10 +62,8 @@ def flashmask_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, ls
                   dlse: Optional[Tensor], causal: bool, softmax_scale: float, backend: str,
                   deterministic: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(dq, dk, dv, dsink)``; ``dsink`` is an empty ``[0]`` tensor when there is no sink."""
-    det = None if deterministic == _DET_UNSET else bool(deterministic)
-    dq, dk, dv, dsink = backends.run_bwd(_backend_arg(backend), dout, q, k, v, out, lse,
-                                         startend_row_indices, learnable_sink, dlse, causal=causal,
-                                         softmax_scale=softmax_scale, deterministic=det)
+    dq, dk, dv, dsink = backward_impl(dout, q, k, v, out, lse, startend_row_indices, learnable_sink,
+                                      dlse, causal, softmax_scale, backend, deterministic)
     if dsink is None:
         dsink = q.new_empty((0,))
     return dq, dk, dv, dsink
@@ -80,3 +93,30 @@ def _backward(ctx, dout, dlse):
 
 
 flashmask_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class EagerFlashMask(torch.autograd.Function):
+    """The eager path: the same forward/backward as the custom ops without the ``torch.library``
+    dispatch (about 40 us per call on the host, which bounds short masked kernels). The frontend
+    uses the custom ops whenever ``torch.compile`` traces, so graphs still see one op."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, idx, sink, causal, scale, backend, deterministic, lse_grad_used):
+        out, lse = forward_impl(q, k, v, idx, sink, causal, scale, backend)
+        ctx.save_for_backward(q, k, v, out, lse, idx, sink)
+        ctx.flags = (causal, scale, backend, deterministic, lse_grad_used)
+        ctx.set_materialize_grads(False)  # an unused LSE gives dlse None, not a zero tensor to test
+        if not lse_grad_used:
+            ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse, idx, sink = ctx.saved_tensors
+        causal, scale, backend, deterministic, lse_grad_used = ctx.flags
+        if dout is None:  # out itself reached the loss only through the LSE
+            dout = torch.zeros_like(out)
+        dq, dk, dv, dsink = backward_impl(dout, q, k, v, out, lse, idx, sink,
+                                          dlse if lse_grad_used else None, causal, scale, backend,
+                                          deterministic)
+        return dq, dk, dv, None, dsink, None, None, None, None, None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import weakref
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -256,12 +257,22 @@ def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
 def forward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
                    has_sink: bool = False):
     """The forward kernel variant used for these compile-time facts (tile sizes per head dim)."""
+    from .flash_fwd_sm90 import FAST_ENV, WORK_ORDER_ENV
+
+    # the env switches are part of the key: a test or a user may flip them between calls
+    return _forward_config(dtype, head_dim, bool(causal), num_columns, bool(has_sink),
+                           os.environ.get(FAST_ENV), os.environ.get(WORK_ORDER_ENV))
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_config(dtype, head_dim, causal, num_columns, has_sink, _fast_env, _work_order_env):
     from .flash_fwd_sm90 import default_config
 
     return default_config(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns,
                           has_sink)
 
 
+@functools.lru_cache(maxsize=256)
 def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
                     gqa: bool = False, has_sink: bool = False, deterministic: bool = False):
     """The backward kernel variant used for these compile-time facts."""
