@@ -210,12 +210,15 @@ def compile_cache_times(case) -> dict:
 
 def versions() -> dict:
     v = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
-         "date": datetime.datetime.utcnow().isoformat(timespec="seconds") + "Z",
+         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
          "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
-    for mod in ("cutlass", "flash_attn", "triton", "paddle_flashmask"):
+    from importlib import metadata
+    # distribution names: FA4's package is ``flash_attn`` but its wheel is ``flash-attn-4``
+    for mod, dist in (("cutlass", "nvidia-cutlass-dsl"), ("flash_attn", "flash-attn-4"),
+                      ("triton", "triton"), ("paddle_flashmask", "paddle_flashmask")):
         try:
             m = __import__(mod)
-            v[mod] = getattr(m, "__version__", "?")
+            v[mod] = getattr(m, "__version__", None) or metadata.version(dist)
         except Exception as e:
             v[mod] = f"unavailable ({type(e).__name__})"
     return v
