@@ -143,7 +143,17 @@ NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --n
 ls -la $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call5a call5b"
+call6() {
+  emit "call 6 (next session, first after call 1) - per-query-tile key-tile ranges (FwdConfig.tile_ranges) vs oracle and A/B, host time per call at HEAD [<= 6.5 min]" \
+    "$KIND1" 420 '[".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --tile-ranges --json-name fwd_check_ranges.json 2>&1 | tee $OUT/fwd_check_ranges.log | tail -n 6
+timeout -s INT -k 10 100 python3 tests/gpu/fwd_check.py --tile-ranges --bench --only causal_doc_C1 --json-name ranges_bench.json 2>&1 | tee $OUT/ranges_bench.log | tail -n 10
+timeout -s INT -k 10 100 python3 bench/profile_call.py --masks full,sliding_window,causal_document --cprofile 2>&1 | tee $OUT/profile_call.log | tail -n 60
+ls -la $OUT'
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call5a call5b call6"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -220,7 +230,7 @@ collect() {  # collect DIR: one call's returned files -> $RESULTS (JSON, PNG; ch
   for f in "$src"/*.json "$src"/*.png; do
     [ -e "$f" ] || continue
     case $(basename "$f") in
-      gpu_report.json|bwd_check.json|fwd_check*.json|wo_*.json) cp -v "$f" "$RESULTS/validation/" ;;
+      gpu_report.json|bwd_check.json|fwd_check*.json|wo_*.json|ranges_*.json|profile_call.json) cp -v "$f" "$RESULTS/validation/" ;;
       *) cp -v "$f" "$RESULTS/" ;;
     esac
   done
@@ -308,10 +318,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

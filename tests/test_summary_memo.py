@@ -32,7 +32,7 @@ def launches(monkeypatch):
 
     monkeypatch.setattr(interface, "launch_tile_summary", fake_launch)
     monkeypatch.setattr(interface, "runtime_tensor", lambda obj: obj)
-    monkeypatch.setattr(interface, "_summaries", {})
+    monkeypatch.setattr(interface, "_derived", {})
     return log
 
 
@@ -65,7 +65,7 @@ def test_buffers_are_freed_with_the_tensor(launches):
     summary, _ = interface.tile_summary_for(idx, None, 112, 7)
     del idx
     gc.collect()
-    assert all(b.released for b in summary) and not interface._summaries
+    assert all(b.released for b in summary) and not interface._derived
 
 
 def test_objects_without_a_version_are_not_cached(launches):
@@ -76,4 +76,4 @@ def test_objects_without_a_version_are_not_cached(launches):
     obj = Plain()
     _, owned = interface.tile_summary_for(obj, None, 112, 7)
     _, owned_again = interface.tile_summary_for(obj, None, 112, 7)
-    assert owned and owned_again and _launch_count(launches) == 2 and not interface._summaries
+    assert owned and owned_again and _launch_count(launches) == 2 and not interface._derived

@@ -219,15 +219,39 @@ def check_work_order(workspace, order, idx, causal, cfg, b, sq, sk, h, hm) -> di
             "work_weight_min": int(ref.min()) if ref.size else 0}
 
 
+def make_tile_ranges(torch, compiled_cache, cfg, cmin, cmax, b, sq, sk, hm, stream):
+    """Run the tile-range kernel for forward config ``cfg``; the int32 ``[B, Hm, M, 2]`` ranges,
+    poisoned with -7 first so an entry the kernel never writes shows up."""
+    from paddle_flashmask.ops.cute import tile_range_kernel as tr
+
+    rcfg = tr.TileRangeConfig.for_forward(cfg)
+    if rcfg not in compiled_cache:
+        compiled_cache[rcfg] = tr.CompiledTileRanges(rcfg, tr.compile_tile_ranges(rcfg))
+    ranges = torch.full(tr.ranges_shape(b, hm, sq, cfg.tile_m), -7, device="cuda",
+                        dtype=torch.int32)
+    compiled_cache[rcfg](cmin, cmax, ranges, b, sq, sk, hm, stream)
+    return ranges
+
+
+def check_tile_ranges(ranges, idx, causal, cfg, sq) -> dict:
+    """The GPU ranges against the numpy reference (from semantics.classify_tiles)."""
+    from paddle_flashmask.ops.cute import tile_range_kernel as tr
+
+    ref = tr.reference_ranges(idx, causal, sq, cfg.tile_m, cfg.tile_n)
+    got = ranges.cpu().numpy()
+    return {"tile_ranges_ok": bool(np.array_equal(got, ref)),
+            "tile_ranges_mismatches": int((got != ref).any(axis=-1).sum())}
+
+
 def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=False,
-             work_order=False):
+             work_order=False, tile_ranges=False):
     name, dt, d, dv, kind, b, sq, sk, h, hk, hm_mode, has_sink = case
     hm = {"1": 1, "Hk": hk, "H": h}[hm_mode]
     tdt = torch.bfloat16 if dt == "bf16" else torch.float16
     idx, causal = make_mask(kind, rng, b, hm, sq, sk)
     cols = None if idx is None else idx.shape[-1]
     cfg = fwd_mod.default_config(dt, d, dv, causal, cols, has_sink, fast=fast,
-                                 work_order=work_order)
+                                 work_order=work_order, tile_ranges=tile_ranges)
     t0 = time.time()
     if cfg not in compiled_cache:
         compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
@@ -252,9 +276,14 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
     if work_order:
         workspace, order = make_work_order(torch, compiled_cache, cfg, cmin, cmax, b, sq, sk, h,
                                            hm, stream)
+    ranges = None
+    if cfg.tile_ranges:
+        ranges = make_tile_ranges(torch, compiled_cache, cfg, cmin, cmax, b, sq, sk, hm, stream)
     fn(dl(q), dl(k), dl(v), dl(out), dl(lse), dl(idx_t), dl(cmin), dl(cmax), dl(sink), scale,
-       stream, num_sms, work_order=order)
+       stream, num_sms, work_order=order, tile_ranges=ranges)
     torch.cuda.synchronize()
+    if cfg.tile_ranges:
+        order_info.update(check_tile_ranges(ranges, idx, causal, cfg, sq))
     if work_order:
         order_info = check_work_order(workspace, order, idx, causal, cfg, b, sq, sk, h, hm)
         # Each work tile runs the same code whatever its place in the order, so the default
@@ -289,12 +318,15 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
     ok = (not nan_out) and rel_o <= 1e-2 and err_lse <= 1e-2 and inf_match
     if work_order:
         ok = ok and order_info["work_order_ok"]
+    if cfg.tile_ranges:
+        ok = ok and order_info["tile_ranges_ok"]
     return {**order_info,
         "name": name, "ok": ok, "dtype": dt, "d": d, "dv": dv, "mask": kind, "causal": causal,
         "C": cols, "B": b, "Sq": sq, "Sk": sk, "H": h, "Hk": hk, "Hm": hm, "sink": has_sink,
         "tile_n": cfg.tile_n, "max_abs_err_o": err_o, "rel_err_o": rel_o, "max_abs_err_lse": err_lse,
         "nan_in_out": nan_out, "neg_inf_lse_match": inf_match, "empty_rows": empty_rows,
         "compile_s": round(compile_s, 2), "tiles": stats, "work_order": work_order,
+        "tile_ranges": cfg.tile_ranges,
     }
 
 
@@ -325,11 +357,14 @@ def _bench_one(torch, cute_rt, fwd_mod, compiled_cache, num_sms, cfg, b, s, h, h
     order_fn = workspace = order = None
     if cfg.work_order:
         order_fn, workspace, order = work_order_buffers(torch, compiled_cache, cfg, b, s, s, h, hm)
+    ranges = None  # computed once, as the host API caches them with the index tensor
+    if cfg.tile_ranges:
+        ranges = make_tile_ranges(torch, compiled_cache, cfg, cmin, cmax, b, s, s, hm, stream)
 
     def call():
         if order_fn is not None:  # the ordering kernels are part of what is timed
             order_fn(cmin, cmax, workspace, order, b, s, s, h, hm, stream)
-        fn(*args, 1.0 / math.sqrt(d), stream, num_sms, work_order=order)
+        fn(*args, 1.0 / math.sqrt(d), stream, num_sms, work_order=order, tile_ranges=ranges)
     for _ in range(3):
         call()
     torch.cuda.synchronize()
@@ -388,6 +423,16 @@ WORK_ORDER_BENCH_ROWS = [
 ]
 
 
+# A/B of the per-query-tile key-tile ranges (--tile-ranges --bench): masked rows, off then on.
+TILE_RANGES_BENCH_ROWS = [
+    row for kind in ("causal_doc", "window")
+    for row in ((kind, 2, 8192, 16, 16, 128, 128, True, {}),
+                (kind, 2, 8192, 16, 16, 128, 128, True, {"tile_ranges": True}),
+                (kind, 1, 32768, 16, 16, 128, 128, True, {}),
+                (kind, 1, 32768, 16, 16, 128, 128, True, {"tile_ranges": True}))
+]
+
+
 def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng, rows=BENCH_ROWS):
     import dataclasses
     results = []
@@ -422,6 +467,8 @@ def main() -> int:
     ap.add_argument("--simple", action="store_true",
                     help="force the simple one-tile-at-a-time configurations (default: "
                          "what default_config picks, the fast path unless PADDLE_FLASHMASK_FWD_FAST=0)")
+    ap.add_argument("--tile-ranges", action="store_true",
+                    help="run every masked case with per-query-tile key-tile ranges and check them")
     ap.add_argument("--work-order", action="store_true",
                     help="run every case with the work-ordered scheduler and check the order")
     ap.add_argument("--json-name", default="fwd_check.json",
@@ -444,7 +491,7 @@ def main() -> int:
     for case in cases:
         try:
             r = run_case(torch, cute_rt, fwd_mod, compiled, case, rng, num_sms, fast=args.fast,
-                         work_order=args.work_order)
+                         work_order=args.work_order, tile_ranges=args.tile_ranges)
         except Exception as exc:  # record and continue: one broken variant must not hide others
             r = {"name": case[0], "ok": False, "error": repr(exc)[:1500],
                  "trace": traceback.format_exc()[-3000:]}
@@ -452,11 +499,13 @@ def main() -> int:
         _write(report, args.json_name)  # incremental: a hung variant (killed by `timeout`) keeps earlier results
         print(json.dumps({k: r.get(k) for k in ("name", "ok", "rel_err_o", "max_abs_err_lse",
                                                   "empty_rows", "compile_s", "work_order_ok",
-                                                  "bitwise_equal_to_default", "error")}),
+                                                  "tile_ranges_ok", "bitwise_equal_to_default",
+                                                  "error")}),
               flush=True)
     if args.bench:
         try:
-            rows = WORK_ORDER_BENCH_ROWS if args.work_order else BENCH_ROWS
+            rows = (WORK_ORDER_BENCH_ROWS if args.work_order else
+                    TILE_RANGES_BENCH_ROWS if args.tile_ranges else BENCH_ROWS)
             rows = [r for r in rows if not (args.bench_verified_only and r[7])]
             report["bench"] = bench(torch, cute_rt, fwd_mod, compiled, num_sms, rng, rows)
         except Exception as exc:

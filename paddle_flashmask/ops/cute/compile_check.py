@@ -75,9 +75,16 @@ def variants(full: bool = False) -> list[Variant]:
             seen.add((kind, config))
             out.append(Variant(label, kind, config, fast_path))
 
-    def fwd(dtype, d, causal, c, sink=False, work_order=False):
+    def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
+        if tile_ranges:  # per-query-tile key-tile ranges (FwdConfig.tile_ranges) + their kernel
+            from .tile_range_kernel import TileRangeConfig
+
+            cfg = dataclasses.replace(cfg, tile_ranges=True)
+            extra += " tile-ranges"
+            add(f"tile-ranges {_form_label(causal, c)}", "tile_ranges",
+                TileRangeConfig.for_forward(cfg), False)
         if work_order:  # the work-ordered scheduler (FwdConfig.work_order) + its ordering kernels
             from .work_order_kernel import WorkOrderConfig
 
@@ -119,6 +126,8 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)
     fwd("bfloat16", 128, False, 4, work_order=True)
+    fwd("bfloat16", 128, True, 1, tile_ranges=True)
+    fwd("bfloat16", 128, False, 4, tile_ranges=True)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, False, 4, det=True)
     return out
@@ -132,6 +141,9 @@ def _build(kind: str, config: Any) -> Any:
     if kind == "work_order":
         from .work_order_kernel import compile_work_order
         return compile_work_order(config)
+    if kind == "tile_ranges":
+        from .tile_range_kernel import compile_tile_ranges
+        return compile_tile_ranges(config)
     if kind == "fwd":
         from .flash_fwd_sm90 import compile_forward
         return compile_forward(config).compiled

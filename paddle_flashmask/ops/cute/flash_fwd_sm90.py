@@ -83,6 +83,9 @@ class FwdConfig:
     # Persistent CTAs walk a work order computed on the GPU from the tile summary (query tiles by
     # real work, heaviest first; work_order_kernel.py). Off by default: compiled, not yet GPU-run.
     work_order: bool = False
+    # The producer scans only each query tile's [n_lo, n_hi) of key tiles, computed on the GPU
+    # from the tile summary (tile_range_kernel.py). Masks only. Off by default: not yet GPU-run.
+    tile_ranges: bool = False
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -108,6 +111,9 @@ class FwdConfig:
                 f"{SMEM_LIMIT_BYTES} B (reduce tile_n, num_stages or q_stages, or tma_store_o)")
         if self.pingpong and not self.intra_wg_overlap:
             raise ValueError("FwdConfig.pingpong: needs intra_wg_overlap=True")
+        if self.tile_ranges and self.mask_columns is None:
+            raise ValueError("FwdConfig.tile_ranges: expected mask_columns (ranges come from the "
+                             "tile summary of startend_row_indices), found None")
         # setmaxnreg only moves registers inside the CTA's launch allocation (ptxas caps a
         # 384-thread CTA at 168/thread): what the producer warpgroup gives back must cover what
         # the two consumer warpgroups take, or setmaxnreg.inc waits forever.
@@ -121,6 +127,7 @@ class FwdConfig:
 
 FAST_ENV = "PADDLE_FLASHMASK_FWD_FAST"
 WORK_ORDER_ENV = "PADDLE_FLASHMASK_FWD_WORK_ORDER"
+TILE_RANGES_ENV = "PADDLE_FLASHMASK_FWD_TILE_RANGES"
 
 
 def _env_flag(name: str, default: str = "0") -> bool:
@@ -145,7 +152,8 @@ FwdConfig.shared_memory_bytes = _shared_memory_bytes
 
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
-                   fast: Optional[bool] = None, work_order: Optional[bool] = None) -> FwdConfig:
+                   fast: Optional[bool] = None, work_order: Optional[bool] = None,
+                   tile_ranges: Optional[bool] = None) -> FwdConfig:
     """Tile shape and features for a head dim (smem: Q + stages * (K + V) [+ O] <= 227 KB).
 
     ``fast=True`` (default; env ``PADDLE_FLASHMASK_FWD_FAST=0`` turns it off): intra-warpgroup
@@ -160,17 +168,21 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
         fast = _env_flag(FAST_ENV, default="1")
     if work_order is None:
         work_order = _env_flag(WORK_ORDER_ENV)
+    if tile_ranges is None:
+        tile_ranges = _env_flag(TILE_RANGES_ENV)
+    tile_ranges = bool(tile_ranges) and mask_columns is not None
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
         return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
-                         128, tile_n, stages, work_order=bool(work_order))
+                         128, tile_n, stages, work_order=bool(work_order),
+                         tile_ranges=tile_ranges)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (112, 2, 2),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                      128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
                      tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
-                     work_order=bool(work_order))
+                     work_order=bool(work_order), tile_ranges=tile_ranges)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -207,6 +219,7 @@ class FlashFwdSm90:
         self.consumer_regs = config.consumer_regs
         self.tma_store_o = config.tma_store_o
         self.work_order = config.work_order
+        self.tile_ranges = config.tile_ranges
         self.causal = config.causal
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
@@ -230,6 +243,7 @@ class FlashFwdSm90:
         col_max_ptr: Optional[cute.Pointer],
         sink_ptr: Optional[cute.Pointer],
         order_ptr: Optional[cute.Pointer],
+        ranges_ptr: Optional[cute.Pointer],
         batch: Int32,
         seqlen_q: Int32,
         seqlen_k: Int32,
@@ -274,6 +288,12 @@ class FlashFwdSm90:
         mSink = None
         if cutlass.const_expr(self.has_sink):
             mSink = cute.make_tensor(sink_ptr, cute.make_layout((num_heads,)))
+        mRanges = None  # per query tile [n_lo, n_hi): int32 [B, Hm, num_m, 2] as (2, num_m, Hm, B)
+        if cutlass.const_expr(self.tile_ranges):
+            num_m = (seqlen_q + tm - 1) // tm
+            mRanges = cute.make_tensor(ranges_ptr, cute.make_layout(
+                (2, num_m, num_mask_heads, batch),
+                stride=(1, 2, 2 * num_m, 2 * num_m * num_mask_heads)))
         mOrder = None  # work items, heaviest first (tile_scheduler.work_tile)
         if cutlass.const_expr(self.work_order):
             mOrder = cute.make_tensor(order_ptr, cute.make_layout(
@@ -334,7 +354,7 @@ class FlashFwdSm90:
         num_m_blocks = (seqlen_q + tm - 1) // tm
         self.kernel(
             tiled_mma_qk, tiled_mma_pv, tma_q, tma_mQ, tma_k, tma_mK, tma_v, tma_mVt,
-            mO, tma_o, tma_mO, mLSE, mIdx, mColMin, mColMax, mSink, mOrder,
+            mO, tma_o, tma_mO, mLSE, mIdx, mColMin, mColMax, mSink, mOrder, mRanges,
             sQ_layout, sK_layout, sVt_layout, sO_layout,
             seqlen_q, seqlen_k, num_heads, num_kv_heads, num_mask_heads,
             softmax_scale, num_m_blocks, batch,
@@ -369,6 +389,7 @@ class FlashFwdSm90:
         mColMax: Optional[cute.Tensor],
         mSink: Optional[cute.Tensor],
         mOrder: Optional[cute.Tensor],
+        mRanges: Optional[cute.Tensor],
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
         sVt_layout: cute.ComposedLayout,
@@ -429,7 +450,7 @@ class FlashFwdSm90:
                 self.producer(tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
                               mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q,
                               seqlen_k, diag_offset, num_heads, num_kv_heads, num_mask_heads,
-                              num_m_blocks, batch, mOrder)
+                              num_m_blocks, batch, mOrder, mRanges)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             self.consumer(tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, sO, s_meta, s_bounds, mO,
@@ -442,7 +463,7 @@ class FlashFwdSm90:
     def producer(self, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
                  mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q, seqlen_k, diag_offset,
                  num_heads, num_kv_heads, num_mask_heads, num_m_blocks: Int32, num_batch: Int32,
-                 mOrder: Optional[cute.Tensor]):
+                 mOrder: Optional[cute.Tensor], mRanges: Optional[cute.Tensor]):
         tm, tn = self.tile_m, self.tile_n
         lane = cute.arch.lane_idx()
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
@@ -477,27 +498,20 @@ class FlashFwdSm90:
                       tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
             q_state.advance()
 
-            # Key tiles right of the causal diagonal of the last row are never visited.
-            n_end = num_k_tiles
-            if cutlass.const_expr(self.causal):
-                n_end = cutlass.max(cutlass.min((row_end + diag_offset + tn - 1) // tn,
-                                                num_k_tiles), 0)
-            num_chunks = (n_end + 31) // 32
-            for chunk in cutlass.range(num_chunks, unroll=1):
-                n_lane = chunk * 32 + lane
-                n_probe = cutlass.min(n_lane, n_end - 1)
-                band_max, band_min = fm_mask.summary_tile_bands(
-                    mColMin, mColMax, n_probe, mask_head, batch, seqlen_q, self.causal,
+            # Key tiles right of the causal diagonal of the last row are never visited; with
+            # tile ranges, neither are those outside the query tile's [n_lo, n_hi).
+            n_end = fm_mask.key_tile_end(row_end, diag_offset, tn, num_k_tiles, self.causal)
+            n_begin = 0
+            if cutlass.const_expr(self.tile_ranges):
+                n_begin = mRanges[0, m_block, mask_head, batch]
+                n_end = cutlass.min(n_end, mRanges[1, m_block, mask_head, batch])
+            for chunk in cutlass.range(n_begin // 32, (n_end + 31) // 32, unroll=1):
+                todo, partial_bits = fm_mask.chunk_visit_bits(
+                    mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, tn,
+                    seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal,
                     self.mask_columns)
-                skip, partial = fm_mask.classify_key_tile(
-                    row_begin, row_end, n_probe, tn, seqlen_k, diag_offset, band_max, band_min,
-                    self.causal)
-                skip = skip | (n_lane >= n_end)
-                skip_bits = cute.arch.vote_ballot_sync(skip)
-                partial_bits = cute.arch.vote_ballot_sync(partial)
                 # Visit only the set bits of the chunk, lowest first: a chunk of skipped tiles
                 # (most chunks of a document mask) costs one ballot, not 32 loop trips.
-                todo = Uint32(skip_bits) ^ Uint32(0xFFFFFFFF)
                 while todo != Uint32(0):
                     lowest = todo & (Uint32(0) - todo)
                     todo = todo ^ lowest
@@ -850,7 +864,7 @@ class CompiledForward:
 
     def __call__(self, q, k, v, out, lse, startend_row_indices, col_min, col_max,
                  learnable_sink, softmax_scale: float, stream, num_sms: int = 132,
-                 work_order=None) -> None:
+                 work_order=None, tile_ranges=None) -> None:
         cfg = self.config
         b, sq, h, sk, hk, hm = check_variant_call(
             q, k, v, startend_row_indices, learnable_sink, head_dim=cfg.head_dim,
@@ -873,6 +887,10 @@ class CompiledForward:
             if length != b * h * num_m_blocks:
                 raise ValueError(f"work_order: expected {b * h * num_m_blocks} items "
                                  f"(B * H * ceil(Sq / tile_m)), found {length}")
+        if (tile_ranges is None) == cfg.tile_ranges:
+            raise ValueError(f"tile_ranges: expected {'an int32 buffer' if cfg.tile_ranges else 'None'}"
+                             f" for this variant (tile_ranges={cfg.tile_ranges}), found "
+                             f"{type(tile_ranges).__name__}")
         grid = sched.grid_size(num_m_blocks, h, b, num_sms)
         if not isinstance(stream, cuda.CUstream):
             stream = cuda.CUstream(int(stream))
@@ -880,7 +898,7 @@ class CompiledForward:
             ptr(q, dt, 16), ptr(k, dt, 16), ptr(v, dt, 16), ptr(out, dt, 16),
             ptr(lse, Float32, 4), ptr(startend_row_indices, Int32, 4), ptr(col_min, Int32, 4),
             ptr(col_max, Int32, 4), ptr(learnable_sink, Float32, 4), ptr(work_order, Int32, 4),
-            Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
+            ptr(tile_ranges, Int32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
             Float32(softmax_scale), Int32(grid), stream)
 
 
@@ -897,6 +915,7 @@ def compile_forward(config: FwdConfig) -> CompiledForward:
         _placeholder_ptr(Int32, 4) if has_mask else None,
         _placeholder_ptr(Float32, 4) if config.has_sink else None,
         _placeholder_ptr(Int32, 4) if config.work_order else None,
+        _placeholder_ptr(Int32, 4) if config.tile_ranges else None,
         Int32(1), Int32(128), Int32(128), Int32(1), Int32(1), Int32(1), Float32(1.0), Int32(1),
         cuda.CUstream(0),
     )

@@ -161,13 +161,13 @@ def launch_tile_summary(indices: Any, problem: Problem, tile_n: int, stream: int
     return col_min, col_max
 
 
-# (id(indices), tile_n, stream) -> (weakref to indices, in-place version, address, (min, max)).
-_summaries: dict[tuple, tuple] = {}
-_SUMMARIES_MAX = 256
+# (id(indices), what, ...) -> (weakref to indices, in-place version, address, buffers).
+_derived: dict[tuple, tuple] = {}
+_DERIVED_MAX = 256
 
 
-def _drop_summary(key: tuple) -> None:
-    entry = _summaries.pop(key, None)
+def _drop_derived(key: tuple) -> None:
+    entry = _derived.pop(key, None)
     if entry is not None:
         for buffer in entry[3]:
             try:
@@ -176,39 +176,71 @@ def _drop_summary(key: tuple) -> None:
                 pass
 
 
-def tile_summary_for(indices: Any, problem: Problem, tile_n: int, stream: int
-                     ) -> tuple[tuple[DeviceBuffer, DeviceBuffer], bool]:
-    """The tile summary of ``indices`` for ``tile_n``, computed once per index tensor and content.
+def derived_from_indices(indices: Any, what: tuple, compute) -> tuple[tuple, bool]:
+    """Device buffers computed from ``indices`` (``compute()`` -> a tuple of DeviceBuffers), once
+    per index tensor and content.
 
-    A model passes the same index tensor to every layer's forward and backward, so the summary
-    (and the host work of launching its kernel, which costs more than the kernel) is kept with
-    the tensor: keyed by the object, its in-place version (``_version`` / ``_inplace_version()``),
-    its address, ``tile_n`` and the stream, and freed when the tensor is garbage collected.
-    Objects without a version counter get a fresh summary every call. Returns
-    ``((col_min, col_max), owned)``: ``owned`` buffers belong to the caller, who releases them.
+    A model passes the same index tensor to every layer's forward and backward, so what the
+    kernels derive from it (the tile summary, the forward's tile ranges) and the host work of
+    launching those kernels, which costs more than the kernels, is kept with the tensor: keyed by
+    the object, ``what`` (kind, tile sizes, stream...), its in-place version (``_version`` /
+    ``_inplace_version()``) and its address, and freed when the tensor is garbage collected.
+    Objects without a version counter get fresh buffers every call. Returns
+    ``(buffers, owned)``: ``owned`` buffers belong to the caller, who releases them.
     """
     from ..arguments import inplace_version  # framework-agnostic helper of the frontends
 
     version = inplace_version(indices)
     address = device_address_of(indices)
-    key = (id(indices), tile_n, int(stream))
-    entry = _summaries.get(key)
+    key = (id(indices), *what)
+    entry = _derived.get(key)
     if version is not None and entry is not None and entry[0]() is indices \
             and entry[1:3] == (version, address):
         return entry[3], False
-    summary = launch_tile_summary(runtime_tensor(indices), problem, tile_n, stream)
+    buffers = compute()
     if version is None:
-        return summary, True
+        return buffers, True
     try:
-        ref = weakref.ref(indices, lambda _ref, k=key: _drop_summary(k))
-    except TypeError:  # not weak-referenceable: the caller owns this one
-        return summary, True
-    _drop_summary(key)  # a stale entry for a reused id or an older version
-    if len(_summaries) >= _SUMMARIES_MAX:
-        for old in list(_summaries):
-            _drop_summary(old)
-    _summaries[key] = (ref, version, address, summary)
-    return summary, False
+        ref = weakref.ref(indices, lambda _ref, k=key: _drop_derived(k))
+    except TypeError:  # not weak-referenceable: the caller owns these
+        return buffers, True
+    _drop_derived(key)  # a stale entry for a reused id or an older version
+    if len(_derived) >= _DERIVED_MAX:
+        for old in list(_derived):
+            _drop_derived(old)
+    _derived[key] = (ref, version, address, buffers)
+    return buffers, False
+
+
+def tile_summary_for(indices: Any, problem: Problem, tile_n: int, stream: int
+                     ) -> tuple[tuple[DeviceBuffer, DeviceBuffer], bool]:
+    """The tile summary ``(col_min, col_max)`` of ``indices`` for ``tile_n``, cached with the
+    tensor (:func:`derived_from_indices`)."""
+    return derived_from_indices(
+        indices, ("summary", tile_n, int(stream)),
+        lambda: launch_tile_summary(runtime_tensor(indices), problem, tile_n, stream))
+
+
+def tile_ranges_for(indices: Any, problem: Problem, config: Any, summary: tuple, stream: int
+                    ) -> tuple[tuple[DeviceBuffer], bool]:
+    """The forward's per-query-tile key-tile ranges (``FwdConfig.tile_ranges``), cached with the
+    tensor; computed from ``summary`` on ``stream``."""
+    from .tile_range_kernel import (CompiledTileRanges, TileRangeConfig, compile_tile_ranges,
+                                    ranges_shape)
+
+    rcfg = TileRangeConfig.for_forward(config)
+
+    def compute():
+        ranges = DeviceBuffer(ranges_shape(problem.batch, problem.mask_heads, problem.seqlen_q,
+                                           rcfg.tile_m), "int32", problem.device, stream)
+        jitted = cache.get_or_compile("fwd_tile_ranges", rcfg, compile_tile_ranges)
+        CompiledTileRanges(rcfg, jitted)(summary[0], summary[1], ranges, problem.batch,
+                                         problem.seqlen_q, problem.seqlen_k, problem.mask_heads,
+                                         stream)
+        return (ranges,)
+
+    what = ("ranges", rcfg, problem.seqlen_q, int(stream))
+    return derived_from_indices(indices, what, compute)
 
 
 def device_address_of(obj: Any) -> int:
@@ -327,15 +359,19 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     summary, owned = (None, None), False
     if problem.num_columns is not None:
         summary, owned = tile_summary_for(infos["indices_object"], problem, config.tile_n, stream)
+    ranges, ranges_owned = (None,), False
+    if config.tile_ranges:
+        ranges, ranges_owned = tile_ranges_for(infos["indices_object"], problem, config, summary,
+                                               stream)
     kernel = compiled_forward(config)
     ordering = (None, None)  # workspace, order: only when the config asks for the work order
     if getattr(config, "work_order", False):
         ordering = launch_work_order(problem, config, summary, stream)
     kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["lse"], infos.get("indices"),
            summary[0], summary[1], infos.get("sink"), float(softmax_scale), stream,
-           num_sms(problem.device), work_order=ordering[1])
-    # freed in stream order, after the kernel that reads them (a cached summary stays)
-    for buffer in (*(summary if owned else ()), *ordering):
+           num_sms(problem.device), work_order=ordering[1], tile_ranges=ranges[0])
+    # freed in stream order, after the kernel that reads them (cached buffers stay)
+    for buffer in (*(summary if owned else ()), *(ranges if ranges_owned else ()), *ordering):
         if buffer is not None:
             buffer.release()
 

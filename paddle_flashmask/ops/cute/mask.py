@@ -15,7 +15,7 @@ from typing import Optional
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32
+from cutlass import Float32, Int32, Uint32
 
 from paddle_flashmask import semantics
 
@@ -74,6 +74,58 @@ def classify_key_tile(
     partial = semantics.tile_needs_mask(row_begin, row_end, col_begin, col_end, seqlen_k, band_max,
                                         band_min, causal, diag_offset)
     return skip, partial
+
+
+def key_tile_end(row_end, diag_offset, tile_n: int, num_k_tiles, causal: bool):
+    """One past the last key tile a query-row range ending at ``row_end`` can see: every tile
+    under causal attention stops at the diagonal of the range's last row (``diag_offset`` =
+    Sk - Sq, bottom-right alignment); otherwise all ``num_k_tiles``."""
+    if cutlass.const_expr(causal):
+        return cutlass.max(cutlass.min((row_end + diag_offset + tile_n - 1) // tile_n,
+                                       num_k_tiles), 0)
+    return num_k_tiles
+
+
+@cute.jit
+def chunk_visit_bits(
+    mColMin: Optional[cute.Tensor],
+    mColMax: Optional[cute.Tensor],
+    chunk: Int32,
+    lane: Int32,
+    n_begin,
+    n_end: Int32,
+    row_begin: Int32,
+    row_end: Int32,
+    tile_n: cutlass.Constexpr[int],
+    seqlen_q: Int32,
+    seqlen_k: Int32,
+    diag_offset: Int32,
+    mask_head: Int32,
+    batch: Int32,
+    causal: cutlass.Constexpr[bool],
+    mask_columns: cutlass.Constexpr,
+):
+    """Warp-wide classification of the 32 key tiles ``chunk * 32 + lane`` (one per lane).
+
+    Returns ``(visit_bits, partial_bits)`` (Uint32, the same in every lane): bit ``i`` of
+    ``visit_bits`` is set when tile ``chunk * 32 + i`` lies in ``[n_begin, n_end)`` and is not
+    fully masked for query rows ``[row_begin, row_end)``; ``partial_bits`` marks the tiles that
+    need the element mask. ``n_begin`` is the Python int 0 or a DSL integer (a tile range).
+    """
+    n_lane = chunk * 32 + lane
+    n_probe = cutlass.min(n_lane, n_end - 1)
+    if cutlass.const_expr(not isinstance(n_begin, int)):
+        n_probe = cutlass.max(n_probe, n_begin)
+    band_max, band_min = summary_tile_bands(mColMin, mColMax, n_probe, mask_head, batch, seqlen_q,
+                                            causal, mask_columns)
+    skip, partial = classify_key_tile(row_begin, row_end, n_probe, tile_n, seqlen_k, diag_offset,
+                                      band_max, band_min, causal)
+    skip = skip | (n_lane >= n_end)
+    if cutlass.const_expr(not isinstance(n_begin, int)):
+        skip = skip | (n_lane < n_begin)
+    skip_bits = cute.arch.vote_ballot_sync(skip)
+    partial_bits = cute.arch.vote_ballot_sync(partial)
+    return Uint32(skip_bits) ^ Uint32(0xFFFFFFFF), partial_bits
 
 
 @cute.jit

@@ -1,0 +1,165 @@
+"""CPU tests of the forward's per-query-tile key-tile ranges (``FwdConfig.tile_ranges``, off by
+default until it has run on the GPU).
+
+* the numpy reference (``tile_range_kernel.reference_ranges``) never leaves a visible pair outside
+  its query tile's range (random masks of every form, Sq != Sk), and is exact where the tile
+  predicates are (tile-aligned documents);
+* the config switch and the forward wrapper's argument check;
+* the host API with ranges on, up to the launches: the summary, the range kernel and the forward
+  (real sm_90a compiles) accept the arguments it builds.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cutlass")
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from oracle import FORMS, random_indices  # noqa: E402
+from paddle_flashmask import mask_builders as mb  # noqa: E402
+from paddle_flashmask import semantics  # noqa: E402
+from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd  # noqa: E402
+from paddle_flashmask.ops.cute import tile_range_kernel as tr  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def _visible_tile_span(allowed: np.ndarray, sq: int, tm: int, tn: int) -> np.ndarray:
+    """[B, Hm, M, 2]: first and one past the last key tile holding a visible pair (0, 0 if none)."""
+    b, hm = allowed.shape[:2]
+    nm = -(-sq // tm)
+    out = np.zeros((b, hm, nm, 2), dtype=np.int64)
+    for m in range(nm):
+        cols = allowed[:, :, m * tm:(m + 1) * tm, :].any(axis=2)  # [B, Hm, Sk]
+        for bi in range(b):
+            for hi in range(hm):
+                seen = np.flatnonzero(cols[bi, hi])
+                if seen.size:
+                    out[bi, hi, m] = (seen[0] // tn, seen[-1] // tn + 1)
+    return out
+
+
+@pytest.mark.parametrize("causal,c", FORMS)
+@pytest.mark.parametrize("sq,sk", [(300, 300), (200, 520), (515, 190)])
+def test_reference_ranges_cover_every_visible_pair(causal, c, sq, sk):
+    rng = np.random.default_rng(sq * 7 + sk + 3 * c + causal)
+    tm, tn = 64, 48
+    idx = random_indices(rng, 2, 3, sq, sk, causal, c, empty_from_row=sq - 5)
+    allowed = semantics.to_dense(idx, causal, sq)  # [B, Hm, Sq, Sk]
+    got = tr.reference_ranges(idx, causal, sq, tm, tn)
+    want = _visible_tile_span(allowed, sq, tm, tn)
+    assert got.shape == want.shape
+    empty = want[..., 1] == 0
+    assert (got[..., 0][~empty] <= want[..., 0][~empty]).all()  # the range covers every pair
+    assert (got[..., 1][~empty] >= want[..., 1][~empty]).all()
+    assert (got[..., 0] <= got[..., 1]).all()
+
+
+def test_reference_ranges_exact_for_tile_aligned_documents():
+    tm = tn = 64
+    idx = mb.causal_document_mask([128, 256, 64, 64]).startend_row_indices  # tile-aligned
+    allowed = semantics.to_dense(idx, True, 512)
+    np.testing.assert_array_equal(tr.reference_ranges(idx, True, 512, tm, tn),
+                                  _visible_tile_span(allowed, 512, tm, tn))
+    # query tile 3 (rows 192..255) lies in the second document (keys 128..383): tiles 2..3
+    assert tuple(tr.reference_ranges(idx, True, 512, tm, tn)[0, 0, 3]) == (2, 4)
+
+
+def test_tile_ranges_config_switch(monkeypatch):
+    monkeypatch.delenv(fwd.TILE_RANGES_ENV, raising=False)
+    assert not fwd.default_config("bf16", 128, None, True, 1).tile_ranges  # default OFF
+    monkeypatch.setenv(fwd.TILE_RANGES_ENV, "1")
+    assert fwd.default_config("bf16", 128, None, True, 1).tile_ranges
+    assert not fwd.default_config("bf16", 128, None, True, None).tile_ranges  # plain: no summary
+    with pytest.raises(ValueError, match="tile_ranges"):
+        fwd.FwdConfig("bf16", 128, 128, True, None, tile_ranges=True)
+    with pytest.raises(ValueError, match="mask_columns"):
+        tr.TileRangeConfig(128, 128, True, None)
+
+
+def test_forward_wrapper_requires_ranges_exactly_when_configured():
+    class Shape:
+        def __init__(self, *shape):
+            self.shape = shape
+
+    q, k, v = Shape(1, 300, 4, 128), Shape(1, 300, 2, 128), Shape(1, 300, 2, 128)
+    idx = Shape(1, 1, 300, 1)
+    on = fwd.CompiledForward(fwd.default_config("bf16", 128, None, True, 1, tile_ranges=True),
+                             compiled=None)
+    with pytest.raises(ValueError, match="tile_ranges: expected an int32 buffer"):
+        on(q, k, v, None, None, idx, None, None, None, 0.1, 0)
+    off = fwd.CompiledForward(fwd.default_config("bf16", 128, None, True, 1, tile_ranges=False),
+                              compiled=None)
+    with pytest.raises(ValueError, match="tile_ranges: expected None"):
+        off(q, k, v, None, None, idx, None, None, None, 0.1, 0, tile_ranges=Shape(1, 1, 3, 2))
+
+
+def test_host_api_with_tile_ranges_packs_the_compiled_kernels_arguments(monkeypatch):
+    """flashmask_fwd with tile ranges on, up to the launches (real sm_90a compiles of the summary,
+    range and forward kernels; the DSL's own argument packing checks count and types)."""
+    torch = pytest.importorskip("torch")
+    from paddle_flashmask.ops.cute import cache, interface
+    from test_cute_compile import _HostAsCuda
+
+    class Scratch(_HostAsCuda):  # stands in for DeviceBuffer, in host memory
+        def __init__(self, shape, dtype, device, stream, zero=False):
+            super().__init__(torch.zeros(tuple(shape), dtype=getattr(torch, dtype)))
+            self.shape, self.data_ptr = tuple(shape), self.tensor.data_ptr()
+
+        def release(self):
+            pass
+
+    launched, scratch = [], []
+
+    def compile_and_pack(name, config, build):
+        compiled = build(config)
+
+        def launch(*args):
+            compiled.execution_args.generate_execution_args(args, {})
+            launched.append(name)
+        return launch
+
+    def make_scratch(*args, **kwargs):
+        buffer = Scratch(*args, **kwargs)
+        scratch.append(buffer.shape)
+        return buffer
+
+    monkeypatch.setenv(fwd.TILE_RANGES_ENV, "1")
+    monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
+    monkeypatch.setattr(interface, "num_sms", lambda device: 132)
+    monkeypatch.setattr(interface, "DeviceBuffer", make_scratch)
+    monkeypatch.setattr(cache, "get_or_compile", compile_and_pack)
+
+    b, s, h, hk, d = 2, 300, 4, 2, 128
+
+    def t(*shape, dtype=torch.bfloat16):
+        return _HostAsCuda(torch.zeros(*shape, dtype=dtype))
+
+    q, k, v, out = t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d)
+    lse = t(b, h, s, dtype=torch.float32)
+    interface.flashmask_fwd(q, k, v, out, lse, t(b, hk, s, 1, dtype=torch.int32), causal=True,
+                            softmax_scale=0.1, stream=0)
+    assert launched == ["tile_summary", "fwd_tile_ranges", "flash_fwd_sm90"]
+    assert scratch[2] == (b, hk, 3, 2)  # [B, Hm, ceil(300 / 128), 2]
+
+
+def test_gpu_checker_accepts_the_reference_and_rejects_wrong_ranges():
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+    import fwd_check
+
+    rng = np.random.default_rng(11)
+    idx, causal = fwd_check.make_mask("causal_doc", rng, 2, 2, 1000, 1000)
+    cfg = fwd.default_config("bf16", 128, 128, causal, 1, tile_ranges=True)
+    ref = tr.reference_ranges(idx, causal, 1000, cfg.tile_m, cfg.tile_n)
+    assert fwd_check.check_tile_ranges(torch.from_numpy(ref), idx, causal, cfg, 1000)["tile_ranges_ok"]
+    wrong = ref.copy()
+    wrong[1, 0, 3, 1] += 1
+    got = fwd_check.check_tile_ranges(torch.from_numpy(wrong), idx, causal, cfg, 1000)
+    assert not got["tile_ranges_ok"] and got["tile_ranges_mismatches"] == 1
