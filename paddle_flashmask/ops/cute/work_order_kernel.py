@@ -38,7 +38,7 @@ import cuda.bindings.driver as cuda
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32
+from cutlass import Int32, Uint32
 
 from paddle_flashmask import semantics
 from paddle_flashmask.ops.cute import mask as fm_mask
@@ -215,20 +215,12 @@ class WorkOrderKernels:
             # Every key tile is classified (no causal clip as in the producer: the causal term of
             # tile_fully_masked already skips the tiles right of the diagonal), 32 at a time.
             for chunk in cutlass.range((num_k + WARP - 1) // WARP, unroll=1):
-                n_lane = chunk * WARP + lane
-                n_probe = cutlass.min(n_lane, num_k - 1)
-                band_max, band_min = fm_mask.summary_tile_bands(
-                    mColMin, mColMax, n_probe, mask_head, batch, seqlen_q, self.causal,
-                    self.mask_columns)
-                skip, partial = fm_mask.classify_key_tile(
-                    row_begin, row_end, n_probe, tn, seqlen_k, diag_offset, band_max, band_min,
-                    self.causal)
-                skip = skip | (n_lane >= num_k)
-                skip_bits = Int32(cute.arch.vote_ballot_sync(skip))
-                partial_bits = Int32(cute.arch.vote_ballot_sync(partial))
-                visit_bits = skip_bits ^ Int32(-1)
-                visited = visited + cute.arch.popc(visit_bits)
-                partial_visited = partial_visited + cute.arch.popc(visit_bits & partial_bits)
+                visit_bits, partial_bits = fm_mask.chunk_visit_bits(
+                    mColMin, mColMax, chunk, lane, 0, num_k, row_begin, row_end, tn, seqlen_q,
+                    seqlen_k, diag_offset, mask_head, batch, self.causal, self.mask_columns)
+                visited = visited + Int32(cute.arch.popc(visit_bits))
+                partial_visited = partial_visited + Int32(
+                    cute.arch.popc(visit_bits & Uint32(partial_bits)))
             weight = (WEIGHT_FULL * (visited - partial_visited)
                       + WEIGHT_PARTIAL * partial_visited)
             if lane == 0:
