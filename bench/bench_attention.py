@@ -253,6 +253,26 @@ def plot(results, path):
     fig.savefig(path, dpi=90)
 
 
+def variant_compile_times(case, args) -> list:
+    """Per kernel variant of this run's masks: first compile (empty cache) and load from the disk
+    cache in a new process (bench/compile_times.py)."""
+    import compile_times
+
+    B, S, H, Hk, D = case
+    forms = []
+    for name, mask in make_zoo(1, 1024, device="cpu").items():  # forms only: any size will do
+        if args.masks and name not in args.masks:
+            continue
+        form = (mask.causal, None if mask.indices is None else int(mask.indices.shape[-1]))
+        if form not in forms:
+            forms.append(form)
+    try:
+        variants = compile_times.variants_for(forms, "bfloat16", D, H != Hk)
+        return compile_times.measure(variants, jobs=max(1, min(8, (os.cpu_count() or 2) // 2)))
+    except Exception as e:  # noqa: BLE001 - reported, never fatal to the benchmark
+        return [{"error": f"{type(e).__name__}: {str(e)[:300]}"}]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="0,1", help="indices into CASES: " + str(CASES))
@@ -272,7 +292,9 @@ def main():
     for i in args.cases.split(","):
         run_case(*CASES[int(i)], args, results, meta)
     if not args.systems or "paddle_flashmask" in args.systems:
-        meta["compile_cache"] = compile_cache_times(CASES[int(args.cases.split(",")[0])])
+        case = CASES[int(args.cases.split(",")[0])]
+        meta["compile_cache"] = compile_cache_times(case)
+        meta["compile_cache"]["variants"] = variant_compile_times(case, args)
     save(args, meta, results)
     plot(results, os.path.join(args.out, f"bench-{args.tag}.png"))
     print_table(results)

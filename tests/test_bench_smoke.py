@@ -259,3 +259,22 @@ def test_gpu_session_collect_and_summary(tmp_path):
     assert "fwd_check_fast: {'passed': 5, 'total': 5}" in out
     assert "deterministic / default = 1.100" in out
     assert "638.0   580.0 (fa4)  1.10 580.0  1.10" in out
+
+
+def test_compile_times_reports_compile_and_disk_load():
+    """bench/compile_times.py (issue 5 item 4) on this CPU: a real sm_90a compile into an empty
+    cache, then a new process that must load the object from disk instead of compiling."""
+    pytest.importorskip("cutlass")
+    import compile_times
+    from paddle_flashmask.ops.cute.summary_kernel import SummaryConfig
+
+    env_arch = os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    assert env_arch
+    rows = compile_times.measure([("tile_summary", SummaryConfig(112, 2))], jobs=1)
+    assert len(rows) == 1 and "error" not in rows[0], rows
+    assert rows[0]["loaded_from_disk"] and rows[0]["compile_s"] > 0 and rows[0]["load_s"] >= 0
+    forms = [compile_times.parse_form(f) for f in ("causal", "full", "causal-C1", "bidir-C4")]
+    names = [n for n, _ in compile_times.variants_for(forms, "bfloat16", 128, False)]
+    assert names.count("flash_fwd_sm90") == 4 and names.count("flash_bwd_sm90") == 4
+    with pytest.raises(ValueError, match="--forms"):
+        compile_times.parse_form("sideways-C3")
