@@ -6,11 +6,15 @@ record their release; the cache's rules are what is checked: one launch per inde
 when the tensor dies; objects without a version counter are never cached.
 """
 import gc
+import types
 
 import pytest
 
 torch = pytest.importorskip("torch")
 interface = pytest.importorskip("paddle_flashmask.ops.cute.interface")
+
+
+DEV0, DEV1 = types.SimpleNamespace(device=0), types.SimpleNamespace(device=1)  # Problem stand-ins
 
 
 class FakeBuffer:
@@ -40,29 +44,30 @@ def _launch_count(log):
     return sum(1 for entry in log if entry != "release")
 
 
-def test_one_launch_per_tensor_tile_and_stream(launches):
+def test_one_launch_per_tensor_tile_device_and_stream(launches):
     idx = torch.zeros(1, 1, 300, 1, dtype=torch.int32)
-    first, owned = interface.tile_summary_for(idx, None, 112, 7)
+    first, owned = interface.tile_summary_for(idx, DEV0, 112, 7)
     assert not owned and _launch_count(launches) == 1
-    again, owned = interface.tile_summary_for(idx, None, 112, 7)
+    again, owned = interface.tile_summary_for(idx, DEV0, 112, 7)
     assert again is first and not owned and _launch_count(launches) == 1
-    interface.tile_summary_for(idx, None, 128, 7)  # the backward's tile width
-    interface.tile_summary_for(idx, None, 112, 9)  # another stream
-    assert _launch_count(launches) == 3
+    interface.tile_summary_for(idx, DEV0, 128, 7)  # the backward's tile width
+    interface.tile_summary_for(idx, DEV0, 112, 9)  # another stream
+    interface.tile_summary_for(idx, DEV1, 112, 7)  # another device, same stream handle (0 is per device)
+    assert _launch_count(launches) == 4
 
 
 def test_in_place_write_recomputes_and_frees_the_stale_summary(launches):
     idx = torch.zeros(1, 1, 300, 1, dtype=torch.int32)
-    old, _ = interface.tile_summary_for(idx, None, 112, 7)
+    old, _ = interface.tile_summary_for(idx, DEV0, 112, 7)
     idx.add_(1)
-    new, _ = interface.tile_summary_for(idx, None, 112, 7)
+    new, _ = interface.tile_summary_for(idx, DEV0, 112, 7)
     assert new is not old and _launch_count(launches) == 2
     assert all(b.released for b in old) and not any(b.released for b in new)
 
 
 def test_buffers_are_freed_with_the_tensor(launches):
     idx = torch.zeros(1, 1, 300, 1, dtype=torch.int32)
-    summary, _ = interface.tile_summary_for(idx, None, 112, 7)
+    summary, _ = interface.tile_summary_for(idx, DEV0, 112, 7)
     del idx
     gc.collect()
     assert all(b.released for b in summary) and not interface._derived
@@ -74,6 +79,6 @@ def test_objects_without_a_version_are_not_cached(launches):
             return 4096
 
     obj = Plain()
-    _, owned = interface.tile_summary_for(obj, None, 112, 7)
-    _, owned_again = interface.tile_summary_for(obj, None, 112, 7)
+    _, owned = interface.tile_summary_for(obj, DEV0, 112, 7)
+    _, owned_again = interface.tile_summary_for(obj, DEV0, 112, 7)
     assert owned and owned_again and _launch_count(launches) == 2 and not interface._derived

@@ -183,7 +183,7 @@ def derived_from_indices(indices: Any, what: tuple, compute) -> tuple[tuple, boo
     A model passes the same index tensor to every layer's forward and backward, so what the
     kernels derive from it (the tile summary, the forward's tile ranges) and the host work of
     launching those kernels, which costs more than the kernels, is kept with the tensor: keyed by
-    the object, ``what`` (kind, tile sizes, stream...), its in-place version (``_version`` /
+    the object, ``what`` (kind, tile sizes, device, stream...), its in-place version (``_version`` /
     ``_inplace_version()``) and its address, and freed when the tensor is garbage collected.
     Objects without a version counter get fresh buffers every call. Returns
     ``(buffers, owned)``: ``owned`` buffers belong to the caller, who releases them.
@@ -217,7 +217,7 @@ def tile_summary_for(indices: Any, problem: Problem, tile_n: int, stream: int
     """The tile summary ``(col_min, col_max)`` of ``indices`` for ``tile_n``, cached with the
     tensor (:func:`derived_from_indices`)."""
     return derived_from_indices(
-        indices, ("summary", tile_n, int(stream)),
+        indices, ("summary", tile_n, problem.device, int(stream)),
         lambda: launch_tile_summary(runtime_tensor(indices), problem, tile_n, stream))
 
 
@@ -239,7 +239,7 @@ def tile_ranges_for(indices: Any, problem: Problem, config: Any, summary: tuple,
                                          stream)
         return (ranges,)
 
-    what = ("ranges", rcfg, problem.seqlen_q, int(stream))
+    what = ("ranges", rcfg, problem.seqlen_q, problem.device, int(stream))
     return derived_from_indices(indices, what, compute)
 
 
