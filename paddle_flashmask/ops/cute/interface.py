@@ -7,7 +7,8 @@ the framework's current CUDA stream (an int handle). This module
    contiguity, device, alignment), raising ``ValueError`` naming the argument, the expected and the
    found value;
 2. runs the per-key-tile summary kernel on ``startend_row_indices`` (DESIGN §3: the attention
-   kernels decide SKIP / PARTIAL / FULL from it, no ``[S/tile, S/tile]`` table);
+   kernels decide SKIP / PARTIAL / FULL from it, no ``[S/tile, S/tile]`` table), once per index
+   tensor and content: the summary is kept with the tensor (:func:`derived_from_indices`);
 3. picks the compile-time config (tile sizes per head dim) and gets the compiled kernels through
    the JIT cache (:mod:`.cache`);
 4. allocates the scratch buffers (stream-ordered, :class:`.dlpack.DeviceBuffer`) and launches
