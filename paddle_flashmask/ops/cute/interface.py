@@ -21,7 +21,7 @@ import math
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import cuda.bindings.driver as cu
 
@@ -177,7 +177,8 @@ def _drop_derived(key: tuple) -> None:
                 pass
 
 
-def derived_from_indices(indices: Any, what: tuple, compute) -> tuple[tuple, bool]:
+def derived_from_indices(indices: Any, what: tuple, compute: Callable[[], tuple]
+                         ) -> tuple[tuple, bool]:
     """Device buffers computed from ``indices`` (``compute()`` -> a tuple of DeviceBuffers), once
     per index tensor and content.
 

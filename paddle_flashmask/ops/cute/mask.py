@@ -76,7 +76,8 @@ def classify_key_tile(
     return skip, partial
 
 
-def key_tile_end(row_end, diag_offset, tile_n: int, num_k_tiles, causal: bool):
+def key_tile_end(row_end: Int32, diag_offset: Int32, tile_n: int, num_k_tiles: Int32,
+                 causal: bool) -> Int32:
     """One past the last key tile a query-row range ending at ``row_end`` can see: every tile
     under causal attention stops at the diagonal of the range's last row (``diag_offset`` =
     Sk - Sq, bottom-right alignment); otherwise all ``num_k_tiles``."""
