@@ -153,7 +153,7 @@ timeout -s INT -k 10 100 python3 bench/profile_call.py --masks full,sliding_wind
 ls -la $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call5a call5b call6"
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call5a call5b"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
