@@ -73,8 +73,8 @@ class FwdConfig:
     tile_n: int = 128
     num_stages: int = 2
     q_stages: int = 1  # 2: the next work tile's Q loads during this tile's main loop
-    # Fast-path switches (see docs/kernels_fwd.md: compiled and SASS-checked; the GPU run of the
-    # combination hung once with a 32/240 register split that cannot be satisfied, since fixed).
+    # Fast-path switches (docs/kernels_fwd.md): on in default_config since they passed fwd_check
+    # on the H200; a 32/240 register split cannot be satisfied (it hung once) and is rejected.
     intra_wg_overlap: bool = False  # S_j = Q·K_jᵀ in flight together with P_{j-1}·V_{j-1}
     pingpong: bool = False  # the two consumer warpgroups take turns issuing their GEMMs
     tma_store_o: bool = False  # O leaves through shared memory + TMA (else direct stores)
