@@ -163,3 +163,20 @@ def test_gpu_checker_accepts_the_reference_and_rejects_wrong_ranges():
     wrong[1, 0, 3, 1] += 1
     got = fwd_check.check_tile_ranges(torch.from_numpy(wrong), idx, causal, cfg, 1000)
     assert not got["tile_ranges_ok"] and got["tile_ranges_mismatches"] == 1
+
+
+def test_host_config_follows_every_env_switch(monkeypatch):
+    """interface.forward_config is cached; flipping any switch default_config reads must show."""
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (fwd.TILE_RANGES_ENV, fwd.WORK_ORDER_ENV, fwd.FAST_ENV):
+        monkeypatch.delenv(name, raising=False)
+    base = interface.forward_config("bfloat16", 128, True, 1)
+    assert not base.tile_ranges and not base.work_order and base.intra_wg_overlap
+    for name, field, value in ((fwd.TILE_RANGES_ENV, "tile_ranges", True),
+                               (fwd.WORK_ORDER_ENV, "work_order", True),
+                               (fwd.FAST_ENV, "intra_wg_overlap", False)):
+        monkeypatch.setenv(name, "1" if value else "0")
+        assert getattr(interface.forward_config("bfloat16", 128, True, 1), field) == value, name
+        monkeypatch.delenv(name)
+    assert interface.forward_config("bfloat16", 128, True, 1) == base

@@ -291,15 +291,15 @@ def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
 def forward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
                    has_sink: bool = False):
     """The forward kernel variant used for these compile-time facts (tile sizes per head dim)."""
-    from .flash_fwd_sm90 import FAST_ENV, WORK_ORDER_ENV
+    from .flash_fwd_sm90 import FAST_ENV, TILE_RANGES_ENV, WORK_ORDER_ENV
 
-    # the env switches are part of the key: a test or a user may flip them between calls
-    return _forward_config(dtype, head_dim, bool(causal), num_columns, bool(has_sink),
-                           os.environ.get(FAST_ENV), os.environ.get(WORK_ORDER_ENV))
+    # every env switch default_config reads is part of the key: they may flip between calls
+    switches = tuple(os.environ.get(name) for name in (FAST_ENV, WORK_ORDER_ENV, TILE_RANGES_ENV))
+    return _forward_config(dtype, head_dim, bool(causal), num_columns, bool(has_sink), switches)
 
 
 @functools.lru_cache(maxsize=256)
-def _forward_config(dtype, head_dim, causal, num_columns, has_sink, _fast_env, _work_order_env):
+def _forward_config(dtype, head_dim, causal, num_columns, has_sink, _env_switches):
     from .flash_fwd_sm90 import default_config
 
     return default_config(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns,
