@@ -49,6 +49,9 @@ def parse_args(argv=None):
     p.add_argument("--chunk-size", type=int, default=2048)
     p.add_argument("--comm-groups", default="1,2",
                    help="comma list: all-gathers K/V is split into (each value is one timed variant)")
+    p.add_argument("--comm-sms", default="0",
+                   help="comma list: SMs the forward leaves to NCCL while a gather is in flight "
+                        "(each value is one more CP variant; e.g. 0,16)")
     p.add_argument("--backend", default=None, help="auto | cute | reference (default: auto)")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -125,6 +128,7 @@ def plot(result: dict, path: str) -> None:
         return
     fig, (ax_t, ax_w) = plt.subplots(1, 2, figsize=(10, 3.6))
     labels = ["1 device"] + [f"CP x{result['world_size']}, {v['comm_groups']} group(s)"
+                             + (f", {v['comm_sms']} SMs to NCCL" if v.get("comm_sms") else "")
                              for v in result["context_parallel"]]
     runs = [result["single_device"]] + result["context_parallel"]
     for offset, phase in ((-0.2, "fwd"), (0.2, "fwd_bwd")):
@@ -204,16 +208,20 @@ def main(argv=None) -> dict:
     local = [torch_cp.shard_sequence(x, plan, rank).requires_grad_() for x in (q, k, v)]
     dout_local = torch_cp.shard_sequence(dout, plan, rank)
     variants = []
-    for groups in groups_list:  # same assignment, different all-gather granularity
+    sms_list = [int(x) for x in str(args.comm_sms).split(",")]
+    # same assignment, different all-gather granularity and SMs left to NCCL
+    for groups, sms in ((g, m) for g in groups_list for m in sms_list):
         plan_g, masks_g = torch_cp.prepare(mask.startend_row_indices, mask.causal,
                                            chunk_size=args.chunk_size, comm_groups=groups)
         dev_masks = torch_cp.device_masks(plan_g, masks_g, device)  # once per step, as a model would
 
         def cp_fwd():
-            return torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend)
+            return torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend,
+                                                       comm_sms=sms)
 
         def cp_fwd_bwd():
-            out = torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend)
+            out = torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend,
+                                                      comm_sms=sms)
             return torch.autograd.grad(out, local, dout_local)
 
         if use_cuda:
@@ -221,7 +229,8 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             cp_f = timed(cp_fwd, clock, args.iters, args.warmup, collective=True)
         cp_fb = timed(cp_fwd_bwd, clock, args.iters, args.warmup, collective=True)
-        variants.append({"comm_groups": len(plan_g.comm_groups), "fwd": cp_f, "fwd_bwd": cp_fb,
+        variants.append({"comm_groups": len(plan_g.comm_groups), "comm_sms": sms,
+                         "fwd": cp_f, "fwd_bwd": cp_fb,
                          "phase_pairs_rank": [masks_g.local_work, *masks_g.remote_work],
                          "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if use_cuda else None,
                          "speedup": {"fwd": single_f["median_s"] / cp_f["median_s"],
@@ -269,6 +278,7 @@ def main(argv=None) -> dict:
         "context_parallel": variants,
         "comm_only": {"all_gather_shard": comm_ag, "reduce_scatter_shard": comm_rs},
         "best_comm_groups": best["comm_groups"],
+        "best_comm_sms": best["comm_sms"],
         "speedup": best["speedup"],
         "tflops": {"single_fwd_bwd": 3.5 * fwd_flops / single_fb["median_s"] / 1e12,
                    "cp_fwd_bwd_total": 3.5 * fwd_flops / best["fwd_bwd"]["median_s"] / 1e12},

@@ -131,7 +131,7 @@ call5b() {
   emit "call 5b - nvidia-h200-x2: stage part b, context-parallel scaling on 2 GPUs (NCCL, NVLink multicast off) [<= 8 min]" \
     nvidia-h200-x2 500 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-sms 0,16 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
 ls -la $OUT'
 }
 
@@ -139,7 +139,7 @@ call5() {
   emit "call 5 - plan B only (GS_KIND=nvidia-h200-x2, calls 0-4 already ran on this staged 2-GPU machine): context-parallel scaling [<= 8 min]" \
     nvidia-h200-x2 460 '[".devtools"]' \
 "$PRELUDE"'
-NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-sms 0,16 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
 ls -la $OUT'
 }
 

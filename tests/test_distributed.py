@@ -600,3 +600,33 @@ def test_torch_cp_single_rank_and_errors(single_rank_group):
         torch_cp.prepare(None, True, window_size=3)
     with pytest.raises(ValueError, match="window_size"):
         torch_cp.prepare(None, True, window_size=-2, seqlen=s)
+
+
+def test_torch_cp_leaves_sms_to_collectives_only_while_they_fly(single_rank_group, monkeypatch):
+    """comm_sms reaches the forward phases that run while a gather is in flight (the local phase,
+    and every remote phase but the last), never the others; results are unchanged."""
+    torch = single_rank_group
+    from paddle_flashmask.distributed import engine, torch_cp
+    from paddle_flashmask.ops import backend as backend_ops
+
+    s = 24
+    mask = mb.causal_document_mask([7, 9, 8], s)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, s, 2, 8, generator=g) for _ in range(3))
+    plan, masks = torch_cp.prepare(*mask, chunk_size=4, comm_groups=2)
+    seen = []
+    real_run_fwd = backend_ops.run_fwd
+
+    def spy(*args, reserved_sms=0, **kwargs):
+        seen.append(reserved_sms)
+        return real_run_fwd(*args, reserved_sms=reserved_sms, **kwargs)
+
+    monkeypatch.setattr(engine.backend_ops, "run_fwd", spy)
+    ref = torch_cp.context_parallel_attention(q, k, v, plan, masks, backend="reference")
+    assert seen and set(seen) == {0}
+    seen.clear()
+    out = torch_cp.context_parallel_attention(q, k, v, plan, masks, backend="reference", comm_sms=8)
+    n_remote = len(seen) - (1 if masks.local_work > 0 else 0)
+    want = ([8] if masks.local_work > 0 else []) + [8] * max(n_remote - 1, 0) + [0] * min(n_remote, 1)
+    assert seen == want, (seen, masks.local_work, masks.remote_work)
+    assert torch.equal(out, ref)

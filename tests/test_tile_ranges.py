@@ -180,3 +180,65 @@ def test_host_config_follows_every_env_switch(monkeypatch):
         assert getattr(interface.forward_config("bfloat16", 128, True, 1), field) == value, name
         monkeypatch.delenv(name)
     assert interface.forward_config("bfloat16", 128, True, 1) == base
+
+
+def test_reserved_sms_shrink_the_persistent_grid(monkeypatch):
+    """flashmask_fwd(reserved_sms=N) launches min(work tiles, SMs - N) persistent CTAs (context
+    parallelism leaves SMs to NCCL); a bad value is an error naming the argument."""
+    torch = pytest.importorskip("torch")
+    from paddle_flashmask.ops.cute import cache, interface
+    from test_cute_compile import _HostAsCuda
+
+    grids = []
+
+    def compile_and_pack(name, config, build):
+        compiled = build(config)
+
+        def launch(*args):
+            compiled.execution_args.generate_execution_args(args, {})
+            if name == "flash_fwd_sm90":
+                grids.append(int(args[-2]))  # (..., Int32(grid), stream)
+        return launch
+
+    class Scratch(_HostAsCuda):
+        def __init__(self, shape, dtype, device, stream, zero=False):
+            super().__init__(torch.zeros(tuple(shape), dtype=getattr(torch, dtype)))
+            self.shape, self.data_ptr = tuple(shape), self.tensor.data_ptr()
+
+        def release(self):
+            pass
+
+    monkeypatch.delenv(fwd.TILE_RANGES_ENV, raising=False)
+    monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
+    monkeypatch.setattr(interface, "num_sms", lambda device: 132)
+    monkeypatch.setattr(interface, "DeviceBuffer", Scratch)
+    monkeypatch.setattr(cache, "get_or_compile", compile_and_pack)
+
+    b, s, h, d = 4, 512, 8, 128  # 4 * 8 * 4 = 128 query tiles of 128 rows
+
+    def t(*shape, dtype=torch.bfloat16):
+        return _HostAsCuda(torch.zeros(*shape, dtype=dtype))
+
+    q, k, v, out = t(b, s, h, d), t(b, s, h, d), t(b, s, h, d), t(b, s, h, d)
+    lse = t(b, h, s, dtype=torch.float32)
+    for reserved in (0, 16, 100):
+        interface.flashmask_fwd(q, k, v, out, lse, None, causal=True, softmax_scale=0.1, stream=0,
+                                reserved_sms=reserved)
+    assert grids == [128, 116, 32]
+    with pytest.raises(ValueError, match="reserved_sms"):
+        interface.flashmask_fwd(q, k, v, out, lse, None, causal=True, softmax_scale=0.1, stream=0,
+                                reserved_sms=132)
+
+
+def test_cp_comm_sms_switch(monkeypatch):
+    from paddle_flashmask.distributed import engine
+
+    monkeypatch.delenv(engine.COMM_SMS_ENV, raising=False)
+    assert engine.comm_sms(None) == 0 and engine.comm_sms(12) == 12
+    monkeypatch.setenv(engine.COMM_SMS_ENV, "16")
+    assert engine.comm_sms(None) == 16 and engine.comm_sms(0) == 0
+    monkeypatch.setenv(engine.COMM_SMS_ENV, "many")
+    with pytest.raises(ValueError, match=engine.COMM_SMS_ENV):
+        engine.comm_sms(None)
+    with pytest.raises(ValueError, match="comm_sms"):
+        engine.comm_sms(-1)

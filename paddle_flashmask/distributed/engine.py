@@ -22,12 +22,15 @@ it is computed, overlapping the next phase; the sink gradient is computed from t
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 from ..ops import arguments, backend as backend_ops
 from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel, window_indices
+
+COMM_SMS_ENV = "PADDLE_FLASHMASK_CP_COMM_SMS"
 
 
 class PendingCollective:
@@ -136,10 +139,28 @@ def _sizes(adapter, plan: ContextParallelPlan, rank: int, q, k, v, masks: RankMa
         raise ValueError(f"startend_row_indices: expected batch size {int(q.shape[0])} (dim 0), found {b}")
 
 
+def comm_sms(requested: Optional[int]) -> int:
+    """SMs the forward leaves to the collectives while they are in flight: the argument, else env
+    ``PADDLE_FLASHMASK_CP_COMM_SMS``, else 0. The cute forward is persistent (one CTA per SM that
+    stays until the end), so an all-gather launched on NCCL's stream may find no free SM until
+    the phase it should overlap with is over."""
+    if requested is None:
+        text = os.environ.get(COMM_SMS_ENV, "").strip()
+        if not text:
+            return 0
+        if not text.isdigit():
+            raise ValueError(f"{COMM_SMS_ENV}: expected a non-negative int, found {text!r}")
+        requested = int(text)
+    if not isinstance(requested, int) or requested < 0:
+        raise ValueError(f"comm_sms: expected a non-negative int, found {requested!r}")
+    return requested
+
+
 def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: PhaseIndices,
                maps: ShardMaps, q, k, v, learnable_sink, *, softmax_scale: float,
-               backend: Optional[str], state: CPState):
-    """Returns ``(out [B, R, H, Dv] in q's dtype, lse fp32 [B, H, R])``."""
+               backend: Optional[str], state: CPState, reserved_sms: int = 0):
+    """Returns ``(out [B, R, H, Dv] in q's dtype, lse fp32 [B, H, R])``. ``reserved_sms``
+    (:func:`comm_sms`) goes to every phase that runs while a gather is still in flight."""
     rank = adapter.rank
     _sizes(adapter, plan, rank, q, k, v, masks)
     k_shard = adapter.pack_shard(k, maps.shard_src)  # [shard_len, B, Hk, D], a view when unpadded
@@ -151,7 +172,8 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
     acc = _Merge(adapter, q, int(v.shape[3]))
     if masks.local_work > 0:
         out, lse, _ = backend_ops.run_fwd(backend, q, k, v, phase_idx.local, None, causal=False,
-                                          softmax_scale=softmax_scale)
+                                          softmax_scale=softmax_scale,
+                                          reserved_sms=reserved_sms if pending else 0)
         acc.add(out, lse)
     for g, (k_work, v_work) in enumerate(pending):
         k_gathered, v_gathered = k_work.wait(), v_work.wait()  # [world * group_len, B, Hk, D]
@@ -160,8 +182,10 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
             continue
         kg, vg = adapter.batch_first(k_gathered), adapter.batch_first(v_gathered)
         state.gathered.append((kg, vg))
+        later_in_flight = g + 1 < len(pending)
         out, lse, _ = backend_ops.run_fwd(backend, q, kg, vg, phase_idx.remote[g], None, causal=False,
-                                          softmax_scale=softmax_scale)
+                                          softmax_scale=softmax_scale,
+                                          reserved_sms=reserved_sms if later_in_flight else 0)
         acc.add(out, lse)
     if learnable_sink is not None:
         acc.add_sink(learnable_sink)

@@ -149,7 +149,8 @@ def _pylayer():
             state = engine.CPState()
             out, lse = engine.cp_forward(call["adapter"], call["plan"], call["masks"], call["phase_idx"],
                                          call["maps"], q, k, v, sink, softmax_scale=call["scale"],
-                                         backend=call["backend"], state=state)
+                                         backend=call["backend"], state=state,
+                                         reserved_sms=call["comm_sms"])
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.call, ctx.state, ctx.sink = call, state, sink
             ctx.mark_non_differentiable(lse)
@@ -191,14 +192,16 @@ def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[
 def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks, *,
                                group=None, softmax_scale: Optional[float] = None, learnable_sink=None,
                                return_softmax_lse: bool = False, backend: Optional[str] = None,
-                               deterministic: Optional[bool] = None):
+                               deterministic: Optional[bool] = None,
+                               comm_sms: Optional[int] = None):
     """Paddle twin of :func:`paddle_flashmask.distributed.torch_cp.context_parallel_attention`."""
     scale = engine.check_local_inputs(query, key, value, learnable_sink, softmax_scale)
     adapter = PaddleAdapter(group)
     if not isinstance(masks, engine.DeviceMasks):
         masks = device_masks(plan, masks, query.place, group)
     call = {"adapter": adapter, "plan": plan, "masks": masks.masks, "phase_idx": masks.phase_idx,
-            "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic}
+            "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic,
+            "comm_sms": engine.comm_sms(comm_sms)}
     out, lse = _pylayer().apply(query, key, value, learnable_sink, call)
     return (out, lse) if return_softmax_lse else out
 

@@ -152,7 +152,8 @@ def _function():
             state = engine.CPState()
             out, lse = engine.cp_forward(call["adapter"], call["plan"], call["masks"], call["phase_idx"],
                                          call["maps"], q, k, v, sink, softmax_scale=call["scale"],
-                                         backend=call["backend"], state=state)
+                                         backend=call["backend"], state=state,
+                                         reserved_sms=call["comm_sms"])
             ctx.save_for_backward(q, k, v, out, lse, *([sink] if sink is not None else []))
             ctx.call, ctx.state = call, state
             ctx.mark_non_differentiable(lse)
@@ -196,7 +197,8 @@ def prepare(startend_row_indices: Any, causal: bool, group=None, rank: Optional[
 def context_parallel_attention(query, key, value, plan: ContextParallelPlan, masks, *,
                                group=None, softmax_scale: Optional[float] = None, learnable_sink=None,
                                return_softmax_lse: bool = False, backend: Optional[str] = None,
-                               deterministic: Optional[bool] = None):
+                               deterministic: Optional[bool] = None,
+                               comm_sms: Optional[int] = None):
     """FlashMask attention of this rank's query rows against the keys of all ranks.
 
     ``query`` ``[B, R, H, D]``, ``key``/``value`` ``[B, R, Hk, D(v)]``: the local rows ``masks.rows``
@@ -204,6 +206,8 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
     better their :func:`device_masks` (uploaded once, reused by every layer). Returns the local rows
     of the single-device output (and the LSE ``[B, H, R]`` with ``return_softmax_lse``).
     ``backend`` / ``deterministic`` as in ``paddle_flashmask.torch.flashmask_attention``.
+    ``comm_sms``: SMs the forward leaves free while K/V gathers are in flight (default: env
+    ``PADDLE_FLASHMASK_CP_COMM_SMS``, else 0); see :func:`engine.comm_sms`.
     ``learnable_sink``'s gradient is this rank's share: sum it over the context-parallel ranks like
     any replicated parameter (DDP over the data x context group does).
     """
@@ -212,7 +216,8 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
     if not isinstance(masks, engine.DeviceMasks):
         masks = device_masks(plan, masks, query.device, group)
     call = {"adapter": adapter, "plan": plan, "masks": masks.masks, "phase_idx": masks.phase_idx,
-            "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic}
+            "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic,
+            "comm_sms": engine.comm_sms(comm_sms)}
     out, lse = _function().apply(query, key, value, learnable_sink, call)
     return (out, lse) if return_softmax_lse else out
 

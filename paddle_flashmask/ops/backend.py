@@ -242,8 +242,11 @@ def resolve_deterministic(deterministic: Optional[bool], query: Any) -> bool:
 # --------------------------------------------------------------------------------------------------
 
 def run_fwd(requested: Optional[str], q, k, v, startend_row_indices, learnable_sink, *, causal: bool,
-            softmax_scale: float):
+            softmax_scale: float, reserved_sms: int = 0):
     """Forward on the backend chosen for ``requested`` (see :func:`choose_backend`).
+
+    ``reserved_sms``: SMs the cute forward's persistent grid leaves to concurrent kernels on other
+    streams (context parallelism's collectives); ignored by the reference backend.
 
     Returns ``(out, lse, backend_name)``. The choice happens here, on real tensors, so a traced
     caller (``torch.compile``) stays backend-agnostic.
@@ -262,8 +265,9 @@ def run_fwd(requested: Optional[str], q, k, v, startend_row_indices, learnable_s
     lse = glue.empty((b, h, sq), "float32", q)
     idx = None if startend_row_indices is None else glue.contiguous(startend_row_indices)
     sink = None if learnable_sink is None else glue.contiguous(glue.cast(learnable_sink, "float32"))
+    kwargs = {"reserved_sms": reserved_sms} if reserved_sms else {}
     interface.flashmask_fwd(q, k, v, out, lse, idx, causal=causal, softmax_scale=softmax_scale,
-                            learnable_sink=sink, stream=glue.stream(q))
+                            learnable_sink=sink, stream=glue.stream(q), **kwargs)
     return out, lse, backend
 
 

@@ -343,12 +343,14 @@ def compiled_backward(config):
 
 def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indices: Any, *,
                   causal: bool, softmax_scale: float, learnable_sink: Any = None,
-                  stream: int) -> None:
+                  stream: int, reserved_sms: int = 0) -> None:
     """FlashMask forward, written in place into ``out`` [B,Sq,H,Dv] and ``lse`` fp32 [B,H,Sq].
 
     q [B,Sq,H,D], k [B,Sk,Hk,D], v [B,Sk,Hk,Dv] bf16/fp16 contiguous; ``startend_row_indices``
     int32 [B,Hm,Sk,C] or None; ``learnable_sink`` fp32 [H] or None; all ``__dlpack__`` objects on
     the current CUDA device; ``stream`` a CUDA stream handle. Enqueues work, never synchronises.
+    ``reserved_sms``: SMs the persistent grid leaves free, for kernels that must run at the same
+    time on other streams (NCCL collectives of context parallelism); 0 = one CTA per SM.
     """
     problem, infos = _problem(q, k, v, startend_row_indices, causal, learnable_sink)
     dev = (2, problem.device)
@@ -356,6 +358,9 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     infos["out"] = _convert(out, "out", problem.dtype, (b, sq, h, dv), dev, TMA_ALIGN_BYTES)
     infos["lse"] = _convert(lse, "lse", "float32", (b, h, sq), dev, 4)
     _expect(math.isfinite(softmax_scale), "softmax_scale", "a finite float", softmax_scale)
+    sms = num_sms(problem.device)
+    _expect(isinstance(reserved_sms, int) and 0 <= reserved_sms < sms, "reserved_sms",
+            f"an int in [0, {sms})", reserved_sms)
     config = forward_config(problem.dtype, problem.head_dim, problem.causal, problem.num_columns,
                             problem.has_sink)
     summary, owned = (None, None), False
@@ -371,7 +376,7 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
         ordering = launch_work_order(problem, config, summary, stream)
     kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["lse"], infos.get("indices"),
            summary[0], summary[1], infos.get("sink"), float(softmax_scale), stream,
-           num_sms(problem.device), work_order=ordering[1], tile_ranges=ranges[0])
+           sms - reserved_sms, work_order=ordering[1], tile_ranges=ranges[0])
     # freed in stream order, after the kernel that reads them (cached buffers stay)
     for buffer in (*(summary if owned else ()), *(ranges if ranges_owned else ()), *ordering):
         if buffer is not None:
