@@ -144,11 +144,12 @@ ls -la $OUT'
 }
 
 call6() {
-  emit "call 6 (next session, first after call 1) - per-query-tile key-tile ranges (FwdConfig.tile_ranges) vs oracle and A/B, host time per call at HEAD [<= 6.5 min]" \
-    "$KIND1" 420 '[".devtools"]' \
+  emit "call 6 (next session, first after call 1) - forward tile ranges and backward row ranges vs oracle, forward A/B, host time per call at HEAD [<= 8.5 min]" \
+    "$KIND1" 510 '[".devtools"]' \
 "$PRELUDE"'
 timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --tile-ranges --json-name fwd_check_ranges.json 2>&1 | tee $OUT/fwd_check_ranges.log | tail -n 6
 timeout -s INT -k 10 100 python3 tests/gpu/fwd_check.py --tile-ranges --bench --only causal_doc_C1 --json-name ranges_bench.json 2>&1 | tee $OUT/ranges_bench.log | tail -n 10
+timeout -s INT -k 10 70 python3 tests/gpu/bwd_check.py --quick --row-ranges --json-name ranges_bwd.json 2>&1 | tee $OUT/ranges_bwd.log | tail -n 4
 timeout -s INT -k 10 100 python3 bench/profile_call.py --masks full,sliding_window,causal_document --cprofile 2>&1 | tee $OUT/profile_call.log | tail -n 60
 ls -la $OUT'
 }

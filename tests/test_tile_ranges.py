@@ -242,3 +242,19 @@ def test_cp_comm_sms_switch(monkeypatch):
         engine.comm_sms(None)
     with pytest.raises(ValueError, match="comm_sms"):
         engine.comm_sms(-1)
+
+
+def test_backward_row_ranges_switch(monkeypatch):
+    """BwdConfig.row_ranges (off by default) follows env PADDLE_FLASHMASK_BWD_ROW_RANGES through
+    the host API's cached config."""
+    from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(bwd.ROW_RANGES_ENV, raising=False)
+    base = interface.backward_config("bfloat16", 128, True, 1)
+    assert not base.row_ranges
+    monkeypatch.setenv(bwd.ROW_RANGES_ENV, "1")
+    on = interface.backward_config("bfloat16", 128, True, 1)
+    assert on.row_ranges and on != base and on.prepost == base.prepost
+    monkeypatch.delenv(bwd.ROW_RANGES_ENV)
+    assert interface.backward_config("bfloat16", 128, True, 1) == base

@@ -84,11 +84,12 @@ DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink"]
 
 
 class Runner:
-    def __init__(self, torch, bwd_mod, cute_rt):
+    def __init__(self, torch, bwd_mod, cute_rt, row_ranges=False):
         self.torch = torch
         self.bwd = bwd_mod
         self.rt = cute_rt
         self.compiled = {}
+        self.row_ranges = row_ranges  # BwdConfig.row_ranges on every case (--row-ranges)
 
     def get(self, cfg):
         t0 = time.time()
@@ -121,7 +122,7 @@ class Runner:
         cfg = self.bwd.BwdConfig(p["dt"].replace("bf16", "bfloat16").replace("fp16", "float16"),
                                  p["d"], p["dv"], p["causal"], cols, gqa=p["h"] != p["hk"],
                                  has_sink=p["sink"] is not None, deterministic=deterministic,
-                                 rs_dkv=p["name"].endswith("_rs"))
+                                 rs_dkv=p["name"].endswith("_rs"), row_ranges=self.row_ranges)
         fn, compile_s = self.get(cfg)
         b, sq, sk, h, hk = p["b"], p["sq"], p["sk"], p["h"], p["hk"]
         nan = float("nan")
@@ -255,12 +256,16 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--only", default="")
+    ap.add_argument("--row-ranges", action="store_true",
+                    help="every case with BwdConfig.row_ranges (per-key-tile query-tile ranges)")
+    ap.add_argument("--json-name", default="bwd_check.json",
+                    help="file name of the JSON report under $OUT")
     args = ap.parse_args()
     import torch
     import cutlass.cute.runtime as cute_rt
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd_mod
 
-    runner = Runner(torch, bwd_mod, cute_rt)
+    runner = Runner(torch, bwd_mod, cute_rt, row_ranges=args.row_ranges)
     cases = CASES_QUICK if args.quick else CASES_FULL
     if args.only:
         cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]
@@ -302,7 +307,7 @@ def main():
     report["total"] = len(report["cases"])
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bwd_check.json").write_text(json.dumps(report, indent=1))
+    (out_dir / args.json_name).write_text(json.dumps(report, indent=1))
     print(f"passed {report['passed']}/{report['total']}, determinism "
           f"{[r.get('bit_identical') for r in report['determinism']]}")
     ok = report["passed"] == report["total"] and all(r["pass"] for r in report["determinism"])

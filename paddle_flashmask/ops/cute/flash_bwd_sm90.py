@@ -45,7 +45,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Float32, Int32, const_expr
+from cutlass import Float32, Int32, Uint32, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.experimental import primitives as prims
 from cutlass.tensor_utils import LayoutEnum
@@ -75,6 +75,9 @@ def default_tile_n(head_dim: int) -> int:
     return 128 if head_dim <= 128 else 64
 
 
+ROW_RANGES_ENV = "PADDLE_FLASHMASK_BWD_ROW_RANGES"
+
+
 @dataclass(frozen=True)
 class BwdConfig:
     """Compile-time parameters of the backward main kernel (frozen, hashable: a cache key).
@@ -93,9 +96,13 @@ class BwdConfig:
     deterministic: bool = False
     tile_m: int = ROWS_PER_CTA
     tile_n: int = 0  # 0 = default_tile_n(head_dim)
-    # dV/dK wgmma with P^T/dS^T from registers (tile_n = 128 only). Compiles spill-free for sm_90a
-    # but is not yet validated on the GPU, so the validated smem-operand path is the default.
+    # dV/dK wgmma with P^T/dS^T from registers (tile_n = 128 only). Passed bwd_check on the H200
+    # (session 2) but is not benchmarked yet, so the smem-operand path stays the default.
     rs_dkv: bool = False
+    # Each role walks only the query tiles [m_lo, m_hi) that the key tile's bounds allow, found by
+    # one warp ballot per 32 query tiles, instead of testing every query tile of the sequence.
+    # Off by default: compiled and CPU-checked, not yet run on the GPU.
+    row_ranges: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -309,6 +316,34 @@ class FlashMaskBwdSm90:
         return semantics.tile_fully_masked(row_begin, row_end, n0, bmax, bmin, self.cfg.causal,
                                            diag)
 
+    @cute.jit
+    def _m_range(self, n0, bmax, bmin, seqlen_q, diag, num_m):
+        """(m_lo, m_hi): the first and one past the last query tile ``_skipped`` keeps for this
+        key tile (0, 0 when none), 32 query tiles per warp ballot; every lane gets the same
+        values, so every role that calls it walks the same tiles. Called by whole warps."""
+        lane = cute.arch.lane_idx()
+        m_lo = Int32(0)
+        m_hi = Int32(0)
+        for chunk in cutlass.range((num_m + 31) // 32, unroll=1):
+            m = chunk * 32 + lane
+            skip = self._skipped(cutlass.min(m, num_m - 1), n0, bmax, bmin, seqlen_q, diag)
+            skip = skip | (m >= num_m)
+            visit = Uint32(cute.arch.vote_ballot_sync(skip)) ^ Uint32(0xFFFFFFFF)
+            if visit != Uint32(0):
+                lowest = visit & (Uint32(0) - visit)
+                first = chunk * 32 + Int32(31) - Int32(cute.arch.clz(lowest))
+                if m_hi == 0:
+                    m_lo = first
+                m_hi = chunk * 32 + Int32(32) - Int32(cute.arch.clz(visit))
+        return m_lo, m_hi
+
+    @cute.jit
+    def _walk(self, n0, bmax, bmin, seqlen_q, diag, num_m):
+        """The query-tile loop bounds of every role: [0, num_m), or the key tile's row range."""
+        if const_expr(self.cfg.row_ranges):
+            return self._m_range(n0, bmax, bmin, seqlen_q, diag, num_m)
+        return 0, num_m
+
     def _needs_mask(self, m_blk, n0, bmax, bmin, seqlen_q, seqlen_k, diag):
         row_begin = m_blk * self.tile_m
         row_end = cutlass.min(row_begin + self.tile_m, seqlen_q)
@@ -409,7 +444,8 @@ class FlashMaskBwdSm90:
                 cute.copy(tma_v, tVg, tVs, tma_bar_ptr=pipe_kv.producer_get_barrier(kv_state))
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                      self.stages)
-                for m_blk in cutlass.range(num_m, unroll=1):
+                m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
+                for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
                     if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
                         pipe_q.producer_acquire(state)
                         cute.copy(tma_q, tQg[None, m_blk], tQs[None, state.index],
@@ -507,7 +543,8 @@ class FlashMaskBwdSm90:
         pipe_kv.consumer_wait(st_kv)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
 
-        for m_blk in cutlass.range(num_m, unroll=1):
+        m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
+        for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
             skipped = self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag)
             if not skipped:
                 m0 = m_blk * self.tile_m
@@ -625,7 +662,8 @@ class FlashMaskBwdSm90:
         off the consumers' critical path."""
         lane = tidx % 32
         gdQacc_bh = mdQacc[b, h, None, None]
-        for m_blk in cutlass.range(num_m, unroll=1):
+        m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
+        for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
             if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
                 wait_for = Int32(0)
                 if const_expr(self.cfg.deterministic):

@@ -306,14 +306,24 @@ def _forward_config(dtype, head_dim, causal, num_columns, has_sink, _env_switche
                           has_sink)
 
 
-@functools.lru_cache(maxsize=256)
 def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
                     gqa: bool = False, has_sink: bool = False, deterministic: bool = False):
-    """The backward kernel variant used for these compile-time facts."""
+    """The backward kernel variant used for these compile-time facts (env
+    ``PADDLE_FLASHMASK_BWD_ROW_RANGES=1``: per-key-tile query-tile ranges, not yet GPU-run)."""
+    from .flash_bwd_sm90 import ROW_RANGES_ENV
+
+    row_ranges = os.environ.get(ROW_RANGES_ENV, "0") not in ("", "0", "false", "False")
+    return _backward_config(dtype, head_dim, bool(causal), num_columns, bool(gqa), bool(has_sink),
+                            bool(deterministic), row_ranges)
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
+                     row_ranges):
     from .flash_bwd_sm90 import BwdConfig
 
-    return BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], bool(causal), num_columns,
-                     gqa=bool(gqa), has_sink=bool(has_sink), deterministic=bool(deterministic))
+    return BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
+                     has_sink=has_sink, deterministic=deterministic, row_ranges=row_ranges)
 
 
 def compiled_forward(config):
