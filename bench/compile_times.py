@@ -3,7 +3,7 @@ cache in a new process (issue 5 item 4).
 
 Each variant is compiled in its own child process against an empty cache directory (the JIT
 compile plus writing the object), then loaded by another new process from that directory. Both
-children time only ``cache.get_or_compile`` (imports excluded) and report the cache counters, so
+children time only ``interface.compiled_kernel`` (imports excluded) and report the cache counters, so
 a "load" that secretly compiled is flagged. Children run ``--jobs`` at a time.
 
     python3 bench/compile_times.py [--forms causal,full,causal-C1,bidir-C2] [--head-dim 128]
@@ -26,16 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# cache name -> "module:function" building the compiled object for a config (as interface.py does)
-BUILDERS = {
-    "flash_fwd_sm90": "paddle_flashmask.ops.cute.flash_fwd_sm90:compile_forward",
-    "flash_bwd_sm90": "paddle_flashmask.ops.cute.flash_bwd_sm90:compile_backward",
-    "flash_bwd_pre": "paddle_flashmask.ops.cute.flash_bwd_prepost:compile_preprocess",
-    "flash_bwd_post": "paddle_flashmask.ops.cute.flash_bwd_prepost:compile_postprocess",
-    "tile_summary": "paddle_flashmask.ops.cute.summary_kernel:compile_summary",
-}
-
 
 def parse_form(form: str) -> tuple[bool, Optional[int]]:
     """'causal' | 'full' | 'causal-C1' | 'causal-C2' | 'bidir-C2' | 'bidir-C4' -> (causal, C)."""
@@ -70,22 +60,18 @@ def variants_for(forms: list[tuple[bool, Optional[int]]], dtype: str, head_dim: 
 
 
 _CHILD = r"""
-import base64, json, pickle, sys, time, importlib
+import base64, json, pickle, sys, time
 sys.path.insert(0, {root!r})
-name, config, target = pickle.loads(base64.b64decode({payload!r}))
-from paddle_flashmask.ops.cute import cache
-module, func = target.split(":")
-build = getattr(importlib.import_module(module), func)
-if name == "flash_fwd_sm90":
-    build = (lambda b: (lambda c: b(c).compiled))(build)
+name, config = pickle.loads(base64.b64decode({payload!r}))
+from paddle_flashmask.ops.cute import cache, interface
 t = time.perf_counter()
-cache.get_or_compile(name, config, build)
+interface.compiled_kernel(name, config)
 print(json.dumps({{"seconds": time.perf_counter() - t, "stats": cache.stats()}}))
 """
 
 
 def _child(name: str, config: Any, cache_dir: str, timeout: float) -> dict:
-    payload = base64.b64encode(pickle.dumps((name, config, BUILDERS[name]))).decode()
+    payload = base64.b64encode(pickle.dumps((name, config))).decode()
     env = dict(os.environ, PADDLE_FLASHMASK_CACHE_DIR=cache_dir, PADDLE_FLASHMASK_CACHE="1")
     start = time.perf_counter()
     try:

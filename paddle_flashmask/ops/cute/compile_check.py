@@ -138,25 +138,17 @@ def variants(full: bool = False) -> list[Variant]:
     return out
 
 
+# compile-check kind -> the kernel's name in interface.KERNEL_BUILDERS
+_KIND_KERNELS = {"summary": "tile_summary", "work_order": "fwd_work_order",
+                 "tile_ranges": "fwd_tile_ranges", "fwd": "flash_fwd_sm90", "bwd": "flash_bwd_sm90",
+                 "bwd_pre": "flash_bwd_pre", "bwd_post": "flash_bwd_post"}
+
+
 def _build(kind: str, config: Any) -> Any:
     """The JIT-compiled function of one variant (no cache: the check must run ptxas)."""
-    if kind == "summary":
-        from .summary_kernel import compile_summary
-        return compile_summary(config)
-    if kind == "work_order":
-        from .work_order_kernel import compile_work_order
-        return compile_work_order(config)
-    if kind == "tile_ranges":
-        from .tile_range_kernel import compile_tile_ranges
-        return compile_tile_ranges(config)
-    if kind == "fwd":
-        from .flash_fwd_sm90 import compile_forward
-        return compile_forward(config).compiled
-    if kind == "bwd":
-        from .flash_bwd_sm90 import compile_backward
-        return compile_backward(config)
-    from .flash_bwd_prepost import compile_postprocess, compile_preprocess
-    return compile_preprocess(config) if kind == "bwd_pre" else compile_postprocess(config)
+    from .interface import KERNEL_BUILDERS
+
+    return KERNEL_BUILDERS[_KIND_KERNELS[kind]](config)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ the framework's current CUDA stream (an int handle). This module
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import os
 import weakref
@@ -157,7 +158,7 @@ def launch_tile_summary(indices: Any, problem: Problem, tile_n: int, stream: int
     col_min = DeviceBuffer(shape, "int32", problem.device, stream)
     col_max = DeviceBuffer(shape, "int32", problem.device, stream)
     if problem.seqlen_k > 0 and problem.batch * problem.mask_heads > 0:
-        kernel = cache.get_or_compile("tile_summary", SummaryConfig(tile_n, c), compile_summary)
+        kernel = compiled_kernel("tile_summary", SummaryConfig(tile_n, c))
         kernel(indices, runtime_tensor(col_min), runtime_tensor(col_max), cu.CUstream(stream))
     return col_min, col_max
 
@@ -227,16 +228,14 @@ def tile_ranges_for(indices: Any, problem: Problem, config: Any, summary: tuple,
                     ) -> tuple[tuple[DeviceBuffer], bool]:
     """The forward's per-query-tile key-tile ranges (``FwdConfig.tile_ranges``), cached with the
     tensor; computed from ``summary`` on ``stream``."""
-    from .tile_range_kernel import (CompiledTileRanges, TileRangeConfig, compile_tile_ranges,
-                                    ranges_shape)
+    from .tile_range_kernel import CompiledTileRanges, TileRangeConfig, ranges_shape
 
     rcfg = TileRangeConfig.for_forward(config)
 
     def compute():
         ranges = DeviceBuffer(ranges_shape(problem.batch, problem.mask_heads, problem.seqlen_q,
                                            rcfg.tile_m), "int32", problem.device, stream)
-        jitted = cache.get_or_compile("fwd_tile_ranges", rcfg, compile_tile_ranges)
-        CompiledTileRanges(rcfg, jitted)(summary[0], summary[1], ranges, problem.batch,
+        CompiledTileRanges(rcfg, compiled_kernel("fwd_tile_ranges", rcfg))(summary[0], summary[1], ranges, problem.batch,
                                          problem.seqlen_q, problem.seqlen_k, problem.mask_heads,
                                          stream)
         return (ranges,)
@@ -269,8 +268,7 @@ def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
     """The forward's work order (``FwdConfig.work_order``): its query tiles, heaviest first,
     computed on ``stream`` from the tile summary (``work_order_kernel``). Returns the workspace and
     the order buffer; keep them alive until the forward is enqueued."""
-    from .work_order_kernel import (CompiledWorkOrder, WorkOrderConfig, compile_work_order,
-                                    order_length, workspace_elems)
+    from .work_order_kernel import CompiledWorkOrder, WorkOrderConfig, order_length, workspace_elems
 
     wcfg = WorkOrderConfig.for_forward(config)
     b, sq, sk, h, hm = (problem.batch, problem.seqlen_q, problem.seqlen_k, problem.num_heads,
@@ -278,8 +276,7 @@ def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
     workspace = DeviceBuffer((workspace_elems(wcfg, b, hm, sq, sk),), "int32", problem.device,
                              stream)
     order = DeviceBuffer((order_length(wcfg, b, h, sq),), "int32", problem.device, stream)
-    jitted = cache.get_or_compile("fwd_work_order", wcfg, compile_work_order)
-    CompiledWorkOrder(wcfg, jitted)(summary[0], summary[1], workspace, order, b, sq, sk, h, hm,
+    CompiledWorkOrder(wcfg, compiled_kernel("fwd_work_order", wcfg))(summary[0], summary[1], workspace, order, b, sq, sk, h, hm,
                                     stream)
     return workspace, order
 
@@ -326,24 +323,55 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      has_sink=has_sink, deterministic=deterministic, row_ranges=row_ranges)
 
 
+def _lazy_builder(module: str, function: str) -> Callable[[Any], Any]:
+    """A builder that imports its compile function on first use (the kernel modules import the
+    whole DSL, which a host-API import should not pay for)."""
+    def build(config: Any) -> Any:
+        return getattr(importlib.import_module(module, __package__), function)(config)
+    return build
+
+
+def _build_forward(config: Any) -> Any:
+    from .flash_fwd_sm90 import compile_forward
+
+    return compile_forward(config).compiled  # the jitted function is what the cache stores
+
+
+# Every kernel of the package by its JIT-cache name: the host API, the compile check, the GPU
+# precompile and bench/compile_times.py all build kernels through this one table.
+KERNEL_BUILDERS: dict[str, Callable[[Any], Any]] = {
+    "tile_summary": compile_summary,
+    "flash_fwd_sm90": _build_forward,
+    "flash_bwd_sm90": _lazy_builder(".flash_bwd_sm90", "compile_backward"),
+    "flash_bwd_pre": _lazy_builder(".flash_bwd_prepost", "compile_preprocess"),
+    "flash_bwd_post": _lazy_builder(".flash_bwd_prepost", "compile_postprocess"),
+    "fwd_work_order": _lazy_builder(".work_order_kernel", "compile_work_order"),
+    "fwd_tile_ranges": _lazy_builder(".tile_range_kernel", "compile_tile_ranges"),
+}
+
+
+def compiled_kernel(name: str, config: Any) -> Any:
+    """The jitted kernel ``name`` (a key of :data:`KERNEL_BUILDERS`) for ``config``, through the
+    JIT cache (memory, then disk, then a compile)."""
+    return cache.get_or_compile(name, config, KERNEL_BUILDERS[name])
+
+
 def compiled_forward(config):
     """The forward variant through the cache (the jitted function is what is cached on disk)."""
-    from .flash_fwd_sm90 import CompiledForward, compile_forward
+    from .flash_fwd_sm90 import CompiledForward
 
-    jitted = cache.get_or_compile("flash_fwd_sm90", config, lambda c: compile_forward(c).compiled)
-    return CompiledForward(config, jitted)
+    return CompiledForward(config, compiled_kernel("flash_fwd_sm90", config))
 
 
 def compiled_backward(config):
     """Preprocess + main + postprocess of a backward variant, each through the cache."""
-    from .flash_bwd_prepost import compile_postprocess, compile_preprocess
-    from .flash_bwd_sm90 import CompiledBackward, compile_backward
+    from .flash_bwd_sm90 import CompiledBackward
 
     bundle = CompiledBackward.__new__(CompiledBackward)  # its __init__ compiles without a cache
     bundle.config = config
-    bundle.pre = cache.get_or_compile("flash_bwd_pre", config.prepost, compile_preprocess)
-    bundle.main = cache.get_or_compile("flash_bwd_sm90", config, compile_backward)
-    bundle.post = cache.get_or_compile("flash_bwd_post", config.prepost, compile_postprocess)
+    bundle.pre = compiled_kernel("flash_bwd_pre", config.prepost)
+    bundle.main = compiled_kernel("flash_bwd_sm90", config)
+    bundle.post = compiled_kernel("flash_bwd_post", config.prepost)
     return bundle
 
 
