@@ -343,59 +343,17 @@ def test_ptxas_report_parser_handles_wrapped_spill_report():
     assert report["kernel_b"]["ptxas_remarks"][0].startswith("C7512 Potential Performance Loss")
 
 
-class _HostAsCuda:
-    """Host memory presented as a CUDA DLPack tensor (validation only reads the capsule)."""
-
-    def __init__(self, tensor):
-        self.tensor = tensor
-
-    def __dlpack_device__(self):
-        return (2, 0)
-
-    def __dlpack__(self, stream=None):
-        from paddle_flashmask.ops.cute import dlpack
-
-        capsule = self.tensor.__dlpack__()
-        address = dlpack._PyCapsule_GetPointer(capsule, b"dltensor")
-        dlpack._DLManagedTensor.from_address(address).dl_tensor.device.device_type = 2
-        return capsule
-
-
 def test_host_api_arguments_match_the_compiled_kernels(monkeypatch):
     """flashmask_fwd / flashmask_bwd up to the launch, on the CPU: every compiled kernel (real,
     compiled for sm_90a) accepts the arguments the host API builds - counted and typed by the DSL's
     own argument packing, which is what a launch does first."""
     torch = pytest.importorskip("torch")
-    from paddle_flashmask.ops.cute import cache, interface
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import interface
 
-    class Scratch(_HostAsCuda):  # stands in for DeviceBuffer, in host memory
-        def __init__(self, shape, dtype, device, stream, zero=False):
-            super().__init__(torch.zeros(tuple(shape), dtype=getattr(torch, dtype)))
-            self.shape, self.data_ptr = tuple(shape), self.tensor.data_ptr()
-
-        def release(self):
-            pass
-
-    launched = []
-
-    def compile_and_pack(name, config, build):
-        compiled = build(config)
-
-        def launch(*args):
-            compiled.execution_args.generate_execution_args(args, {})
-            launched.append(name)
-        return launch
-
-    monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
-    monkeypatch.setattr(interface, "num_sms", lambda device: 132)
-    monkeypatch.setattr(interface, "DeviceBuffer", Scratch)
-    monkeypatch.setattr(cache, "get_or_compile", compile_and_pack)
-
+    api = HostApiHarness(monkeypatch)
+    launched, t = api.launched, api.tensor
     b, s, h, hk, d = 1, 100, 4, 2, 128
-
-    def t(*shape, dtype=torch.bfloat16):
-        return _HostAsCuda(torch.zeros(*shape, dtype=dtype))
-
     q, k, v, out, dout = t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d), t(b, s, h, d)
     lse, sink, dsink = t(b, h, s, dtype=torch.float32), t(h, dtype=torch.float32), t(h, dtype=torch.float32)
     idx = t(b, 1, s, 2, dtype=torch.int32)

@@ -104,43 +104,13 @@ def test_host_api_with_tile_ranges_packs_the_compiled_kernels_arguments(monkeypa
     """flashmask_fwd with tile ranges on, up to the launches (real sm_90a compiles of the summary,
     range and forward kernels; the DSL's own argument packing checks count and types)."""
     torch = pytest.importorskip("torch")
-    from paddle_flashmask.ops.cute import cache, interface
-    from test_cute_compile import _HostAsCuda
-
-    class Scratch(_HostAsCuda):  # stands in for DeviceBuffer, in host memory
-        def __init__(self, shape, dtype, device, stream, zero=False):
-            super().__init__(torch.zeros(tuple(shape), dtype=getattr(torch, dtype)))
-            self.shape, self.data_ptr = tuple(shape), self.tensor.data_ptr()
-
-        def release(self):
-            pass
-
-    launched, scratch = [], []
-
-    def compile_and_pack(name, config, build):
-        compiled = build(config)
-
-        def launch(*args):
-            compiled.execution_args.generate_execution_args(args, {})
-            launched.append(name)
-        return launch
-
-    def make_scratch(*args, **kwargs):
-        buffer = Scratch(*args, **kwargs)
-        scratch.append(buffer.shape)
-        return buffer
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import interface
 
     monkeypatch.setenv(fwd.TILE_RANGES_ENV, "1")
-    monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
-    monkeypatch.setattr(interface, "num_sms", lambda device: 132)
-    monkeypatch.setattr(interface, "DeviceBuffer", make_scratch)
-    monkeypatch.setattr(cache, "get_or_compile", compile_and_pack)
-
+    api = HostApiHarness(monkeypatch)
+    launched, scratch, t = api.launched, api.scratch, api.tensor
     b, s, h, hk, d = 2, 300, 4, 2, 128
-
-    def t(*shape, dtype=torch.bfloat16):
-        return _HostAsCuda(torch.zeros(*shape, dtype=dtype))
-
     q, k, v, out = t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d)
     lse = t(b, h, s, dtype=torch.float32)
     interface.flashmask_fwd(q, k, v, out, lse, t(b, hk, s, 1, dtype=torch.int32), causal=True,
@@ -186,45 +156,20 @@ def test_reserved_sms_shrink_the_persistent_grid(monkeypatch):
     """flashmask_fwd(reserved_sms=N) launches min(work tiles, SMs - N) persistent CTAs (context
     parallelism leaves SMs to NCCL); a bad value is an error naming the argument."""
     torch = pytest.importorskip("torch")
-    from paddle_flashmask.ops.cute import cache, interface
-    from test_cute_compile import _HostAsCuda
-
-    grids = []
-
-    def compile_and_pack(name, config, build):
-        compiled = build(config)
-
-        def launch(*args):
-            compiled.execution_args.generate_execution_args(args, {})
-            if name == "flash_fwd_sm90":
-                grids.append(int(args[-2]))  # (..., Int32(grid), stream)
-        return launch
-
-    class Scratch(_HostAsCuda):
-        def __init__(self, shape, dtype, device, stream, zero=False):
-            super().__init__(torch.zeros(tuple(shape), dtype=getattr(torch, dtype)))
-            self.shape, self.data_ptr = tuple(shape), self.tensor.data_ptr()
-
-        def release(self):
-            pass
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.TILE_RANGES_ENV, raising=False)
-    monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
-    monkeypatch.setattr(interface, "num_sms", lambda device: 132)
-    monkeypatch.setattr(interface, "DeviceBuffer", Scratch)
-    monkeypatch.setattr(cache, "get_or_compile", compile_and_pack)
-
+    api = HostApiHarness(monkeypatch)
+    t = api.tensor
     b, s, h, d = 4, 512, 8, 128  # 4 * 8 * 4 = 128 query tiles of 128 rows
-
-    def t(*shape, dtype=torch.bfloat16):
-        return _HostAsCuda(torch.zeros(*shape, dtype=dtype))
-
     q, k, v, out = t(b, s, h, d), t(b, s, h, d), t(b, s, h, d), t(b, s, h, d)
     lse = t(b, h, s, dtype=torch.float32)
     for reserved in (0, 16, 100):
         interface.flashmask_fwd(q, k, v, out, lse, None, causal=True, softmax_scale=0.1, stream=0,
                                 reserved_sms=reserved)
-    assert grids == [128, 116, 32]
+    # (..., Int32(grid), stream) of each forward launch
+    assert [int(args[-2]) for name, args in api.launch_args if name == "flash_fwd_sm90"] == [128, 116, 32]
     with pytest.raises(ValueError, match="reserved_sms"):
         interface.flashmask_fwd(q, k, v, out, lse, None, causal=True, softmax_scale=0.1, stream=0,
                                 reserved_sms=132)

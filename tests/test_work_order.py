@@ -168,43 +168,13 @@ def test_host_api_with_work_order_packs_the_compiled_kernels_arguments(monkeypat
     and the forward (real sm_90a compiles) accept the arguments the host API builds, counted and
     typed by the DSL's own argument packing; both with a mask and for plain causal attention."""
     torch = pytest.importorskip("torch")
-    from paddle_flashmask.ops.cute import cache, interface
-    from test_cute_compile import _HostAsCuda
-
-    class Scratch(_HostAsCuda):  # stands in for DeviceBuffer, in host memory
-        def __init__(self, shape, dtype, device, stream, zero=False):
-            super().__init__(torch.zeros(tuple(shape), dtype=getattr(torch, dtype)))
-            self.shape, self.data_ptr = tuple(shape), self.tensor.data_ptr()
-
-        def release(self):
-            pass
-
-    launched, scratch = [], []
-
-    def compile_and_pack(name, config, build):
-        compiled = build(config)
-
-        def launch(*args):
-            compiled.execution_args.generate_execution_args(args, {})
-            launched.append(name)
-        return launch
-
-    def make_scratch(*args, **kwargs):
-        buffer = Scratch(*args, **kwargs)
-        scratch.append(buffer.shape)
-        return buffer
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import interface
 
     monkeypatch.setenv(fwd.WORK_ORDER_ENV, "1")
-    monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
-    monkeypatch.setattr(interface, "num_sms", lambda device: 132)
-    monkeypatch.setattr(interface, "DeviceBuffer", make_scratch)
-    monkeypatch.setattr(cache, "get_or_compile", compile_and_pack)
-
+    api = HostApiHarness(monkeypatch)
+    launched, scratch, t = api.launched, api.scratch, api.tensor
     b, s, h, hk, d = 2, 300, 4, 2, 128
-
-    def t(*shape, dtype=torch.bfloat16):
-        return _HostAsCuda(torch.zeros(*shape, dtype=dtype))
-
     q, k, v, out = t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d)
     lse = t(b, h, s, dtype=torch.float32)
     interface.flashmask_fwd(q, k, v, out, lse, t(b, hk, s, 2, dtype=torch.int32), causal=True,

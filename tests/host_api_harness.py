@@ -1,0 +1,73 @@
+"""The cute host API (``ops.cute.interface``) up to the launches, on the CPU.
+
+The kernels are really compiled for sm_90a; each "launch" is the DSL's own argument packing
+(``generate_execution_args``), which counts and types the arguments as a real launch does first.
+Host tensors stand in for CUDA tensors (:class:`HostAsCuda`) and for the scratch buffers
+(:class:`DeviceBuffer` replaced by host tensors), so no GPU is needed.
+"""
+from __future__ import annotations
+
+
+class HostAsCuda:
+    """Host memory presented as a CUDA DLPack tensor (validation only reads the capsule)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        from paddle_flashmask.ops.cute import dlpack
+
+        capsule = self.tensor.__dlpack__()
+        address = dlpack._PyCapsule_GetPointer(capsule, b"dltensor")
+        dlpack._DLManagedTensor.from_address(address).dl_tensor.device.device_type = 2
+        return capsule
+
+
+class HostApiHarness:
+    """Patches ``interface`` for a CPU run; records what the host API launches and allocates.
+
+    ``launched``: kernel names (``interface.KERNEL_BUILDERS`` keys) in launch order;
+    ``launch_args``: ``(name, args)`` of every launch; ``scratch``: shapes of the scratch buffers.
+    """
+
+    def __init__(self, monkeypatch, num_sms: int = 132) -> None:
+        import torch
+
+        from paddle_flashmask.ops.cute import cache, interface
+
+        self.torch = torch
+        self.launched: list[str] = []
+        self.launch_args: list[tuple] = []
+        self.scratch: list[tuple] = []
+        harness = self
+
+        class Scratch(HostAsCuda):  # stands in for DeviceBuffer, in host memory
+            def __init__(self, shape, dtype, device, stream, zero=False):
+                super().__init__(torch.zeros(tuple(shape), dtype=getattr(torch, dtype)))
+                self.shape, self.data_ptr = tuple(shape), self.tensor.data_ptr()
+                harness.scratch.append(self.shape)
+
+            def release(self):
+                pass
+
+        def compile_and_pack(name, config, build):
+            compiled = build(config)
+
+            def launch(*args):
+                compiled.execution_args.generate_execution_args(args, {})
+                harness.launched.append(name)
+                harness.launch_args.append((name, args))
+            return launch
+
+        monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
+        monkeypatch.setattr(interface, "num_sms", lambda device: num_sms)
+        monkeypatch.setattr(interface, "DeviceBuffer", Scratch)
+        monkeypatch.setattr(cache, "get_or_compile", compile_and_pack)
+
+    def tensor(self, *shape, dtype=None) -> HostAsCuda:
+        """Zeros of ``shape`` presented as a CUDA tensor (bf16 unless ``dtype``)."""
+        torch = self.torch
+        return HostAsCuda(torch.zeros(*shape, dtype=torch.bfloat16 if dtype is None else dtype))
