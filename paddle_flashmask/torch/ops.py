@@ -83,13 +83,18 @@ def _setup_context(ctx, inputs, output):
     ctx.flags = (causal, scale, backend, deterministic, lse_grad_used)
 
 
-def _backward(ctx, dout, dlse):
+def _backward_from_context(ctx, dout, dlse, bwd):
+    """The backward of both paths from what :func:`_setup_context` saved; ``bwd`` is the custom
+    op (traced) or :func:`backward_impl` (eager)."""
     q, k, v, out, lse, idx, sink = ctx.saved_tensors
     causal, scale, backend, deterministic, lse_grad_used = ctx.flags
-    dq, dk, dv, dsink = torch.ops.paddle_flashmask.bwd(
-        dout, q, k, v, out, lse, idx, sink, dlse if lse_grad_used else None, causal, scale, backend,
-        deterministic)
+    dq, dk, dv, dsink = bwd(dout, q, k, v, out, lse, idx, sink, dlse if lse_grad_used else None,
+                            causal, scale, backend, deterministic)
     return dq, dk, dv, None, (dsink if sink is not None else None), None, None, None, None, None
+
+
+def _backward(ctx, dout, dlse):
+    return _backward_from_context(ctx, dout, dlse, torch.ops.paddle_flashmask.bwd)
 
 
 flashmask_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -103,8 +108,8 @@ class EagerFlashMask(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, idx, sink, causal, scale, backend, deterministic, lse_grad_used):
         out, lse = forward_impl(q, k, v, idx, sink, causal, scale, backend)
-        ctx.save_for_backward(q, k, v, out, lse, idx, sink)
-        ctx.flags = (causal, scale, backend, deterministic, lse_grad_used)
+        _setup_context(ctx, (q, k, v, idx, sink, causal, scale, backend, deterministic,
+                             lse_grad_used), (out, lse))
         ctx.set_materialize_grads(False)  # an unused LSE gives dlse None, not a zero tensor to test
         if not lse_grad_used:
             ctx.mark_non_differentiable(lse)
@@ -112,11 +117,6 @@ class EagerFlashMask(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        q, k, v, out, lse, idx, sink = ctx.saved_tensors
-        causal, scale, backend, deterministic, lse_grad_used = ctx.flags
         if dout is None:  # out itself reached the loss only through the LSE
-            dout = torch.zeros_like(out)
-        dq, dk, dv, dsink = backward_impl(dout, q, k, v, out, lse, idx, sink,
-                                          dlse if lse_grad_used else None, causal, scale, backend,
-                                          deterministic)
-        return dq, dk, dv, None, dsink, None, None, None, None, None
+            dout = torch.zeros_like(ctx.saved_tensors[3])
+        return _backward_from_context(ctx, dout, dlse, backward_impl)
