@@ -47,6 +47,7 @@ from paddle_flashmask.ops.cute import mask as fm_mask
 from paddle_flashmask.ops.cute import softmax as fm_softmax
 from paddle_flashmask.ops.cute.softmax import acc_mn_view
 from paddle_flashmask.ops.cute import tile_scheduler as sched
+from paddle_flashmask.ops.cute.tile_range_kernel import ranges_tensor
 from paddle_flashmask.ops.cute.launch_args import check_variant_call, gmem_ptr
 
 _DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
@@ -280,20 +281,14 @@ class FlashFwdSm90:
             mIdx = cute.make_tensor(idx_ptr, cute.make_layout(
                 (c, seqlen_k, num_mask_heads, batch),
                 stride=(1, c, seqlen_k * c, Int64(seqlen_k) * num_mask_heads * c)))
-            summary_layout = cute.make_layout(
-                (c, num_k_tiles, num_mask_heads, batch),
-                stride=(1, c, num_k_tiles * c, num_k_tiles * num_mask_heads * c))
-            mColMin = cute.make_tensor(col_min_ptr, summary_layout)
-            mColMax = cute.make_tensor(col_max_ptr, summary_layout)
+            mColMin, mColMax = fm_mask.summary_tensors(col_min_ptr, col_max_ptr, c, num_k_tiles,
+                                                       num_mask_heads, batch)
         mSink = None
         if cutlass.const_expr(self.has_sink):
             mSink = cute.make_tensor(sink_ptr, cute.make_layout((num_heads,)))
-        mRanges = None  # per query tile [n_lo, n_hi): int32 [B, Hm, num_m, 2] as (2, num_m, Hm, B)
+        mRanges = None  # per query tile [n_lo, n_hi) (tile_range_kernel.ranges_tensor)
         if cutlass.const_expr(self.tile_ranges):
-            num_m = (seqlen_q + tm - 1) // tm
-            mRanges = cute.make_tensor(ranges_ptr, cute.make_layout(
-                (2, num_m, num_mask_heads, batch),
-                stride=(1, 2, 2 * num_m, 2 * num_m * num_mask_heads)))
+            mRanges = ranges_tensor(ranges_ptr, (seqlen_q + tm - 1) // tm, num_mask_heads, batch)
         mOrder = None  # work items, heaviest first (tile_scheduler.work_tile)
         if cutlass.const_expr(self.work_order):
             mOrder = cute.make_tensor(order_ptr, cute.make_layout(

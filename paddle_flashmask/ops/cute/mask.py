@@ -40,6 +40,16 @@ def bands_from_columns(values, causal: bool) -> semantics.Bands:
     return semantics.band_bounds(list(values), causal)
 
 
+def summary_tensors(col_min_ptr: cute.Pointer, col_max_ptr: cute.Pointer, mask_columns: int,
+                    num_k_tiles: Int32, num_mask_heads: Int32, batch: Int32):
+    """The tile summary, int32 ``[B, Hm, num_k_tiles, C]`` row-major, as the ``(C, num_k_tiles,
+    Hm, B)`` views ``(col_min, col_max)`` that :func:`summary_tile_bands` reads."""
+    c = mask_columns
+    layout = cute.make_layout((c, num_k_tiles, num_mask_heads, batch),
+                              stride=(1, c, num_k_tiles * c, num_k_tiles * num_mask_heads * c))
+    return cute.make_tensor(col_min_ptr, layout), cute.make_tensor(col_max_ptr, layout)
+
+
 @cute.jit
 def summary_tile_bands(mColMin: Optional[cute.Tensor], mColMax: Optional[cute.Tensor],
                        n_block: Int32, mask_head: Int32, batch: Int32, seqlen_q: Int32,

@@ -62,6 +62,13 @@ def ranges_shape(batch: int, mask_heads: int, seqlen_q: int, tile_m: int) -> tup
     return (batch, mask_heads, -(-int(seqlen_q) // tile_m), 2)
 
 
+def ranges_tensor(ranges_ptr: cute.Pointer, num_m: Int32, num_mask_heads: Int32, batch: Int32):
+    """The ranges, int32 ``[B, Hm, num_m, 2]`` row-major, as the ``(2, num_m, Hm, B)`` view the
+    range kernel writes and the forward's producer reads."""
+    return cute.make_tensor(ranges_ptr, cute.make_layout(
+        (2, num_m, num_mask_heads, batch), stride=(1, 2, 2 * num_m, 2 * num_m * num_mask_heads)))
+
+
 def reference_ranges(startend_row_indices: np.ndarray, causal: bool, seqlen_q: int, tile_m: int,
                      tile_n: int) -> np.ndarray:
     """int32 ``[B, Hm, num_m, 2]``: what the kernel writes, from ``semantics.classify_tiles``."""
@@ -92,15 +99,9 @@ class TileRangeKernel:
         tm, tn, c = self.tile_m, self.tile_n, self.mask_columns
         num_m = (seqlen_q + tm - 1) // tm
         num_k = (seqlen_k + tn - 1) // tn
-        # the forward's summary view: int32 [B, Hm, num_k, C] as (C, num_k, Hm, B)
-        summary_layout = cute.make_layout(
-            (c, num_k, num_mask_heads, batch),
-            stride=(1, c, num_k * c, num_k * num_mask_heads * c))
-        mColMin = cute.make_tensor(col_min_ptr, summary_layout)
-        mColMax = cute.make_tensor(col_max_ptr, summary_layout)
-        mRanges = cute.make_tensor(ranges_ptr, cute.make_layout(
-            (2, num_m, num_mask_heads, batch),
-            stride=(1, 2, 2 * num_m, 2 * num_m * num_mask_heads)))
+        mColMin, mColMax = fm_mask.summary_tensors(col_min_ptr, col_max_ptr, c, num_k,
+                                                   num_mask_heads, batch)
+        mRanges = ranges_tensor(ranges_ptr, num_m, num_mask_heads, batch)
         self.kernel(mColMin, mColMax, mRanges, seqlen_q, seqlen_k).launch(
             grid=[(num_m + WARPS_PER_CTA - 1) // WARPS_PER_CTA, num_mask_heads, batch],
             block=[WARP * WARPS_PER_CTA, 1, 1], stream=stream)

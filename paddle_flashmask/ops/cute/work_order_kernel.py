@@ -163,13 +163,9 @@ class WorkOrderKernels:
         num_k = (seqlen_k + tn - 1) // tn
         mColMin, mColMax = None, None
         if cutlass.const_expr(self.mask_columns is not None):
-            c = self.mask_columns
-            # the forward's summary layout: int32 [B, Hm, num_k, C] as (C, num_k, Hm, B)
-            summary_layout = cute.make_layout(
-                (c, num_k, num_mask_heads, batch),
-                stride=(1, c, num_k * c, num_k * num_mask_heads * c))
-            mColMin = cute.make_tensor(col_min_ptr, summary_layout)
-            mColMax = cute.make_tensor(col_max_ptr, summary_layout)
+            mColMin, mColMax = fm_mask.summary_tensors(col_min_ptr, col_max_ptr,
+                                                       self.mask_columns, num_k, num_mask_heads,
+                                                       batch)
         num_weights = batch * num_mask_heads * num_m
         mWeight = cute.make_tensor(workspace_ptr, cute.make_layout(
             (num_m, num_mask_heads, batch), stride=(1, num_m, num_m * num_mask_heads)))
