@@ -219,6 +219,16 @@ def check_work_order(workspace, order, idx, causal, cfg, b, sq, sk, h, hm) -> di
             "work_weight_min": int(ref.min()) if ref.size else 0}
 
 
+def device_mask(torch, idx, tile_n):
+    """(indices, col_min, col_max) on the GPU, the summary from ``semantics.tile_summary`` (the
+    host oracle of the summary kernel); all None for plain attention."""
+    if idx is None:
+        return None, None, None
+    summ = semantics.tile_summary(idx, tile_n)
+    return tuple(torch.from_numpy(np.ascontiguousarray(a)).cuda()
+                 for a in (idx, summ.col_min, summ.col_max))
+
+
 def make_tile_ranges(torch, compiled_cache, cfg, cmin, cmax, b, sq, sk, hm, stream):
     """Run the tile-range kernel for forward config ``cfg``; the int32 ``[B, Hm, M, 2]`` ranges,
     poisoned with -7 first so an entry the kernel never writes shows up."""
@@ -264,12 +274,7 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
     out = torch.full((b, sq, h, dv), float("nan"), device="cuda", dtype=tdt)
     lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
     scale = 1.0 / math.sqrt(d)
-    idx_t = cmin = cmax = None
-    if idx is not None:
-        summ = semantics.tile_summary(idx, cfg.tile_n)
-        idx_t = torch.from_numpy(idx).cuda()
-        cmin = torch.from_numpy(np.ascontiguousarray(summ.col_min)).cuda()
-        cmax = torch.from_numpy(np.ascontiguousarray(summ.col_max)).cuda()
+    idx_t, cmin, cmax = device_mask(torch, idx, cfg.tile_n)
     dl = lambda x: None if x is None else cute_rt.from_dlpack(x, assumed_align=16)  # noqa: E731
     stream = torch.cuda.current_stream().cuda_stream
     order_info, order = {}, None
@@ -344,12 +349,7 @@ def _bench_one(torch, cute_rt, fwd_mod, compiled_cache, num_sms, cfg, b, s, h, h
     v = torch.randn(b, s, hk, dv, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(b, s, h, dv, device="cuda", dtype=torch.bfloat16)
     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-    idx_t = cmin = cmax = None
-    if idx is not None:
-        summ = semantics.tile_summary(idx, cfg.tile_n)
-        idx_t = torch.from_numpy(idx).cuda()
-        cmin = torch.from_numpy(np.ascontiguousarray(summ.col_min)).cuda()
-        cmax = torch.from_numpy(np.ascontiguousarray(summ.col_max)).cuda()
+    idx_t, cmin, cmax = device_mask(torch, idx, cfg.tile_n)
     dl = lambda x: None if x is None else cute_rt.from_dlpack(x, assumed_align=16)  # noqa
     args = [dl(x) for x in (q, k, v, out, lse, idx_t, cmin, cmax)] + [None]
     stream = torch.cuda.current_stream().cuda_stream
