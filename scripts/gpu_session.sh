@@ -127,20 +127,22 @@ timeout 30 nvidia-smi --query-gpu=index,name,memory.used --format=csv
 exit $rc'
 }
 
+# the CP scaling run of calls 5b and 5 (NCCL_NVLS_ENABLE=0 on the torchrun line itself as well)
+CP_RUN='NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-sms 0,16 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
+ls -la $OUT'
+
 call5b() {
   emit "call 5b - nvidia-h200-x2: stage part b, context-parallel scaling on 2 GPUs (NCCL, NVLink multicast off) [<= 8 min]" \
     nvidia-h200-x2 500 '[".cutedsl/b", ".devtools"]' \
-"$PRELUDE"'
-NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-sms 0,16 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
-ls -la $OUT'
+"$PRELUDE
+$CP_RUN"
 }
 
 call5() {
   emit "call 5 - plan B only (GS_KIND=nvidia-h200-x2, calls 0-4 already ran on this staged 2-GPU machine): context-parallel scaling [<= 8 min]" \
     nvidia-h200-x2 460 '[".devtools"]' \
-"$PRELUDE"'
-NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-sms 0,16 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
-ls -la $OUT'
+"$PRELUDE
+$CP_RUN"
 }
 
 call6() {
