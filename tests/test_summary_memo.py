@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 interface = pytest.importorskip("paddle_flashmask.ops.cute.interface")
+from paddle_flashmask.ops import arguments  # noqa: E402
 
 
 DEV0, DEV1 = types.SimpleNamespace(device=0), types.SimpleNamespace(device=1)  # Problem stand-ins
@@ -36,7 +37,8 @@ def launches(monkeypatch):
 
     monkeypatch.setattr(interface, "launch_tile_summary", fake_launch)
     monkeypatch.setattr(interface, "runtime_tensor", lambda obj: obj)
-    monkeypatch.setattr(interface, "_derived", {})
+    monkeypatch.setattr(interface, "_derived",
+                        arguments.TensorMemo(256, on_drop=interface._release_buffers))
     return log
 
 

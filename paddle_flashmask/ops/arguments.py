@@ -5,7 +5,7 @@ Every error names the argument, what was expected and what was found (DESIGN §1
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
 
@@ -180,11 +180,6 @@ def prepare_indices(startend_row_indices: Any, *, causal: bool, window_size: Any
     return startend_row_indices
 
 
-# id(tensor) -> (weakref to it, its in-place version, seqlen_q) of index tensors whose values passed.
-_values_checked: dict[int, tuple] = {}
-_VALUES_CHECKED_MAX = 1024
-
-
 def inplace_version(x: Any) -> Optional[int]:
     """The framework's in-place modification counter (torch ``_version``, paddle
     ``_inplace_version()``), or None when the object has none."""
@@ -211,31 +206,75 @@ def _min_max(x: Any) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
+class TensorMemo:
+    """Values remembered per tensor object and content.
+
+    An entry is found again only for the same live object (held by a weak reference), the same
+    in-place version (:func:`inplace_version`) and the same ``stamp`` (whatever else the value
+    depends on). It is dropped, with ``on_drop(value)``, when the object is collected, when a newer
+    entry takes its key, or when the memo is full. Objects without a version counter or that
+    cannot be weakly referenced are never remembered.
+    """
+
+    def __init__(self, max_entries: int, on_drop: Optional[Callable[[Any], None]] = None) -> None:
+        self._entries: dict[tuple, tuple] = {}  # (id(obj), *key) -> (weakref, version, stamp, value)
+        self._max_entries = max_entries
+        self._on_drop = on_drop
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, obj: Any, key: tuple = (), stamp: tuple = ()) -> Any:
+        """The value stored for ``obj`` under ``key``, or None."""
+        version = inplace_version(obj)
+        entry = self._entries.get((id(obj), *key))
+        if version is None or entry is None or entry[0]() is not obj \
+                or entry[1:3] != (version, stamp):
+            return None
+        return entry[3]
+
+    def put(self, obj: Any, key: tuple, value: Any, stamp: tuple = ()) -> bool:
+        """Remember ``value`` (not None) for ``obj``; False when ``obj`` cannot be remembered."""
+        import weakref
+
+        version = inplace_version(obj)
+        if version is None:
+            return False
+        full_key = (id(obj), *key)
+        try:
+            ref = weakref.ref(obj, lambda _ref, k=full_key: self._drop(k))
+        except TypeError:
+            return False
+        self._drop(full_key)  # a stale entry: an older version, or a reused id
+        if len(self._entries) >= self._max_entries:
+            for old in list(self._entries):
+                self._drop(old)
+        self._entries[full_key] = (ref, version, stamp, value)
+        return True
+
+    def _drop(self, full_key: tuple) -> None:
+        entry = self._entries.pop(full_key, None)
+        if entry is not None and self._on_drop is not None:
+            self._on_drop(entry[3])
+
+
+# index tensors whose values passed the contract's value check, with the seqlen_q they passed for
+_values_checked = TensorMemo(1024)
+
+
 def check_values_once(indices: Any, seqlen_q: int) -> None:
     """The contract's value check (``[0, seqlen_q]``), done once per index tensor and content.
 
     The check needs a device->host copy, which stalls the CUDA queue. A model calls attention with
     the same index tensor in every layer, so the result is remembered per tensor object and
-    in-place version: the 2nd..Nth layer (and a benchmark loop) pay nothing, while a new tensor or
-    an in-place write is checked again. Objects without a version counter are always checked.
+    in-place version (:class:`TensorMemo`): the 2nd..Nth layer (and a benchmark loop) pay nothing,
+    while a new tensor or an in-place write is checked again. Objects without a version counter
+    are always checked.
     """
-    import weakref
-
     from .. import semantics
     if 0 in tuple(int(s) for s in indices.shape):
         return
-    key, version = id(indices), inplace_version(indices)
-    entry = _values_checked.get(key)
-    if version is not None and entry is not None and entry[0]() is indices \
-            and entry[1:] == (version, seqlen_q):
+    if _values_checked.get(indices, stamp=(seqlen_q,)) is not None:
         return
     semantics.check_value_range(*_min_max(indices), seqlen_q)
-    if version is None:
-        return
-    try:
-        ref = weakref.ref(indices, lambda _r, k=key: _values_checked.pop(k, None))
-    except TypeError:  # not weak-referenceable: nothing is remembered
-        return
-    if len(_values_checked) >= _VALUES_CHECKED_MAX:
-        _values_checked.clear()
-    _values_checked[key] = (ref, version, seqlen_q)
+    _values_checked.put(indices, (), True, stamp=(seqlen_q,))

@@ -20,7 +20,6 @@ import functools
 import importlib
 import math
 import os
-import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -29,6 +28,7 @@ import cuda.bindings.driver as cu
 from paddle_flashmask import semantics
 
 from . import cache
+from ..arguments import TensorMemo
 from .dlpack import DeviceBuffer, TensorInfo, check, inspect, runtime_tensor
 from .summary_kernel import SummaryConfig, compile_summary
 
@@ -163,19 +163,16 @@ def launch_tile_summary(indices: Any, problem: Problem, tile_n: int, stream: int
     return col_min, col_max
 
 
-# (id(indices), what, ...) -> (weakref to indices, in-place version, address, buffers).
-_derived: dict[tuple, tuple] = {}
-_DERIVED_MAX = 256
+def _release_buffers(buffers: tuple) -> None:
+    for buffer in buffers:
+        try:
+            buffer.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown, context gone
+            pass
 
 
-def _drop_derived(key: tuple) -> None:
-    entry = _derived.pop(key, None)
-    if entry is not None:
-        for buffer in entry[3]:
-            try:
-                buffer.release()
-            except Exception:  # noqa: BLE001 - interpreter shutdown, context gone
-                pass
+# buffers derived from index tensors (summary, tile ranges), freed with their tensor
+_derived = TensorMemo(256, on_drop=_release_buffers)
 
 
 def derived_from_indices(indices: Any, what: tuple, compute: Callable[[], tuple]
@@ -185,34 +182,18 @@ def derived_from_indices(indices: Any, what: tuple, compute: Callable[[], tuple]
 
     A model passes the same index tensor to every layer's forward and backward, so what the
     kernels derive from it (the tile summary, the forward's tile ranges) and the host work of
-    launching those kernels, which costs more than the kernels, is kept with the tensor: keyed by
-    the object, ``what`` (kind, tile sizes, device, stream...), its in-place version (``_version`` /
-    ``_inplace_version()``) and its address, and freed when the tensor is garbage collected.
-    Objects without a version counter get fresh buffers every call. Returns
-    ``(buffers, owned)``: ``owned`` buffers belong to the caller, who releases them.
+    launching those kernels, which costs more than the kernels, is kept with the tensor
+    (:class:`~paddle_flashmask.ops.arguments.TensorMemo`): keyed by the object, ``what`` (kind,
+    tile sizes, device, stream...), its in-place version and its address, and freed when the
+    tensor is garbage collected. Objects without a version counter get fresh buffers every call.
+    Returns ``(buffers, owned)``: ``owned`` buffers belong to the caller, who releases them.
     """
-    from ..arguments import inplace_version  # framework-agnostic helper of the frontends
-
-    version = inplace_version(indices)
-    address = device_address_of(indices)
-    key = (id(indices), *what)
-    entry = _derived.get(key)
-    if version is not None and entry is not None and entry[0]() is indices \
-            and entry[1:3] == (version, address):
-        return entry[3], False
+    stamp = (device_address_of(indices),)
+    buffers = _derived.get(indices, what, stamp)
+    if buffers is not None:
+        return buffers, False
     buffers = compute()
-    if version is None:
-        return buffers, True
-    try:
-        ref = weakref.ref(indices, lambda _ref, k=key: _drop_derived(k))
-    except TypeError:  # not weak-referenceable: the caller owns these
-        return buffers, True
-    _drop_derived(key)  # a stale entry for a reused id or an older version
-    if len(_derived) >= _DERIVED_MAX:
-        for old in list(_derived):
-            _drop_derived(old)
-    _derived[key] = (ref, version, address, buffers)
-    return buffers, False
+    return buffers, not _derived.put(indices, what, buffers, stamp)
 
 
 def tile_summary_for(indices: Any, problem: Problem, tile_n: int, stream: int
