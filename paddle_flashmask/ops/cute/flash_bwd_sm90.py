@@ -38,7 +38,7 @@ reduces over the GQA group (fixed order).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import cutlass
@@ -53,6 +53,7 @@ import cuda.bindings.driver as cuda
 
 from paddle_flashmask import semantics
 
+from . import mask as fm_mask
 from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, rowmajor
 from .launch_args import check_variant_call, gmem_ptr
 
@@ -329,12 +330,7 @@ class FlashMaskBwdSm90:
             skip = self._skipped(cutlass.min(m, num_m - 1), n0, bmax, bmin, seqlen_q, diag)
             skip = skip | (m >= num_m)
             visit = Uint32(cute.arch.vote_ballot_sync(skip)) ^ Uint32(0xFFFFFFFF)
-            if visit != Uint32(0):
-                lowest = visit & (Uint32(0) - visit)
-                first = chunk * 32 + Int32(31) - Int32(cute.arch.clz(lowest))
-                if m_hi == 0:
-                    m_lo = first
-                m_hi = chunk * 32 + Int32(32) - Int32(cute.arch.clz(visit))
+            m_lo, m_hi = fm_mask.widen_range(m_lo, m_hi, visit, chunk * 32)
         return m_lo, m_hi
 
     @cute.jit

@@ -28,7 +28,6 @@ Host side: :class:`FwdConfig` (compile-time parameters) and :func:`compile_forwa
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -39,7 +38,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Boolean, Float32, Int32, Int64, Uint32
+from cutlass import Float32, Int32, Int64, Uint32
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -48,7 +47,7 @@ from paddle_flashmask.ops.cute import softmax as fm_softmax
 from paddle_flashmask.ops.cute.softmax import acc_mn_view
 from paddle_flashmask.ops.cute import tile_scheduler as sched
 from paddle_flashmask.ops.cute.tile_range_kernel import ranges_tensor
-from paddle_flashmask.ops.cute.launch_args import check_variant_call, gmem_ptr
+from paddle_flashmask.ops.cute.launch_args import check_variant_call, env_flag, gmem_ptr
 
 _DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
@@ -131,10 +130,6 @@ WORK_ORDER_ENV = "PADDLE_FLASHMASK_FWD_WORK_ORDER"
 TILE_RANGES_ENV = "PADDLE_FLASHMASK_FWD_TILE_RANGES"
 
 
-def _env_flag(name: str, default: str = "0") -> bool:
-    return os.environ.get(name, default) not in ("", "0", "false", "False")
-
-
 SMEM_LIMIT_BYTES = 232448  # 227 KB of dynamic shared memory per CTA on SM90
 
 
@@ -166,11 +161,11 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     """
     dv = head_dim if head_dim_v is None else head_dim_v
     if fast is None:
-        fast = _env_flag(FAST_ENV, default="1")
+        fast = env_flag(FAST_ENV, default="1")
     if work_order is None:
-        work_order = _env_flag(WORK_ORDER_ENV)
+        work_order = env_flag(WORK_ORDER_ENV)
     if tile_ranges is None:
-        tile_ranges = _env_flag(TILE_RANGES_ENV)
+        tile_ranges = env_flag(TILE_RANGES_ENV)
     tile_ranges = bool(tile_ranges) and mask_columns is not None
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),

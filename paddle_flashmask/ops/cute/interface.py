@@ -289,8 +289,9 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
     """The backward kernel variant used for these compile-time facts (env
     ``PADDLE_FLASHMASK_BWD_ROW_RANGES=1``: per-key-tile query-tile ranges, not yet GPU-run)."""
     from .flash_bwd_sm90 import ROW_RANGES_ENV
+    from .launch_args import env_flag
 
-    row_ranges = os.environ.get(ROW_RANGES_ENV, "0") not in ("", "0", "false", "False")
+    row_ranges = env_flag(ROW_RANGES_ENV)
     return _backward_config(dtype, head_dim, bool(causal), num_columns, bool(gqa), bool(has_sink),
                             bool(deterministic), row_ranges)
 

@@ -5,9 +5,15 @@ so each call turns its tensors into pointers and checks that the call matches th
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 import cutlass.cute as cute
+
+
+def env_flag(name: str, default: str = "0") -> bool:
+    """A kernel-variant switch from the environment: off for "", "0", "false", "False"."""
+    return os.environ.get(name, default) not in ("", "0", "false", "False")
 
 
 def device_address(tensor: Any) -> int:

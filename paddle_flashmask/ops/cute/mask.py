@@ -140,6 +140,19 @@ def chunk_visit_bits(
 
 
 @cute.jit
+def widen_range(lo: Int32, hi: Int32, bits: Uint32, base: Int32):
+    """Fold the set bits of a 32-bit chunk (bit i = item ``base + i``) into the item range
+    ``[lo, hi)``, visited in increasing ``base``; ``hi == 0`` means empty so far. Used by the range
+    searches of the forward's tile ranges and the backward's row ranges."""
+    if bits != Uint32(0):
+        lowest = bits & (Uint32(0) - bits)
+        if hi == 0:
+            lo = base + Int32(31) - Int32(cute.arch.clz(lowest))
+        hi = base + Int32(32) - Int32(cute.arch.clz(bits))
+    return lo, hi
+
+
+@cute.jit
 def apply_element_mask(
     acc_s_mn: cute.Tensor,
     coords_mn: cute.Tensor,

@@ -24,7 +24,7 @@ import cuda.bindings.driver as cuda
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, Uint32
+from cutlass import Int32
 
 from paddle_flashmask import semantics
 from paddle_flashmask.ops.cute import mask as fm_mask
@@ -126,13 +126,7 @@ class TileRangeKernel:
                 visit, _ = fm_mask.chunk_visit_bits(
                     mColMin, mColMax, chunk, lane, 0, n_end, row_begin, row_end, tn, seqlen_q,
                     seqlen_k, diag_offset, mask_head, batch, self.causal, self.mask_columns)
-                if visit != Uint32(0):
-                    lowest = visit & (Uint32(0) - visit)
-                    first = chunk * WARP + Int32(31) - Int32(cute.arch.clz(lowest))
-                    last = chunk * WARP + Int32(31) - Int32(cute.arch.clz(visit))
-                    if n_hi == 0:
-                        n_lo = first
-                    n_hi = last + 1
+                n_lo, n_hi = fm_mask.widen_range(n_lo, n_hi, visit, chunk * WARP)
             if lane == 0:
                 mRanges[0, m_block, mask_head, batch] = n_lo
                 mRanges[1, m_block, mask_head, batch] = n_hi
