@@ -30,7 +30,23 @@ _DEFAULT_TILE_ELEMENTS = 1 << 20
 # Framework adapters: the only place that knows torch vs paddle op names.
 # --------------------------------------------------------------------------------------------------
 
-class TorchOps:
+class _SameNameOps:
+    """The ops whose name and signature torch and paddle share (``self.fw`` is the framework)."""
+
+    def exp(self, x):
+        return self.fw.exp(x)
+
+    def log(self, x):
+        return self.fw.log(x)
+
+    def where(self, cond, a, b):
+        return self.fw.where(cond, a, b)
+
+    def maximum(self, a, b):
+        return self.fw.maximum(a, b)
+
+
+class TorchOps(_SameNameOps):
     name = "torch"
 
     def __init__(self) -> None:
@@ -65,18 +81,6 @@ class TorchOps:
     def sum(self, x, axis, keepdim=True):
         return self.fw.sum(x, dim=axis, keepdim=keepdim)
 
-    def exp(self, x):
-        return self.fw.exp(x)
-
-    def log(self, x):
-        return self.fw.log(x)
-
-    def where(self, cond, a, b):
-        return self.fw.where(cond, a, b)
-
-    def maximum(self, a, b):
-        return self.fw.maximum(a, b)
-
     def zeros(self, shape, like):
         return self.fw.zeros(tuple(shape), dtype=self.fw.float32, device=like.device)
 
@@ -98,7 +102,7 @@ class TorchOps:
         return acc
 
 
-class PaddleOps:
+class PaddleOps(_SameNameOps):
     name = "paddle"
 
     def __init__(self) -> None:
@@ -128,18 +132,6 @@ class PaddleOps:
 
     def sum(self, x, axis, keepdim=True):
         return self.fw.sum(x, axis=axis, keepdim=keepdim)
-
-    def exp(self, x):
-        return self.fw.exp(x)
-
-    def log(self, x):
-        return self.fw.log(x)
-
-    def where(self, cond, a, b):
-        return self.fw.where(cond, a, b)
-
-    def maximum(self, a, b):
-        return self.fw.maximum(a, b)
 
     def zeros(self, shape, like):
         return self.fw.zeros(list(shape), dtype="float32", device=like.place)
