@@ -362,5 +362,5 @@ def test_host_api_arguments_match_the_compiled_kernels(monkeypatch):
     interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d),
                             idx, causal=True, softmax_scale=0.1, learnable_sink=sink, dsink=dsink,
                             stream=0)
-    assert launched == ["tile_summary", "flash_fwd_sm90", "tile_summary", "flash_bwd_pre",
+    assert launched == ["tile_summary", "fwd_tile_ranges", "flash_fwd_sm90", "tile_summary", "flash_bwd_pre",
                         "flash_bwd_sm90", "flash_bwd_post"]

@@ -73,7 +73,9 @@ def test_reference_ranges_exact_for_tile_aligned_documents():
 
 def test_tile_ranges_config_switch(monkeypatch):
     monkeypatch.delenv(fwd.TILE_RANGES_ENV, raising=False)
-    assert not fwd.default_config("bf16", 128, None, True, 1).tile_ranges  # default OFF
+    assert fwd.default_config("bf16", 128, None, True, 1).tile_ranges  # default ON for masks
+    monkeypatch.setenv(fwd.TILE_RANGES_ENV, "0")
+    assert not fwd.default_config("bf16", 128, None, True, 1).tile_ranges
     monkeypatch.setenv(fwd.TILE_RANGES_ENV, "1")
     assert fwd.default_config("bf16", 128, None, True, 1).tile_ranges
     assert not fwd.default_config("bf16", 128, None, True, None).tile_ranges  # plain: no summary
@@ -142,8 +144,8 @@ def test_host_config_follows_every_env_switch(monkeypatch):
     for name in (fwd.TILE_RANGES_ENV, fwd.WORK_ORDER_ENV, fwd.FAST_ENV):
         monkeypatch.delenv(name, raising=False)
     base = interface.forward_config("bfloat16", 128, True, 1)
-    assert not base.tile_ranges and not base.work_order and base.intra_wg_overlap
-    for name, field, value in ((fwd.TILE_RANGES_ENV, "tile_ranges", True),
+    assert base.tile_ranges and not base.work_order and base.intra_wg_overlap
+    for name, field, value in ((fwd.TILE_RANGES_ENV, "tile_ranges", False),
                                (fwd.WORK_ORDER_ENV, "work_order", True),
                                (fwd.FAST_ENV, "intra_wg_overlap", False)):
         monkeypatch.setenv(name, "1" if value else "0")
@@ -190,16 +192,17 @@ def test_cp_comm_sms_switch(monkeypatch):
 
 
 def test_backward_row_ranges_switch(monkeypatch):
-    """BwdConfig.row_ranges (off by default) follows env PADDLE_FLASHMASK_BWD_ROW_RANGES through
-    the host API's cached config."""
+    """BwdConfig.row_ranges (on for masks, off for plain causal / full) follows env
+    PADDLE_FLASHMASK_BWD_ROW_RANGES through the host API's cached config."""
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(bwd.ROW_RANGES_ENV, raising=False)
     base = interface.backward_config("bfloat16", 128, True, 1)
-    assert not base.row_ranges
-    monkeypatch.setenv(bwd.ROW_RANGES_ENV, "1")
-    on = interface.backward_config("bfloat16", 128, True, 1)
-    assert on.row_ranges and on != base and on.prepost == base.prepost
+    assert base.row_ranges
+    assert not interface.backward_config("bfloat16", 128, True, None).row_ranges
+    monkeypatch.setenv(bwd.ROW_RANGES_ENV, "0")
+    off = interface.backward_config("bfloat16", 128, True, 1)
+    assert not off.row_ranges and off != base and off.prepost == base.prepost
     monkeypatch.delenv(bwd.ROW_RANGES_ENV)
     assert interface.backward_config("bfloat16", 128, True, 1) == base

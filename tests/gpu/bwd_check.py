@@ -84,12 +84,14 @@ DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink"]
 
 
 class Runner:
-    def __init__(self, torch, bwd_mod, cute_rt, row_ranges=False):
+    def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=False):
         self.torch = torch
         self.bwd = bwd_mod
         self.rt = cute_rt
         self.compiled = {}
-        self.row_ranges = row_ranges  # BwdConfig.row_ranges on every case (--row-ranges)
+        # BwdConfig.row_ranges on every case (--row-ranges / --no-row-ranges; None: the default)
+        self.row_ranges = row_ranges
+        self.rs_dkv = rs_dkv  # BwdConfig.rs_dkv on every case that allows it (--rs-dkv)
 
     def get(self, cfg):
         t0 = time.time()
@@ -122,7 +124,9 @@ class Runner:
         cfg = self.bwd.BwdConfig(p["dt"].replace("bf16", "bfloat16").replace("fp16", "float16"),
                                  p["d"], p["dv"], p["causal"], cols, gqa=p["h"] != p["hk"],
                                  has_sink=p["sink"] is not None, deterministic=deterministic,
-                                 rs_dkv=p["name"].endswith("_rs"), row_ranges=self.row_ranges)
+                                 rs_dkv=p["name"].endswith("_rs") or self.rs_dkv,
+                                 row_ranges=self.bwd.default_row_ranges(cols)
+                                 if self.row_ranges is None else self.row_ranges)
         fn, compile_s = self.get(cfg)
         b, sq, sk, h, hk = p["b"], p["sq"], p["sk"], p["h"], p["hk"]
         nan = float("nan")
@@ -256,8 +260,12 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--only", default="")
-    ap.add_argument("--row-ranges", action="store_true",
+    ap.add_argument("--row-ranges", action="store_true", default=None,
                     help="every case with BwdConfig.row_ranges (per-key-tile query-tile ranges)")
+    ap.add_argument("--no-row-ranges", dest="row_ranges", action="store_false",
+                    help="every case without BwdConfig.row_ranges")
+    ap.add_argument("--rs-dkv", action="store_true",
+                    help="every case with BwdConfig.rs_dkv (dV/dK wgmma from registers; tile_n 128)")
     ap.add_argument("--json-name", default="bwd_check.json",
                     help="file name of the JSON report under $OUT")
     args = ap.parse_args()
@@ -265,7 +273,7 @@ def main():
     import cutlass.cute.runtime as cute_rt
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd_mod
 
-    runner = Runner(torch, bwd_mod, cute_rt, row_ranges=args.row_ranges)
+    runner = Runner(torch, bwd_mod, cute_rt, row_ranges=args.row_ranges, rs_dkv=args.rs_dkv)
     cases = CASES_QUICK if args.quick else CASES_FULL
     if args.only:
         cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]

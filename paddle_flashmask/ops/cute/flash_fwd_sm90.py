@@ -84,7 +84,7 @@ class FwdConfig:
     # real work, heaviest first; work_order_kernel.py). Off by default: compiled, not yet GPU-run.
     work_order: bool = False
     # The producer scans only each query tile's [n_lo, n_hi) of key tiles, computed on the GPU
-    # from the tile summary (tile_range_kernel.py). Masks only. Off by default: not yet GPU-run.
+    # from the tile summary (tile_range_kernel.py). Masks only; default_config turns it on.
     tile_ranges: bool = False
 
     def __post_init__(self):
@@ -164,8 +164,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
         fast = env_flag(FAST_ENV, default="1")
     if work_order is None:
         work_order = env_flag(WORK_ORDER_ENV)
-    if tile_ranges is None:
-        tile_ranges = env_flag(TILE_RANGES_ENV)
+    if tile_ranges is None:  # on since the H200 check (24/24, 1-3 % faster on documents/windows)
+        tile_ranges = env_flag(TILE_RANGES_ENV, default="1")
     tile_ranges = bool(tile_ranges) and mask_columns is not None
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),

@@ -286,12 +286,11 @@ def _forward_config(dtype, head_dim, causal, num_columns, has_sink, _env_switche
 
 def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
                     gqa: bool = False, has_sink: bool = False, deterministic: bool = False):
-    """The backward kernel variant used for these compile-time facts (env
-    ``PADDLE_FLASHMASK_BWD_ROW_RANGES=1``: per-key-tile query-tile ranges, not yet GPU-run)."""
-    from .flash_bwd_sm90 import ROW_RANGES_ENV
-    from .launch_args import env_flag
+    """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
+    ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
+    from .flash_bwd_sm90 import default_row_ranges
 
-    row_ranges = env_flag(ROW_RANGES_ENV)
+    row_ranges = default_row_ranges(num_columns)
     return _backward_config(dtype, head_dim, bool(causal), num_columns, bool(gqa), bool(has_sink),
                             bool(deterministic), row_ranges)
 
