@@ -30,7 +30,8 @@ class HostApiHarness:
     """Patches ``interface`` for a CPU run; records what the host API launches and allocates.
 
     ``launched``: kernel names (``interface.KERNEL_BUILDERS`` keys) in launch order;
-    ``launch_args``: ``(name, args)`` of every launch; ``scratch``: shapes of the scratch buffers.
+    ``launch_args``: ``(name, args)`` of every launch; ``scratch``: shapes of the scratch buffers;
+    ``counter_resets``: the dynamic schedule's counter, once per forward launch that zeroes it.
     """
 
     def __init__(self, monkeypatch, num_sms: int = 132) -> None:
@@ -62,6 +63,13 @@ class HostApiHarness:
                 harness.launch_args.append((name, args))
             return launch
 
+        from paddle_flashmask.ops.cute import tile_scheduler
+
+        # the dynamic schedule's counter: a fresh one per harness, its per-launch reset recorded
+        self.counter_resets: list = []
+        monkeypatch.setattr(interface, "_schedule_counters", {})
+        monkeypatch.setattr(tile_scheduler, "reset_counter",
+                            lambda counter, stream: harness.counter_resets.append(counter))
         monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
         monkeypatch.setattr(interface, "num_sms", lambda device: num_sms)
         monkeypatch.setattr(interface, "DeviceBuffer", Scratch)

@@ -253,15 +253,21 @@ def check_tile_ranges(ranges, idx, causal, cfg, sq) -> dict:
             "tile_ranges_mismatches": int((got != ref).any(axis=-1).sum())}
 
 
+def schedule_counter(torch, cfg):
+    """The dynamic schedule's work counter (the kernel wrapper zeroes it per launch), or None."""
+    return torch.zeros(1, dtype=torch.int32, device="cuda") if cfg.dynamic_schedule else None
+
+
 def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=False,
-             work_order=False, tile_ranges=False):
+             work_order=False, tile_ranges=None, dynamic=None):
     name, dt, d, dv, kind, b, sq, sk, h, hk, hm_mode, has_sink = case
     hm = {"1": 1, "Hk": hk, "H": h}[hm_mode]
     tdt = torch.bfloat16 if dt == "bf16" else torch.float16
     idx, causal = make_mask(kind, rng, b, hm, sq, sk)
     cols = None if idx is None else idx.shape[-1]
     cfg = fwd_mod.default_config(dt, d, dv, causal, cols, has_sink, fast=fast,
-                                 work_order=work_order, tile_ranges=tile_ranges)
+                                 work_order=work_order, tile_ranges=tile_ranges,
+                                 dynamic_schedule=dynamic)
     t0 = time.time()
     if cfg not in compiled_cache:
         compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
@@ -284,8 +290,9 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
     ranges = None
     if cfg.tile_ranges:
         ranges = make_tile_ranges(torch, compiled_cache, cfg, cmin, cmax, b, sq, sk, hm, stream)
+    counter = schedule_counter(torch, cfg)
     fn(dl(q), dl(k), dl(v), dl(out), dl(lse), dl(idx_t), dl(cmin), dl(cmax), dl(sink), scale,
-       stream, num_sms, work_order=order, tile_ranges=ranges)
+       stream, num_sms, work_order=order, tile_ranges=ranges, schedule_counter=counter)
     torch.cuda.synchronize()
     if cfg.tile_ranges:
         order_info.update(check_tile_ranges(ranges, idx, causal, cfg, sq))
@@ -299,7 +306,8 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
             compiled_cache[base_cfg] = fwd_mod.compile_forward(base_cfg)
         out_base, lse_base = torch.full_like(out, float("nan")), torch.full_like(lse, float("nan"))
         compiled_cache[base_cfg](dl(q), dl(k), dl(v), dl(out_base), dl(lse_base), dl(idx_t),
-                                 dl(cmin), dl(cmax), dl(sink), scale, stream, num_sms)
+                                 dl(cmin), dl(cmax), dl(sink), scale, stream, num_sms,
+                                 tile_ranges=ranges)
         torch.cuda.synchronize()
         order_info["bitwise_equal_to_default"] = bool(
             torch.equal(out.view(torch.int16), out_base.view(torch.int16))
@@ -331,7 +339,7 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
         "tile_n": cfg.tile_n, "max_abs_err_o": err_o, "rel_err_o": rel_o, "max_abs_err_lse": err_lse,
         "nan_in_out": nan_out, "neg_inf_lse_match": inf_match, "empty_rows": empty_rows,
         "compile_s": round(compile_s, 2), "tiles": stats, "work_order": work_order,
-        "tile_ranges": cfg.tile_ranges,
+        "tile_ranges": cfg.tile_ranges, "dynamic_schedule": cfg.dynamic_schedule,
     }
 
 
@@ -360,11 +368,13 @@ def _bench_one(torch, cute_rt, fwd_mod, compiled_cache, num_sms, cfg, b, s, h, h
     ranges = None  # computed once, as the host API caches them with the index tensor
     if cfg.tile_ranges:
         ranges = make_tile_ranges(torch, compiled_cache, cfg, cmin, cmax, b, s, s, hm, stream)
+    counter = schedule_counter(torch, cfg)
 
     def call():
         if order_fn is not None:  # the ordering kernels are part of what is timed
             order_fn(cmin, cmax, workspace, order, b, s, s, h, hm, stream)
-        fn(*args, 1.0 / math.sqrt(d), stream, num_sms, work_order=order, tile_ranges=ranges)
+        fn(*args, 1.0 / math.sqrt(d), stream, num_sms, work_order=order, tile_ranges=ranges,
+           schedule_counter=counter)
     for _ in range(3):
         call()
     torch.cuda.synchronize()
@@ -433,6 +443,15 @@ TILE_RANGES_BENCH_ROWS = [
 ]
 
 
+# A/B of the dynamic persistent schedule (--dynamic --bench): off then on, masks and plain.
+DYNAMIC_BENCH_ROWS = [
+    row for kind, b, s in (("causal_doc", 2, 8192), ("window", 2, 8192), ("causal_doc", 1, 32768),
+                           ("causal", 2, 8192), ("full", 2, 8192))
+    for row in ((kind, b, s, 16, 16, 128, 128, True, {"dynamic_schedule": False}),
+                (kind, b, s, 16, 16, 128, 128, True, {"dynamic_schedule": True}))
+]
+
+
 def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng, rows=BENCH_ROWS):
     import dataclasses
     results = []
@@ -467,8 +486,14 @@ def main() -> int:
     ap.add_argument("--simple", action="store_true",
                     help="force the simple one-tile-at-a-time configurations (default: "
                          "what default_config picks, the fast path unless PADDLE_FLASHMASK_FWD_FAST=0)")
-    ap.add_argument("--tile-ranges", action="store_true",
-                    help="run every masked case with per-query-tile key-tile ranges and check them")
+    ap.add_argument("--tile-ranges", action="store_true", default=None,
+                    help="run every masked case with per-query-tile key-tile ranges and check them "
+                         "(default: the product's default, on)")
+    ap.add_argument("--no-tile-ranges", dest="tile_ranges", action="store_false",
+                    help="run every case without tile ranges")
+    ap.add_argument("--dynamic", action="store_true", default=None,
+                    help="run every case with the dynamic persistent schedule; with --bench, "
+                         "the dynamic-schedule A/B rows")
     ap.add_argument("--work-order", action="store_true",
                     help="run every case with the work-ordered scheduler and check the order")
     ap.add_argument("--json-name", default="fwd_check.json",
@@ -491,7 +516,8 @@ def main() -> int:
     for case in cases:
         try:
             r = run_case(torch, cute_rt, fwd_mod, compiled, case, rng, num_sms, fast=args.fast,
-                         work_order=args.work_order, tile_ranges=args.tile_ranges)
+                         work_order=args.work_order, tile_ranges=args.tile_ranges,
+                         dynamic=args.dynamic)
         except Exception as exc:  # record and continue: one broken variant must not hide others
             r = {"name": case[0], "ok": False, "error": repr(exc)[:1500],
                  "trace": traceback.format_exc()[-3000:]}
@@ -505,6 +531,7 @@ def main() -> int:
     if args.bench:
         try:
             rows = (WORK_ORDER_BENCH_ROWS if args.work_order else
+                    DYNAMIC_BENCH_ROWS if args.dynamic else
                     TILE_RANGES_BENCH_ROWS if args.tile_ranges else BENCH_ROWS)
             rows = [r for r in rows if not (args.bench_verified_only and r[7])]
             report["bench"] = bench(torch, cute_rt, fwd_mod, compiled, num_sms, rng, rows)

@@ -75,9 +75,12 @@ def variants(full: bool = False) -> list[Variant]:
             seen.add((kind, config))
             out.append(Variant(label, kind, config, fast_path))
 
-    def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False):
+    def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=False):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
+        if dynamic:  # the dynamic persistent schedule (FwdConfig.dynamic_schedule)
+            cfg = dataclasses.replace(cfg, dynamic_schedule=True, work_order=False)
+            extra += " dynamic"
         if tile_ranges:  # per-query-tile key-tile ranges (FwdConfig.tile_ranges) + their kernel
             from .tile_range_kernel import TileRangeConfig
 
@@ -131,6 +134,9 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, False, 4, work_order=True)
     fwd("bfloat16", 128, True, 1, tile_ranges=True)
     fwd("bfloat16", 128, False, 4, tile_ranges=True)
+    fwd("bfloat16", 128, True, 1, dynamic=True)
+    fwd("bfloat16", 128, True, None, dynamic=True)
+    fwd("bfloat16", 256, False, 2, dynamic=True)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, False, 4, det=True)
     bwd("bfloat16", 128, True, 1, row_ranges=True)

@@ -86,6 +86,11 @@ class FwdConfig:
     # The producer scans only each query tile's [n_lo, n_hi) of key tiles, computed on the GPU
     # from the tile summary (tile_range_kernel.py). Masks only; default_config turns it on.
     tile_ranges: bool = False
+    # Dynamic persistent schedule: the producer takes the next work tile from a global counter
+    # (atomic add) and hands it to the consumers with the tile's Q stage, so a CTA that drew
+    # light query tiles takes more of them (documents: query tiles differ in work). Same order
+    # as the static schedule (a head's tiles together, heaviest first), so L2 reuse is kept.
+    dynamic_schedule: bool = False
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -111,6 +116,9 @@ class FwdConfig:
                 f"{SMEM_LIMIT_BYTES} B (reduce tile_n, num_stages or q_stages, or tma_store_o)")
         if self.pingpong and not self.intra_wg_overlap:
             raise ValueError("FwdConfig.pingpong: needs intra_wg_overlap=True")
+        if self.dynamic_schedule and self.work_order:
+            raise ValueError("FwdConfig.dynamic_schedule: expected work_order=False (the work "
+                             "order is walked by static slots), found work_order=True")
         if self.tile_ranges and self.mask_columns is None:
             raise ValueError("FwdConfig.tile_ranges: expected mask_columns (ranges come from the "
                              "tile summary of startend_row_indices), found None")
@@ -128,6 +136,7 @@ class FwdConfig:
 FAST_ENV = "PADDLE_FLASHMASK_FWD_FAST"
 WORK_ORDER_ENV = "PADDLE_FLASHMASK_FWD_WORK_ORDER"
 TILE_RANGES_ENV = "PADDLE_FLASHMASK_FWD_TILE_RANGES"
+DYNAMIC_SCHEDULE_ENV = "PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE"
 
 
 SMEM_LIMIT_BYTES = 232448  # 227 KB of dynamic shared memory per CTA on SM90
@@ -139,7 +148,8 @@ def _shared_memory_bytes(cfg: "FwdConfig") -> int:
     kv = cfg.num_stages * cfg.tile_n * (cfg.head_dim + cfg.head_dim_v) * elem
     o = cfg.tile_m * cfg.head_dim_v * elem if cfg.tma_store_o else 0
     ncols = fm_mask.num_mask_columns(cfg.causal, cfg.mask_columns)
-    meta = cfg.num_stages * (cfg.tile_n * ncols * 4 + 8) + (cfg.q_stages + 2 * cfg.num_stages) * 16
+    meta = (cfg.num_stages * (cfg.tile_n * ncols * 4 + 8) + (cfg.q_stages + 2 * cfg.num_stages) * 16
+            + cfg.q_stages * 4)
     return q + kv + o + meta + 4 * 1024  # alignment padding of the buffers
 
 
@@ -149,7 +159,8 @@ FwdConfig.shared_memory_bytes = _shared_memory_bytes
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
                    fast: Optional[bool] = None, work_order: Optional[bool] = None,
-                   tile_ranges: Optional[bool] = None) -> FwdConfig:
+                   tile_ranges: Optional[bool] = None,
+                   dynamic_schedule: Optional[bool] = None) -> FwdConfig:
     """Tile shape and features for a head dim (smem: Q + stages * (K + V) [+ O] <= 227 KB).
 
     ``fast=True`` (default; env ``PADDLE_FLASHMASK_FWD_FAST=0`` turns it off): intra-warpgroup
@@ -167,18 +178,22 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     if tile_ranges is None:  # on since the H200 check (24/24, 1-3 % faster on documents/windows)
         tile_ranges = env_flag(TILE_RANGES_ENV, default="1")
     tile_ranges = bool(tile_ranges) and mask_columns is not None
+    if dynamic_schedule is None:
+        dynamic_schedule = env_flag(DYNAMIC_SCHEDULE_ENV)
+    dynamic_schedule = bool(dynamic_schedule) and not work_order
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
         return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                          128, tile_n, stages, work_order=bool(work_order),
-                         tile_ranges=tile_ranges)
+                         tile_ranges=tile_ranges, dynamic_schedule=dynamic_schedule)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (112, 2, 2),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                      128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
                      tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
-                     work_order=bool(work_order), tile_ranges=tile_ranges)
+                     work_order=bool(work_order), tile_ranges=tile_ranges,
+                     dynamic_schedule=dynamic_schedule)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -216,6 +231,7 @@ class FlashFwdSm90:
         self.tma_store_o = config.tma_store_o
         self.work_order = config.work_order
         self.tile_ranges = config.tile_ranges
+        self.dynamic = config.dynamic_schedule
         self.causal = config.causal
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
@@ -240,6 +256,7 @@ class FlashFwdSm90:
         sink_ptr: Optional[cute.Pointer],
         order_ptr: Optional[cute.Pointer],
         ranges_ptr: Optional[cute.Pointer],
+        counter_ptr: Optional[cute.Pointer],
         batch: Int32,
         seqlen_q: Int32,
         seqlen_k: Int32,
@@ -284,6 +301,9 @@ class FlashFwdSm90:
         mRanges = None  # per query tile [n_lo, n_hi) (tile_range_kernel.ranges_tensor)
         if cutlass.const_expr(self.tile_ranges):
             mRanges = ranges_tensor(ranges_ptr, (seqlen_q + tm - 1) // tm, num_mask_heads, batch)
+        mCounter = None  # next work tile of the dynamic schedule (zeroed by the host per launch)
+        if cutlass.const_expr(self.dynamic):
+            mCounter = cute.make_tensor(counter_ptr, cute.make_layout((1,)))
         mOrder = None  # work items, heaviest first (tile_scheduler.work_tile)
         if cutlass.const_expr(self.work_order):
             mOrder = cute.make_tensor(order_ptr, cute.make_layout(
@@ -333,6 +353,7 @@ class FlashFwdSm90:
             mbar_k: cute.struct.MemRange[Int64, stages * 2]
             mbar_v: cute.struct.MemRange[Int64, stages * 2]
             meta: cute.struct.MemRange[Int32, stages * 2]
+            work: cute.struct.MemRange[Int32, q_stages]  # work tile of each Q stage (dynamic)
             bounds: cute.struct.Align[cute.struct.MemRange[Int32, stages * tn * ncols], 16]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
@@ -344,7 +365,7 @@ class FlashFwdSm90:
         num_m_blocks = (seqlen_q + tm - 1) // tm
         self.kernel(
             tiled_mma_qk, tiled_mma_pv, tma_q, tma_mQ, tma_k, tma_mK, tma_v, tma_mVt,
-            mO, tma_o, tma_mO, mLSE, mIdx, mColMin, mColMax, mSink, mOrder, mRanges,
+            mO, tma_o, tma_mO, mLSE, mIdx, mColMin, mColMax, mSink, mOrder, mRanges, mCounter,
             sQ_layout, sK_layout, sVt_layout, sO_layout,
             seqlen_q, seqlen_k, num_heads, num_kv_heads, num_mask_heads,
             softmax_scale, num_m_blocks, batch,
@@ -380,6 +401,7 @@ class FlashFwdSm90:
         mSink: Optional[cute.Tensor],
         mOrder: Optional[cute.Tensor],
         mRanges: Optional[cute.Tensor],
+        mCounter: Optional[cute.Tensor],
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
         sVt_layout: cute.ComposedLayout,
@@ -422,6 +444,7 @@ class FlashFwdSm90:
         if cutlass.const_expr(self.tma_store_o):
             sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
         s_meta = storage.meta.get_tensor(cute.make_layout((2, self.stages)))
+        s_work = storage.work.get_tensor(cute.make_layout((self.q_stages,)))
         s_bounds = storage.bounds.get_tensor(cute.make_layout(
             (self.tile_n, self.ncols, self.stages),
             stride=(self.ncols, 1, self.tile_n * self.ncols)))
@@ -440,20 +463,21 @@ class FlashFwdSm90:
                 self.producer(tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
                               mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q,
                               seqlen_k, diag_offset, num_heads, num_kv_heads, num_mask_heads,
-                              num_m_blocks, batch, mOrder, mRanges)
+                              num_m_blocks, batch, mOrder, mRanges, mCounter, s_work)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             self.consumer(tiled_mma_qk, tiled_mma_pv, sQ, sK, sVt, sO, s_meta, s_bounds, mO,
                           tma_o, tma_mO, mLSE,
                           mSink, pipe_q, pipe_k, pipe_v, tidx - self.threads_per_wg, seqlen_q,
                           seqlen_k, diag_offset, softmax_scale, num_heads, num_m_blocks, batch,
-                          mOrder)
+                          mOrder, s_work)
 
     @cute.jit
     def producer(self, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
                  mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q, seqlen_k, diag_offset,
                  num_heads, num_kv_heads, num_mask_heads, num_m_blocks: Int32, num_batch: Int32,
-                 mOrder: Optional[cute.Tensor], mRanges: Optional[cute.Tensor]):
+                 mOrder: Optional[cute.Tensor], mRanges: Optional[cute.Tensor],
+                 mCounter: Optional[cute.Tensor], s_work: cute.Tensor):
         tm, tn = self.tile_m, self.tile_n
         lane = cute.arch.lane_idx()
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
@@ -462,6 +486,8 @@ class FlashFwdSm90:
         num_k_tiles = (seqlen_k + tn - 1) // tn
         total = sched.total_work(num_m_blocks, num_heads, num_batch)
         t = sched.first_work()
+        if cutlass.const_expr(self.dynamic):
+            t = sched.claim_work(mCounter, lane)
         while t < total:
             m_block, head, batch = sched.work_tile(mOrder, t, total, num_m_blocks, num_heads,
                                                    num_batch)
@@ -483,9 +509,23 @@ class FlashFwdSm90:
                                                cute.group_modes(sVt, 0, 2),
                                                cute.group_modes(gVt, 0, 2))
 
-            pipe_q.producer_acquire(q_state)
-            cute.copy(tma_q, tQgQ, tQsQ[None, q_state.index],
-                      tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            if cutlass.const_expr(self.dynamic):
+                # The work tile travels with its Q stage: written before the producer's arrive,
+                # which completes the stage's barrier together with Q's bytes.
+                pipe_q.sync_object_empty.wait(q_state.index, q_state.phase)
+                q_bar = pipe_q.producer_get_barrier(q_state)
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_expect_tx(q_bar, self.q_bytes)
+                cute.copy(tma_q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=q_bar)
+                if lane == 0:
+                    s_work[q_state.index] = t
+                cute.arch.sync_warp()
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive(q_bar)
+            else:
+                pipe_q.producer_acquire(q_state)
+                cute.copy(tma_q, tQgQ, tQsQ[None, q_state.index],
+                          tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
             q_state.advance()
 
             # Key tiles right of the causal diagonal of the last row are never visited; with
@@ -542,7 +582,18 @@ class FlashFwdSm90:
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(pipe_k.producer_get_barrier(k_state))
             k_state.advance()
-            t = sched.next_work(t)
+            if cutlass.const_expr(self.dynamic):
+                t = sched.claim_work(mCounter, lane)
+            else:
+                t = sched.next_work(t)
+        if cutlass.const_expr(self.dynamic):
+            # End of the schedule: a Q stage with no data whose work tile is past the end.
+            pipe_q.sync_object_empty.wait(q_state.index, q_state.phase)
+            if lane == 0:
+                s_work[q_state.index] = total
+            cute.arch.sync_warp()
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(pipe_q.producer_get_barrier(q_state))
 
     @cute.jit
     def stage_bounds(self, mIdx: cute.Tensor, s_bounds: cute.Tensor, stage: Int32,
@@ -588,7 +639,7 @@ class FlashFwdSm90:
                  tma_o, tma_mO, mLSE,
                  mSink, pipe_q, pipe_k, pipe_v, ctidx: Int32, seqlen_q, seqlen_k, diag_offset,
                  softmax_scale: Float32, num_heads: Int32, num_m_blocks: Int32, num_batch: Int32,
-                 mOrder: Optional[cute.Tensor]):
+                 mOrder: Optional[cute.Tensor], s_work: cute.Tensor):
         tm, tn = self.tile_m, self.tile_n
         thr_qk = tiled_mma_qk.get_slice(ctidx)
         thr_pv = tiled_mma_pv.get_slice(ctidx)
@@ -635,6 +686,9 @@ class FlashFwdSm90:
                 cute.arch.barrier_arrive(barrier_id=self.sched_barrier_base,
                                          number_of_threads=2 * self.threads_per_wg)
         t = sched.first_work()
+        if cutlass.const_expr(self.dynamic):
+            pipe_q.consumer_wait(q_state)  # the work tile arrives with its Q stage
+            t = s_work[q_state.index]
         while t < total:
             m_block, head, batch = sched.work_tile(mOrder, t, total, num_m_blocks, num_heads,
                                                    num_batch)
@@ -642,7 +696,8 @@ class FlashFwdSm90:
             row_max.fill(-Float32.inf)
             row_sum.fill(0.0)
             acc_O.fill(0.0)
-            pipe_q.consumer_wait(q_state)
+            if cutlass.const_expr(not self.dynamic):
+                pipe_q.consumer_wait(q_state)
             q_idx = q_state.index
             pipe_k.consumer_wait(k_state)
             n_block = s_meta[0, k_state.index]
@@ -729,7 +784,11 @@ class FlashFwdSm90:
             else:
                 self.store_output(acc_O, tOcO, tOcO_mn, lse, mO, mLSE, row_base, head, batch,
                                   seqlen_q)
-            t = sched.next_work(t)
+            if cutlass.const_expr(self.dynamic):
+                pipe_q.consumer_wait(q_state)
+                t = s_work[q_state.index]
+            else:
+                t = sched.next_work(t)
         if cutlass.const_expr(self.tma_store_o):
             if ctidx % self.threads_per_wg == 0:
                 cute.arch.cp_async_bulk_wait_group(0)  # stores must land before the CTA exits
@@ -854,7 +913,7 @@ class CompiledForward:
 
     def __call__(self, q, k, v, out, lse, startend_row_indices, col_min, col_max,
                  learnable_sink, softmax_scale: float, stream, num_sms: int = 132,
-                 work_order=None, tile_ranges=None) -> None:
+                 work_order=None, tile_ranges=None, schedule_counter=None) -> None:
         cfg = self.config
         b, sq, h, sk, hk, hm = check_variant_call(
             q, k, v, startend_row_indices, learnable_sink, head_dim=cfg.head_dim,
@@ -881,14 +940,21 @@ class CompiledForward:
             raise ValueError(f"tile_ranges: expected {'an int32 buffer' if cfg.tile_ranges else 'None'}"
                              f" for this variant (tile_ranges={cfg.tile_ranges}), found "
                              f"{type(tile_ranges).__name__}")
+        if (schedule_counter is None) == cfg.dynamic_schedule:
+            raise ValueError(f"schedule_counter: expected "
+                             f"{'an int32 buffer of >= 1 element' if cfg.dynamic_schedule else 'None'}"
+                             f" for this variant (dynamic_schedule={cfg.dynamic_schedule}), found "
+                             f"{type(schedule_counter).__name__}")
         grid = sched.grid_size(num_m_blocks, h, b, num_sms)
         if not isinstance(stream, cuda.CUstream):
             stream = cuda.CUstream(int(stream))
+        if schedule_counter is not None:  # the dynamic schedule starts at work tile 0
+            sched.reset_counter(schedule_counter, stream)
         self.compiled(
             ptr(q, dt, 16), ptr(k, dt, 16), ptr(v, dt, 16), ptr(out, dt, 16),
             ptr(lse, Float32, 4), ptr(startend_row_indices, Int32, 4), ptr(col_min, Int32, 4),
             ptr(col_max, Int32, 4), ptr(learnable_sink, Float32, 4), ptr(work_order, Int32, 4),
-            ptr(tile_ranges, Int32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
+            ptr(tile_ranges, Int32, 4), ptr(schedule_counter, Int32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
             Float32(softmax_scale), Int32(grid), stream)
 
 
@@ -906,6 +972,7 @@ def compile_forward(config: FwdConfig) -> CompiledForward:
         _placeholder_ptr(Float32, 4) if config.has_sink else None,
         _placeholder_ptr(Int32, 4) if config.work_order else None,
         _placeholder_ptr(Int32, 4) if config.tile_ranges else None,
+        _placeholder_ptr(Int32, 4) if config.dynamic_schedule else None,
         Int32(1), Int32(128), Int32(128), Int32(1), Int32(1), Int32(1), Float32(1.0), Int32(1),
         cuda.CUstream(0),
     )

@@ -244,6 +244,20 @@ def tile_summary(startend_row_indices: Any, tile_n: int, *, stream: int
     return launch_tile_summary(tensor, problem, tile_n, stream)
 
 
+# one work counter per (device, stream) for the forward's dynamic schedule: launches on one stream
+# run one after the other, so they can share it (each launch zeroes it first, in stream order)
+_schedule_counters: dict[tuple[int, int], DeviceBuffer] = {}
+
+
+def schedule_counter(device: int, stream: int) -> DeviceBuffer:
+    """The int32 work counter of the forward's dynamic schedule on ``stream``."""
+    key = (int(device), int(stream))
+    counter = _schedule_counters.get(key)
+    if counter is None:
+        counter = _schedule_counters[key] = DeviceBuffer((1,), "int32", device, stream, zero=True)
+    return counter
+
+
 def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
                       ) -> tuple[DeviceBuffer, DeviceBuffer]:
     """The forward's work order (``FwdConfig.work_order``): its query tiles, heaviest first,
@@ -269,10 +283,11 @@ def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
 def forward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
                    has_sink: bool = False):
     """The forward kernel variant used for these compile-time facts (tile sizes per head dim)."""
-    from .flash_fwd_sm90 import FAST_ENV, TILE_RANGES_ENV, WORK_ORDER_ENV
+    from .flash_fwd_sm90 import DYNAMIC_SCHEDULE_ENV, FAST_ENV, TILE_RANGES_ENV, WORK_ORDER_ENV
 
     # every env switch default_config reads is part of the key: they may flip between calls
-    switches = tuple(os.environ.get(name) for name in (FAST_ENV, WORK_ORDER_ENV, TILE_RANGES_ENV))
+    switches = tuple(os.environ.get(name) for name in (FAST_ENV, WORK_ORDER_ENV, TILE_RANGES_ENV,
+                                                        DYNAMIC_SCHEDULE_ENV))
     return _forward_config(dtype, head_dim, bool(causal), num_columns, bool(has_sink), switches)
 
 
@@ -393,9 +408,11 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     ordering = (None, None)  # workspace, order: only when the config asks for the work order
     if getattr(config, "work_order", False):
         ordering = launch_work_order(problem, config, summary, stream)
+    counter = schedule_counter(problem.device, stream) if config.dynamic_schedule else None
     kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["lse"], infos.get("indices"),
            summary[0], summary[1], infos.get("sink"), float(softmax_scale), stream,
-           sms - reserved_sms, work_order=ordering[1], tile_ranges=ranges[0])
+           sms - reserved_sms, work_order=ordering[1], tile_ranges=ranges[0],
+           schedule_counter=counter)
     # freed in stream order, after the kernel that reads them (cached buffers stay)
     for buffer in (*(summary if owned else ()), *(ranges if ranges_owned else ()), *ordering):
         if buffer is not None:

@@ -19,6 +19,12 @@ and over a list sorted heaviest first, striding already hands every CTA one item
 ``grid`` similar items. The snake (row r left to right when r is even, right to left when odd)
 keeps CTA 0 from taking the heaviest item of every row.
 
+Dynamic variant (``FwdConfig.dynamic_schedule``): the same linear list, but the producer warp
+claims each next index from a global counter (:func:`claim_work`, one atomic add) and publishes it
+to the consumers with the tile's Q stage, so CTAs that drew light tiles take more of them (query
+tiles of document masks differ several-fold in work; a static stride leaves the CTA with the
+heaviest share last). The host zeroes the counter before each launch (:func:`reset_counter`).
+
 All producer and consumer roles of a CTA call the same functions, so they walk the same sequence.
 Plain functions over DSL integers (not a stateful object) so they can live inside dynamic loops.
 """
@@ -46,6 +52,25 @@ def first_work() -> Int32:
 
 def next_work(t: Int32) -> Int32:
     return t + Int32(cute.arch.grid_dim()[0])
+
+
+@cute.jit
+def claim_work(counter: cute.Tensor, lane: Int32) -> Int32:
+    """Dynamic schedule: lane 0 takes the next linear work index; every lane of the warp gets it."""
+    claimed = Int32(0)
+    if lane == 0:
+        claimed = cute.arch.atomic_add(counter.iterator, Int32(1))
+    return cute.arch.shuffle_sync(claimed, 0)
+
+
+def reset_counter(counter, stream) -> None:
+    """Host: zero the dynamic schedule's counter on ``stream`` before the forward launch."""
+    import cuda.bindings.driver as cu
+
+    from .dlpack import check
+    from .launch_args import device_address
+
+    check(cu.cuMemsetD32Async(device_address(counter), 0, 1, stream), "cuMemsetD32Async")
 
 
 def decode_work(t: Int32, num_m_blocks: Int32, num_heads: Int32, batch: Int32):

@@ -1,0 +1,58 @@
+"""The forward's dynamic persistent schedule (FwdConfig.dynamic_schedule), on the CPU: the config
+switch, the wrapper's argument rule, and the host API up to the launch (real sm_90a compile)."""
+from __future__ import annotations
+
+import pytest
+
+from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
+
+
+def test_dynamic_schedule_config(monkeypatch):
+    monkeypatch.delenv(fwd.DYNAMIC_SCHEDULE_ENV, raising=False)
+    monkeypatch.delenv(fwd.WORK_ORDER_ENV, raising=False)
+    assert not fwd.default_config("bf16", 128, None, True, 1).dynamic_schedule
+    monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "1")
+    assert fwd.default_config("bf16", 128, None, True, 1).dynamic_schedule
+    assert fwd.default_config("bf16", 128, None, False, None).dynamic_schedule
+    # the work order walks static slots: the two schedulers exclude each other
+    assert not fwd.default_config("bf16", 128, None, True, 1, work_order=True).dynamic_schedule
+    with pytest.raises(ValueError, match="dynamic_schedule"):
+        fwd.FwdConfig("bf16", 128, 128, True, 1, dynamic_schedule=True, work_order=True)
+
+
+def test_wrapper_requires_the_counter_exactly_when_dynamic():
+    class Shape:
+        def __init__(self, *shape):
+            self.shape = shape
+
+    q, k, v = Shape(1, 300, 4, 128), Shape(1, 300, 2, 128), Shape(1, 300, 2, 128)
+    on = fwd.CompiledForward(fwd.default_config("bf16", 128, None, True, None,
+                                                dynamic_schedule=True), compiled=None)
+    with pytest.raises(ValueError, match="schedule_counter: expected an int32 buffer"):
+        on(q, k, v, None, None, None, None, None, None, 0.1, 0)
+    off = fwd.CompiledForward(fwd.default_config("bf16", 128, None, True, None,
+                                                 dynamic_schedule=False), compiled=None)
+    with pytest.raises(ValueError, match="schedule_counter: expected None"):
+        off(q, k, v, None, None, None, None, None, None, 0.1, 0, schedule_counter=Shape(1))
+
+
+def test_host_api_passes_and_resets_one_counter_per_stream(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "1")
+    api = HostApiHarness(monkeypatch)
+    t = api.tensor
+    b, s, h, hk, d = 2, 300, 4, 2, 128
+    q, k, v, out = t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d)
+    lse = t(b, h, s, dtype=torch.float32)
+    idx = t(b, hk, s, 1, dtype=torch.int32)
+    for stream in (0, 0, 7):
+        interface.flashmask_fwd(q, k, v, out, lse, idx, causal=True, softmax_scale=0.1,
+                                stream=stream)
+    assert api.launched.count("flash_fwd_sm90") == 3
+    # every launch zeroes its stream's counter first; one counter per stream, reused
+    assert len(api.counter_resets) == 3
+    assert api.counter_resets[0] is api.counter_resets[1] is not api.counter_resets[2]
+    assert api.scratch.count((1,)) == 2
