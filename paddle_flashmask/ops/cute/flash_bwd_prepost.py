@@ -1,6 +1,6 @@
 """Backward pre- and post-processing kernels (CuTe DSL, framework-free).
 
-Preprocess (one CTA per 64 query rows of one (batch, head)):
+Preprocess (one CTA of 256 threads per 64 query rows of one (batch, head)):
   * ``delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`` in fp32,
   * ``lse2[b, h, i] = LSE * log2(e)``; rows with ``LSE = -inf`` (no visible key) and the padding
     rows past Sq get ``+inf`` so the main kernel's ``exp2(S * scale_log2 - lse2)`` is exactly 0 there
@@ -9,12 +9,25 @@ Preprocess (one CTA per 64 query rows of one (batch, head)):
   * with a learnable sink: per-CTA partial of ``dsink[h] = -sum_i exp(sink_h - LSE_i) * delta_i``,
     written to ``dsink_part[b, h, block]`` (reduced in a fixed order by the postprocess, so dsink is
     deterministic without atomics).
+  Thread mapping: 4 threads per row (thread ``t`` takes row ``t // 4``); quad lane ``q = t % 4`` loads
+  the 16-byte chunks ``q, q + 4, ...`` (8 elements each) of the O and dO rows, all before using any,
+  and the quad sums its partial dots with two butterfly shuffles. The CTA's 64 dQ-accumulator rows
+  are one contiguous ``64 * D`` fp32 block, zeroed with coalesced 16-byte stores.
 
 Postprocess:
-  * ``dq = dq_accum * softmax_scale`` cast to the input dtype,
+  * ``dq = dq_accum * softmax_scale`` cast to the input dtype: one CTA per 64 rows, whose accumulator
+    block is contiguous; thread ``t`` takes the 4-float chunks ``t, t + 256, ...`` of it (16-byte
+    loads, all issued before the first store) and writes each as one 8-byte store,
   * GQA: ``dk[b, j, hk] = sum over the group's query heads of dk_part[b, j, h]`` (fp32 partials
-    written by the main kernel) cast to the input dtype; same for dv,
+    written by the main kernel, added in head order) cast to the input dtype; same for dv; the
+    4-float chunk mapping of dq over each 64-key block, rows addressed one by one (the partials
+    interleave the heads),
   * ``dsink[h] = sum_b sum_block dsink_part[b, h, block]`` in a fixed order.
+
+Vector accesses: every base pointer is 16-byte aligned (the host checks it) and D, Dv are multiples
+of 32, so every row start is too; ``vector_rows`` states that to the DSL (row axis split as
+``(len / vec, vec)`` with static inner strides, dynamic strides assumed multiples of the row length),
+which then emits 128-bit LDG/STG.
 
 Shapes (all contiguous): q-like ``[B, Sq, H, D]``; lse / lse2 / delta ``[B, H, Sq]`` and
 ``[B, H, Sq_pad]`` with ``Sq_pad = ceil(Sq / 64) * 64``; dq_accum fp32 ``[B, H, Sq_pad, D]``;
@@ -33,6 +46,9 @@ import cuda.bindings.driver as cuda
 
 ROWS_PER_CTA = 64  # must equal the main kernel's tile_m: the semaphore/dsink grids use it
 _THREADS = 256
+_ROW_THREADS = _THREADS // ROWS_PER_CTA  # preprocess: threads sharing one O/dO row
+_VEC_IN = 8  # bf16/fp16 elements per 16-byte access
+_VEC_ACC = 4  # fp32 elements per 16-byte access
 _LOG2_E = math.log2(math.e)
 
 
@@ -44,6 +60,33 @@ def rowmajor(ptr: cute.Pointer, shape: tuple) -> cute.Tensor:
     if len(strides) > 1:
         strides[0] = cutlass.Int64(strides[0])
     return cute.make_tensor(ptr, cute.make_layout(shape, stride=tuple(strides)))
+
+
+def vector_rows(ptr: cute.Pointer, outer: tuple, row_len: int, vec: int) -> cute.Tensor:
+    """Row-major ``outer + (row_len,)`` tensor viewed as ``outer + (row_len // vec, vec)``.
+
+    ``row_len`` and ``vec`` are static and every dynamic stride is declared a multiple of
+    ``row_len``, so with a 16-byte aligned ``ptr`` the DSL knows each ``[..., chunk, None]`` slice is
+    ``vec`` elements aligned and moves it as one vector. The outermost stride is 64-bit.
+    """
+    strides = []
+    step = row_len
+    for extent in reversed(outer[1:]):
+        strides.insert(0, cute.assume(step, divby=row_len) if not isinstance(step, int) else step)
+        step = step * extent
+    outermost = cutlass.Int64(row_len)
+    for extent in outer[1:]:
+        outermost = outermost * extent
+    strides.insert(0, cute.assume(outermost, divby=row_len))
+    return cute.make_tensor(ptr, cute.make_layout(tuple(outer) + (row_len // vec, vec),
+                                                  stride=tuple(strides) + (vec, 1)))
+
+
+def _pairwise_sum(terms: list):
+    """Tree sum (trace-time Python): a dependency chain of log2(n) adds instead of n."""
+    while len(terms) > 1:
+        terms = [terms[e] + terms[e + 1] for e in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def _dsl_dtype(name: str):
@@ -76,12 +119,13 @@ class _Preprocess:
                  sem_ptr: Optional[cute.Pointer], b: Int32, sq: Int32, h: Int32, stream):
         n_blk = cute.ceil_div(sq, ROWS_PER_CTA)
         sqp = n_blk * ROWS_PER_CTA
-        mO = rowmajor(o_ptr, (b, sq, h, self.cfg.head_dim_v))
-        mdO = rowmajor(do_ptr, (b, sq, h, self.cfg.head_dim_v))
+        mO = vector_rows(o_ptr, (b, sq, h), self.cfg.head_dim_v, _VEC_IN)
+        mdO = vector_rows(do_ptr, (b, sq, h), self.cfg.head_dim_v, _VEC_IN)
         mLSE = rowmajor(lse_ptr, (b, h, sq))
         mLSE2 = rowmajor(lse2_ptr, (b, h, sqp))
         mDelta = rowmajor(delta_ptr, (b, h, sqp))
-        mdQacc = rowmajor(dqacc_ptr, (b, h, sqp, self.cfg.head_dim))
+        # one CTA's 64 accumulator rows are contiguous: viewed as one flat block of 4-float chunks
+        mdQacc = vector_rows(dqacc_ptr, (b, h, n_blk), ROWS_PER_CTA * self.cfg.head_dim, _VEC_ACC)
         mSink = mDsinkPart = mSem = None
         if const_expr(self.cfg.has_sink):
             mSink = rowmajor(sink_ptr, (h,))
@@ -103,42 +147,50 @@ class _Preprocess:
         dv = self.cfg.head_dim_v
         d = self.cfg.head_dim
         n_warps = _THREADS // 32
-        row0 = blk * ROWS_PER_CTA
+        row = blk * ROWS_PER_CTA + tidx // _ROW_THREADS
+        quad_lane = tidx % _ROW_THREADS
 
         smem = cutlass.utils.SmemAllocator()
         s_part = smem.allocate_tensor(Float32, cute.make_layout(n_warps), 16)
 
-        sink_part = Float32(0.0)
-        for r in cutlass.range(warp, ROWS_PER_CTA, n_warps, unroll=1):
-            i = row0 + r
-            if i < sq:
-                acc = Float32(0.0)
-                for c in cutlass.range(lane, dv, 32, unroll=1):
-                    acc += Float32(mO[b, i, h, c]) * Float32(mdO[b, i, h, c])
-                acc = cute.arch.warp_reduction_sum(acc)
-                lse = mLSE[b, h, i]
+        # zero this CTA's dQ-accumulator block (padding rows included): coalesced 16-byte stores
+        zeros = cute.full(_VEC_ACC, 0.0, Float32)
+        for k in cutlass.range_constexpr(ROWS_PER_CTA * d // _VEC_ACC // _THREADS):
+            mdQacc[b, h, blk, tidx + k * _THREADS, None].store(zeros)
+
+        acc = Float32(0.0)
+        lse = Float32(0.0)
+        lse2 = Float32.inf  # padding rows: exp2(S - inf) = 0 in the main kernel
+        if row < sq:
+            # every load of this thread (LSE, its O and dO chunks) is issued before the first use
+            lse = mLSE[b, h, row]
+            o_vals, do_vals = [], []
+            for k in cutlass.range_constexpr(dv // _VEC_IN // _ROW_THREADS):
+                o_vals.append(mO[b, row, h, quad_lane + k * _ROW_THREADS, None].load())
+                do_vals.append(mdO[b, row, h, quad_lane + k * _ROW_THREADS, None].load())
+            if lse != -Float32.inf:
                 lse2 = lse * Float32(_LOG2_E)
-                if lse == -Float32.inf:
-                    lse2 = Float32.inf
-                if lane == 0:
-                    mDelta[b, h, i] = acc
-                    mLSE2[b, h, i] = lse2
-                if const_expr(self.cfg.has_sink):
-                    # exp(sink - LSE) is the sink's share of the softmax; LSE >= sink is finite.
-                    p_sink = cute.math.exp2((mSink[h] - lse) * Float32(_LOG2_E))
-                    sink_part -= p_sink * acc
-            else:
-                if lane == 0:
-                    mDelta[b, h, i] = Float32(0.0)
-                    mLSE2[b, h, i] = Float32.inf
-            # zero this row of the fp32 dQ accumulator
-            for c in cutlass.range(lane, d, 32, unroll=1):
-                mdQacc[b, h, i, c] = Float32(0.0)
+            part = o_vals[0].to(Float32) * do_vals[0].to(Float32)
+            for k in cutlass.range_constexpr(1, len(o_vals)):
+                part = part + o_vals[k].to(Float32) * do_vals[k].to(Float32)
+            acc = _pairwise_sum([part[e] for e in range(_VEC_IN)])
+        # all lanes take part in the shuffles (padding rows contribute 0)
+        acc = cute.arch.warp_reduction_sum(acc, threads_in_group=_ROW_THREADS)
+
+        sink_part = Float32(0.0)
+        if const_expr(self.cfg.has_sink):
+            if row < sq and quad_lane == 0:
+                # exp(sink - LSE) is the sink's share of the softmax; LSE >= sink is finite.
+                sink_part = -cute.math.exp2((mSink[h] - lse) * Float32(_LOG2_E)) * acc
+        if quad_lane == 0:  # delta stays 0 on padding rows
+            mDelta[b, h, row] = acc
+            mLSE2[b, h, row] = lse2
 
         if const_expr(self.cfg.deterministic):
             if tidx == 0:
                 mSem[b, h, blk] = Int32(0)
         if const_expr(self.cfg.has_sink):
+            sink_part = cute.arch.warp_reduction_sum(sink_part)
             if lane == 0:
                 s_part[warp] = sink_part
             cute.arch.barrier()
@@ -162,16 +214,15 @@ class _Postprocess:
                  stream):
         d, dv = self.cfg.head_dim, self.cfg.head_dim_v
         n_blk = cute.ceil_div(sq, ROWS_PER_CTA)
-        sqp = n_blk * ROWS_PER_CTA
-        mdQacc = rowmajor(dqacc_ptr, (b, h, sqp, d))
-        mdQ = rowmajor(dq_ptr, (b, sq, h, d))
+        mdQacc = vector_rows(dqacc_ptr, (b, h, n_blk), ROWS_PER_CTA * d, _VEC_ACC)
+        mdQ = vector_rows(dq_ptr, (b, sq, h), d, _VEC_ACC)
         self.dq_kernel(mdQacc, mdQ, softmax_scale).launch(
             grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
         if const_expr(self.cfg.gqa):
-            mdKpart = rowmajor(dk_part_ptr, (b, sk, h, d))
-            mdVpart = rowmajor(dv_part_ptr, (b, sk, h, dv))
-            mdK = rowmajor(dk_ptr, (b, sk, hk, d))
-            mdV = rowmajor(dv_ptr, (b, sk, hk, dv))
+            mdKpart = vector_rows(dk_part_ptr, (b, sk, h), d, _VEC_ACC)
+            mdVpart = vector_rows(dv_part_ptr, (b, sk, h), dv, _VEC_ACC)
+            mdK = vector_rows(dk_ptr, (b, sk, hk), d, _VEC_ACC)
+            mdV = vector_rows(dv_ptr, (b, sk, hk), dv, _VEC_ACC)
             # at least one CTA: Sk = 0 must not launch an empty grid (rows are bounds-checked)
             self.dkv_kernel(mdKpart, mdVpart, mdK, mdV).launch(
                 grid=[cutlass.max(cute.ceil_div(sk, ROWS_PER_CTA), 1), hk, b],
@@ -190,12 +241,18 @@ class _Postprocess:
         sq = mdQ.shape[1]
         d = self.cfg.head_dim
         row0 = blk * ROWS_PER_CTA
-        for e in cutlass.range(tidx, ROWS_PER_CTA * d, _THREADS, unroll=1):
-            r = e // d
-            c = e - r * d
-            i = row0 + r
+        chunks_per_row = d // _VEC_ACC  # static: the row/column split below is shifts or mul-hi
+        n_chunks = ROWS_PER_CTA * chunks_per_row // _THREADS
+        # the padded block is allocated, so every load is in bounds; issue all before any store
+        vals = []
+        for k in cutlass.range_constexpr(n_chunks):
+            vals.append(mdQacc[b, h, blk, tidx + k * _THREADS, None].load())
+        for k in cutlass.range_constexpr(n_chunks):
+            chunk = tidx + k * _THREADS
+            i = row0 + chunk // chunks_per_row
             if i < sq:
-                mdQ[b, i, h, c] = (mdQacc[b, h, i, c] * softmax_scale).to(mdQ.element_type)
+                mdQ[b, i, h, chunk % chunks_per_row, None].store(
+                    (vals[k] * softmax_scale).to(mdQ.element_type))
 
     @cute.kernel
     def dkv_kernel(self, mdKpart: cute.Tensor, mdVpart: cute.Tensor, mdK: cute.Tensor,
@@ -209,15 +266,25 @@ class _Postprocess:
             src = mdKpart if const_expr(which == 0) else mdVpart
             dst = mdK if const_expr(which == 0) else mdV
             d = self.cfg.head_dim if const_expr(which == 0) else self.cfg.head_dim_v
-            for e in cutlass.range(tidx, ROWS_PER_CTA * d, _THREADS, unroll=1):
-                r = e // d
-                c = e - r * d
-                j = row0 + r
+            chunks_per_row = d // _VEC_ACC
+            n_chunks = ROWS_PER_CTA * chunks_per_row // _THREADS
+            # thread t sums the 4-float chunks t, t + 256, ... of the 64-row block: one 16-byte
+            # load per chunk and group member, the chunks' loads independent of each other
+            acc = cute.make_rmem_tensor((n_chunks, _VEC_ACC), Float32)
+            acc.fill(0.0)
+            for g in cutlass.range(group, unroll=1):  # fixed order: deterministic
+                for k in cutlass.range_constexpr(n_chunks):
+                    chunk = tidx + k * _THREADS
+                    j = row0 + chunk // chunks_per_row
+                    if j < sk:  # the partials have exactly Sk rows
+                        acc[k, None].store(acc[k, None].load() + src[
+                            b, j, hk * group + g, chunk % chunks_per_row, None].load())
+            for k in cutlass.range_constexpr(n_chunks):
+                chunk = tidx + k * _THREADS
+                j = row0 + chunk // chunks_per_row
                 if j < sk:
-                    acc = Float32(0.0)
-                    for g in cutlass.range(group, unroll=1):  # fixed order: deterministic
-                        acc += src[b, j, hk * group + g, c]
-                    dst[b, j, hk, c] = acc.to(dst.element_type)
+                    dst[b, j, hk, chunk % chunks_per_row, None].store(
+                        acc[k, None].load().to(dst.element_type))
 
     @cute.kernel
     def dsink_kernel(self, mDsinkPart: cute.Tensor, mDsink: cute.Tensor):
