@@ -10,6 +10,8 @@ from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
 def test_dynamic_schedule_config(monkeypatch):
     monkeypatch.delenv(fwd.DYNAMIC_SCHEDULE_ENV, raising=False)
     monkeypatch.delenv(fwd.WORK_ORDER_ENV, raising=False)
+    assert fwd.default_config("bf16", 128, None, True, 1).dynamic_schedule  # default ON
+    monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "0")
     assert not fwd.default_config("bf16", 128, None, True, 1).dynamic_schedule
     monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "1")
     assert fwd.default_config("bf16", 128, None, True, 1).dynamic_schedule
@@ -18,6 +20,19 @@ def test_dynamic_schedule_config(monkeypatch):
     assert not fwd.default_config("bf16", 128, None, True, 1, work_order=True).dynamic_schedule
     with pytest.raises(ValueError, match="dynamic_schedule"):
         fwd.FwdConfig("bf16", 128, 128, True, 1, dynamic_schedule=True, work_order=True)
+
+
+def test_backward_register_operand_switch(monkeypatch):
+    """BwdConfig.rs_dkv: on where the tile allows it (tile_n 128, D <= 128), env switch off."""
+    from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(bwd.RS_DKV_ENV, raising=False)
+    assert interface.backward_config("bfloat16", 128, True, 1).rs_dkv
+    assert interface.backward_config("bfloat16", 64, False, None).rs_dkv
+    assert not interface.backward_config("bfloat16", 256, True, 1).rs_dkv  # tile_n 64
+    monkeypatch.setenv(bwd.RS_DKV_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1).rs_dkv
 
 
 def test_wrapper_requires_the_counter_exactly_when_dynamic():

@@ -84,14 +84,14 @@ DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink"]
 
 
 class Runner:
-    def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=False):
+    def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=None):
         self.torch = torch
         self.bwd = bwd_mod
         self.rt = cute_rt
         self.compiled = {}
         # BwdConfig.row_ranges on every case (--row-ranges / --no-row-ranges; None: the default)
         self.row_ranges = row_ranges
-        self.rs_dkv = rs_dkv  # BwdConfig.rs_dkv on every case that allows it (--rs-dkv)
+        self.rs_dkv = rs_dkv  # BwdConfig.rs_dkv (--rs-dkv / --no-rs-dkv; None: the default)
 
     def get(self, cfg):
         t0 = time.time()
@@ -124,7 +124,9 @@ class Runner:
         cfg = self.bwd.BwdConfig(p["dt"].replace("bf16", "bfloat16").replace("fp16", "float16"),
                                  p["d"], p["dv"], p["causal"], cols, gqa=p["h"] != p["hk"],
                                  has_sink=p["sink"] is not None, deterministic=deterministic,
-                                 rs_dkv=p["name"].endswith("_rs") or self.rs_dkv,
+                                 rs_dkv=p["name"].endswith("_rs") or (
+                                     self.bwd.default_rs_dkv(p["d"]) if self.rs_dkv is None
+                                     else self.rs_dkv),
                                  row_ranges=self.bwd.default_row_ranges(cols)
                                  if self.row_ranges is None else self.row_ranges)
         fn, compile_s = self.get(cfg)
@@ -264,8 +266,10 @@ def main():
                     help="every case with BwdConfig.row_ranges (per-key-tile query-tile ranges)")
     ap.add_argument("--no-row-ranges", dest="row_ranges", action="store_false",
                     help="every case without BwdConfig.row_ranges")
-    ap.add_argument("--rs-dkv", action="store_true",
+    ap.add_argument("--rs-dkv", action="store_true", default=None,
                     help="every case with BwdConfig.rs_dkv (dV/dK wgmma from registers; tile_n 128)")
+    ap.add_argument("--no-rs-dkv", dest="rs_dkv", action="store_false",
+                    help="every case with the smem-operand dV/dK path")
     ap.add_argument("--json-name", default="bwd_check.json",
                     help="file name of the JSON report under $OUT")
     args = ap.parse_args()

@@ -75,12 +75,12 @@ def variants(full: bool = False) -> list[Variant]:
             seen.add((kind, config))
             out.append(Variant(label, kind, config, fast_path))
 
-    def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=False):
+    def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
-        if dynamic:  # the dynamic persistent schedule (FwdConfig.dynamic_schedule)
-            cfg = dataclasses.replace(cfg, dynamic_schedule=True, work_order=False)
-            extra += " dynamic"
+        if not dynamic:  # the static persistent schedule (FwdConfig.dynamic_schedule off)
+            cfg = dataclasses.replace(cfg, dynamic_schedule=False)
+            extra += " static"
         if tile_ranges:  # per-query-tile key-tile ranges (FwdConfig.tile_ranges) + their kernel
             from .tile_range_kernel import TileRangeConfig
 
@@ -91,7 +91,7 @@ def variants(full: bool = False) -> list[Variant]:
         if work_order:  # the work-ordered scheduler (FwdConfig.work_order) + its ordering kernels
             from .work_order_kernel import WorkOrderConfig
 
-            cfg = dataclasses.replace(cfg, work_order=True)
+            cfg = dataclasses.replace(cfg, work_order=True, dynamic_schedule=False)
             extra += " work-order"
             add(f"work-order {_form_label(causal, c)}", "work_order",
                 WorkOrderConfig.for_forward(cfg), False)
@@ -134,9 +134,9 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, False, 4, work_order=True)
     fwd("bfloat16", 128, True, 1, tile_ranges=True)
     fwd("bfloat16", 128, False, 4, tile_ranges=True)
-    fwd("bfloat16", 128, True, 1, dynamic=True)
-    fwd("bfloat16", 128, True, None, dynamic=True)
-    fwd("bfloat16", 256, False, 2, dynamic=True)
+    fwd("bfloat16", 128, True, 1, dynamic=False)
+    fwd("bfloat16", 128, True, None, dynamic=False)
+    fwd("bfloat16", 256, False, 2, dynamic=False)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, False, 4, det=True)
     bwd("bfloat16", 128, True, 1, row_ranges=True)

@@ -178,8 +178,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     if tile_ranges is None:  # on since the H200 check (24/24, 1-3 % faster on documents/windows)
         tile_ranges = env_flag(TILE_RANGES_ENV, default="1")
     tile_ranges = bool(tile_ranges) and mask_columns is not None
-    if dynamic_schedule is None:
-        dynamic_schedule = env_flag(DYNAMIC_SCHEDULE_ENV)
+    if dynamic_schedule is None:  # on since the H200 A/B: documents +16-19 %, others +0-2 %
+        dynamic_schedule = env_flag(DYNAMIC_SCHEDULE_ENV, default="1")
     dynamic_schedule = bool(dynamic_schedule) and not work_order
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
