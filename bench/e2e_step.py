@@ -70,7 +70,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from paddle_flashmask import semantics  # noqa: E402
 from paddle_flashmask.mask_builders import pack_sft  # noqa: E402
-from tiny_llama import LlamaConfig, TinyLlama, mean_loss, token_losses, training_flops_per_token  # noqa: E402
+from tiny_llama import (LlamaConfig, TinyLlama, compile_non_attention, mean_loss,  # noqa: E402
+                        token_losses, training_flops_per_token)
 
 IMPLS = ("flashmask", "sdpa_dense", "fa4_varlen")
 REFERENCE_IMPL = "sdpa_dense"
@@ -116,6 +117,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--isolate", action="store_true", help="child processes even with --cpu-smoke")
     p.add_argument("--out", default=None, help="output folder (default $OUT, else bench/results)")
     p.add_argument("--tag", default="", help="suffix of the output file names")
+    p.add_argument("--compile-model", action="store_true",
+                   help="torch.compile the model's norms, RoPE, MLP and loss for every "
+                        "implementation (attention stays eager); default: eager model")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny fp32 model on the CPU (S=256, batch 2, docs 8..120), flashmask on the "
                         "reference backend vs sdpa_dense, 1 + 2 steps, in one process")
@@ -395,6 +399,10 @@ def run_impl(impl: str, args) -> dict:
     with torch.device(device):
         model = TinyLlama(cfg)
     model.to(dtype).init_weights(args.seed)
+    loss_fn = mean_loss
+    if args.compile_model:  # same compiled non-attention code for every implementation
+        compile_non_attention(model)
+        loss_fn = torch.compile(mean_loss)
     fused = {"fused": True} if device.type == "cuda" else {"foreach": True}
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1, **fused)
     ids, labels, pos = (torch.as_tensor(x, device=device) for x in
@@ -439,7 +447,7 @@ def run_impl(impl: str, args) -> dict:
 
     def step(marks: Optional[PhaseMarks] = None) -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        loss = mean_loss(model(ids, pos, attention), labels)
+        loss = loss_fn(model(ids, pos, attention), labels)
         if marks:
             marks.mark()
         loss.backward()
@@ -600,6 +608,7 @@ def metadata(args, cfg: LlamaConfig) -> dict:
                      "paddle_flashmask": paddle_flashmask.__version__},
         "dtype": args.dtype, "batch": args.batch, "seqlen": args.seqlen, "warmup": args.warmup,
         "steps": args.steps, "flashmask_backend": args.flashmask_backend, "sdpa_backend": args.sdpa_backend,
+        "compile_model": bool(args.compile_model),
         "optimizer": {"name": "AdamW", "lr": args.lr, "betas": [0.9, 0.95], "weight_decay": 0.1,
                       "fused": cuda},
         "model": {**cfg.as_dict(), "parameters": _param_count(cfg)},

@@ -90,13 +90,14 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * d, cfg.hidden_size, bias=False)
+        self.rope = apply_rope  # compile_non_attention swaps in a compiled version
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 attention: AttentionFn) -> torch.Tensor:
         b, s, _ = x.shape
         d = self.cfg.head_dim
-        q = apply_rope(self.q_proj(x).view(b, s, self.cfg.num_heads, d), cos, sin)
-        k = apply_rope(self.k_proj(x).view(b, s, self.cfg.num_kv_heads, d), cos, sin)
+        q = self.rope(self.q_proj(x).view(b, s, self.cfg.num_heads, d), cos, sin)
+        k = self.rope(self.k_proj(x).view(b, s, self.cfg.num_kv_heads, d), cos, sin)
         v = self.v_proj(x).view(b, s, self.cfg.num_kv_heads, d)
         out = attention(q, k, v)
         return self.o_proj(out.reshape(b, s, self.cfg.num_heads * d))
@@ -161,6 +162,18 @@ class TinyLlama(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+def compile_non_attention(model: TinyLlama) -> None:
+    """``torch.compile`` the norms, RoPE and the SwiGLU MLP of ``model`` in place (as production
+    trainers fuse them); the attention call stays eager, so every attention implementation runs
+    between the same compiled code. Identical modules share one compiled graph."""
+    rope = torch.compile(apply_rope)
+    for module in model.modules():
+        if isinstance(module, (RMSNorm, SwiGLU)):
+            module.compile()
+        elif isinstance(module, Attention):
+            module.rope = rope
+
+
 def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Per-token cross entropy in fp32 ``[B, S]``; 0 where ``labels == -100``."""
     return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,
@@ -188,4 +201,5 @@ def default_param_estimate(cfg: Optional[LlamaConfig] = None) -> float:
 
 
 __all__ = ["LlamaConfig", "TinyLlama", "token_losses", "mean_loss", "training_flops_per_token",
+           "compile_non_attention",
            "default_param_estimate", "rope_tables", "apply_rope"]
