@@ -85,6 +85,8 @@ _SASS_SCRIPT = textwrap.dedent("""
         ("d128_causal_C1_det", BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True)),
         ("d256_bidir_C4_gqa", BwdConfig("bfloat16", 256, 256, False, 4, gqa=True)),
         ("d128_bidir_C2_rs", BwdConfig("bfloat16", 128, 128, False, 2, rs_dkv=True)),
+        ("d128_causal_C1_gqa_in_cta", BwdConfig("bfloat16", 128, 128, True, 1, gqa=True,
+                                                rs_dkv=True, gqa_in_cta=True)),
     ]:
         res = cc.compile_variant(cc.Variant(name, "bwd", cfg, True))
         if "error" in res:
@@ -131,3 +133,11 @@ def test_bwd_register_operand_variant(sass):
     rs = sass["d128_bidir_C2_rs"]
     assert "error" not in rs, rs
     assert rs.get("HGMMA", 0) >= 32 and rs.get("UTMALDG", 0) > 0 and rs.get("UBLKRED", 0) > 0
+
+
+def test_bwd_gqa_in_cta_variant(sass):
+    """One CTA per KV head walking its query heads: still the wgmma/TMA fast path, dQ still by
+    bulk reduce-add, and dK/dV stored in the input dtype (no fp32 partial stores)."""
+    v = sass["d128_causal_C1_gqa_in_cta"]
+    assert "error" not in v, v
+    assert v.get("HGMMA", 0) > 0 and v.get("UTMALDG", 0) > 0 and v.get("UBLKRED", 0) > 0

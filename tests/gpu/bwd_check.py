@@ -84,7 +84,7 @@ DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink"]
 
 
 class Runner:
-    def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=None):
+    def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=None, gqa_in_cta=None):
         self.torch = torch
         self.bwd = bwd_mod
         self.rt = cute_rt
@@ -92,6 +92,7 @@ class Runner:
         # BwdConfig.row_ranges on every case (--row-ranges / --no-row-ranges; None: the default)
         self.row_ranges = row_ranges
         self.rs_dkv = rs_dkv  # BwdConfig.rs_dkv (--rs-dkv / --no-rs-dkv; None: the default)
+        self.gqa_in_cta = gqa_in_cta  # BwdConfig.gqa_in_cta on GQA cases (--gqa-in-cta)
 
     def get(self, cfg):
         t0 = time.time()
@@ -127,6 +128,9 @@ class Runner:
                                  rs_dkv=p["name"].endswith("_rs") or (
                                      self.bwd.default_rs_dkv(p["d"]) if self.rs_dkv is None
                                      else self.rs_dkv),
+                                 gqa_in_cta=p["h"] != p["hk"] and (
+                                     self.bwd.default_gqa_in_cta(True) if self.gqa_in_cta is None
+                                     else self.gqa_in_cta),
                                  row_ranges=self.bwd.default_row_ranges(cols)
                                  if self.row_ranges is None else self.row_ranges)
         fn, compile_s = self.get(cfg)
@@ -224,17 +228,20 @@ def large_determinism(runner, seed, kind="causal", s=32768, h=2):
 def bench(runner, seed):
     torch = runner.torch
     rows = []
-    for kind in ("full", "causal", "causal_doc"):
+    # (mask, Hk): H = 16; the GQA row is the end-to-end model's layout (16 query / 8 KV heads)
+    for kind, hk in (("full", 16), ("causal", 16), ("causal_doc", 16), ("causal_doc", 8)):
         # no dense oracle at this size: timing only, on random inputs
         rng = np.random.default_rng(seed)
         idx, causal = make_mask(kind, rng, 2, 1, 8192, 8192)
         b, s, h, d = 2, 8192, 16, 128
         q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
-        p = dict(name=f"bench_{kind}", dt="bf16", d=d, dv=d, b=b, sq=s, sk=s, h=h, hk=h, idx=idx,
-                 causal=causal, q=q, k=torch.randn_like(q), v=torch.randn_like(q),
+        k = torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16)
+        name = f"bench_{kind}" + ("" if hk == h else f"_gqa{h}_{hk}")
+        p = dict(name=name, dt="bf16", d=d, dv=d, b=b, sq=s, sk=s, h=h, hk=hk, idx=idx,
+                 causal=causal, q=q, k=k, v=torch.randn_like(k),
                  do=torch.randn_like(q), sink=None, scale=d ** -0.5,
                  out=torch.randn_like(q), lse=torch.randn(b, h, s, device="cuda") + 5)
-        res = {"name": f"bench_{kind}"}
+        res = {"name": name}
         for det in (False, True):
             _, _, _, (fn, args) = runner.run(p, deterministic=det)
             for _ in range(2):
@@ -270,6 +277,9 @@ def main():
                     help="every case with BwdConfig.rs_dkv (dV/dK wgmma from registers; tile_n 128)")
     ap.add_argument("--no-rs-dkv", dest="rs_dkv", action="store_false",
                     help="every case with the smem-operand dV/dK path")
+    ap.add_argument("--gqa-in-cta", action="store_true", default=None,
+                    help="GQA cases with one CTA per KV head walking its query heads "
+                         "(BwdConfig.gqa_in_cta)")
     ap.add_argument("--json-name", default="bwd_check.json",
                     help="file name of the JSON report under $OUT")
     args = ap.parse_args()
@@ -277,7 +287,8 @@ def main():
     import cutlass.cute.runtime as cute_rt
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd_mod
 
-    runner = Runner(torch, bwd_mod, cute_rt, row_ranges=args.row_ranges, rs_dkv=args.rs_dkv)
+    runner = Runner(torch, bwd_mod, cute_rt, row_ranges=args.row_ranges, rs_dkv=args.rs_dkv,
+                    gqa_in_cta=args.gqa_in_cta)
     cases = CASES_QUICK if args.quick else CASES_FULL
     if args.only:
         cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]

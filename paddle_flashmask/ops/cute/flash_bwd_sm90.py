@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Optional
 
 import cutlass
@@ -91,6 +92,17 @@ def default_rs_dkv(head_dim: int) -> bool:
     return default_tile_n(head_dim) == 128 and env_flag(RS_DKV_ENV, default="1")
 
 
+GQA_IN_CTA_ENV = "PADDLE_FLASHMASK_BWD_GQA_IN_CTA"
+
+
+def default_gqa_in_cta(gqa: bool) -> bool:
+    """GQA: one CTA per KV head walking its query heads (``BwdConfig.gqa_in_cta``). Off until it
+    has run on the GPU; env ``PADDLE_FLASHMASK_BWD_GQA_IN_CTA=1`` turns it on."""
+    from .launch_args import env_flag
+
+    return gqa and env_flag(GQA_IN_CTA_ENV)
+
+
 def default_row_ranges(num_columns: Optional[int]) -> bool:
     """Query-tile ranges per key tile: on for masks (H200, causal documents 8 % faster, every
     check passed), off for plain causal / full; env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0`` turns
@@ -125,6 +137,10 @@ class BwdConfig:
     # one warp ballot per 32 query tiles, instead of testing every query tile of the sequence.
     # The host API turns it on for masks (default_row_ranges).
     row_ranges: bool = False
+    # GQA: one CTA per (key tile, KV head) walks the query heads of its group one after the other,
+    # adding into the same dK/dV registers, and writes dK/dV once in the input dtype: no fp32
+    # per-query-head partials and no reduction kernel. Off by default: compiled, not GPU-run.
+    gqa_in_cta: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -139,12 +155,19 @@ class BwdConfig:
             object.__setattr__(self, "tile_n", default_tile_n(self.head_dim))
         if self.tile_n not in (64, 128):
             raise ValueError(f"tile_n: expected 64 or 128, found {self.tile_n}")
+        if self.gqa_in_cta and not self.gqa:
+            raise ValueError("gqa_in_cta: expected gqa=True (H != Hk), found gqa=False")
+
+    @property
+    def dkv_partials(self) -> bool:
+        """dK/dV leave the main kernel as fp32 per-query-head partials ``[B, Sk, H, D]``."""
+        return self.gqa and not self.gqa_in_cta
 
     @property
     def prepost(self):
         from .flash_bwd_prepost import PrePostConfig
-        return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.gqa, self.has_sink,
-                             self.deterministic)
+        return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
+                             self.has_sink, self.deterministic)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -266,7 +289,7 @@ class FlashMaskBwdSm90:
         mLSE2 = rowmajor(lse2_ptr, (b, h, sqp))
         mDelta = rowmajor(delta_ptr, (b, h, sqp))
         mdQacc = rowmajor(dqacc_ptr, (b, h, sqp, d))
-        kv_heads = h if const_expr(self.cfg.gqa) else hk
+        kv_heads = h if const_expr(self.cfg.dkv_partials) else hk
         mdK = rowmajor(dk_ptr, (b, sk, kv_heads, d))
         mdV = rowmajor(dv_ptr, (b, sk, kv_heads, dv))
         mSumMin = mSumMax = mIdx = mSem = None
@@ -312,7 +335,8 @@ class FlashMaskBwdSm90:
             sdQ: cute.struct.Align[cute.struct.MemRange[Float32, self.sdq_elems], 128]
 
         self.storage = Storage
-        grid = [cute.ceil_div(sk, self.tile_n), h, b]
+        # one CTA per (key tile, query head), or per (key tile, KV head) walking its group
+        grid = [cute.ceil_div(sk, self.tile_n), hk if const_expr(self.cfg.gqa_in_cta) else h, b]
         scale_log2 = softmax_scale * Float32(_LOG2_E)
         self.kernel(tQ, tK, tV, tdO, tma_q, tma_k, tma_v, tma_do, mLSE2, mDelta, mdQacc, mdK, mdV,
                     mSumMin, mSumMax, mIdx, mSem, tiled_sdp, tiled_dk, tiled_dv, tiled_dq,
@@ -331,6 +355,22 @@ class FlashMaskBwdSm90:
         bmax = semantics.band_bounds([mSumMax[b, hm, n_blk, c] for c in range(C)], self.cfg.causal)
         bmin = semantics.band_bounds([mSumMin[b, hm, n_blk, c] for c in range(C)], self.cfg.causal)
         return bmax, bmin
+
+    def _mask_head(self, h, num_h, mIdx):
+        """Mask head of query head ``h`` (Hm divides H); ``h`` itself for plain attention."""
+        hm = h
+        if const_expr(self.cfg.num_columns is not None):
+            hm = h // (num_h // mIdx.shape[1])
+        return hm
+
+    @cute.jit
+    def _load_key_vals(self, key_vals, tScS, mIdx, b, hm, n0, seqlen_k):
+        """The ``C`` column values of each key row this thread holds in S^T (mask head ``hm``)."""
+        if const_expr(self.cfg.num_columns is not None):
+            for r in cutlass.range_constexpr(cute.size(key_vals, mode=[0])):
+                key_row = cutlass.min(n0 + tScS[r, 0][0], seqlen_k - 1)
+                for c in cutlass.range_constexpr(self.cfg.num_columns):
+                    key_vals[r, c] = mIdx[b, hm, key_row, c]
 
     def _skipped(self, m_blk, n0, bmax, bmin, seqlen_q, diag):
         row_begin = m_blk * self.tile_m
@@ -394,9 +434,12 @@ class FlashMaskBwdSm90:
             n_blk = cute.ceil_div(seqlen_k, self.tile_n) - 1 - bx
         num_h = mQ.shape[2]
         hk = h // (num_h // mK.shape[2])
-        hm = h
-        if const_expr(cfg.num_columns is not None):
-            hm = h // (num_h // mIdx.shape[1])
+        hm = self._mask_head(h, num_h, mIdx)
+        group = 1  # query heads this CTA walks, from h on
+        if const_expr(cfg.gqa_in_cta):  # blockIdx.y is the KV head
+            group = num_h // mK.shape[2]
+            hk = h
+            h = hk * group
         diag = seqlen_k - seqlen_q
         n0 = n_blk * self.tile_n
         num_m = cute.ceil_div(seqlen_q, self.tile_m)
@@ -441,50 +484,75 @@ class FlashMaskBwdSm90:
             if warp_idx == 0:
                 gK = cute.local_tile(mK[None, None, hk, b], (self.tile_n, self.d), (n_blk, 0))
                 gV = cute.local_tile(mV[None, None, hk, b], (self.tile_n, self.dv), (n_blk, 0))
-                gQ = cute.local_tile(mQ[None, None, h, b], (self.tile_m, self.d), (None, 0))
-                gdO = cute.local_tile(mdO[None, None, h, b], (self.tile_m, self.dv), (None, 0))
                 tKs, tKg = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
                                                  cute.group_modes(sK, 0, 2),
                                                  cute.group_modes(gK, 0, 2))
                 tVs, tVg = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
                                                  cute.group_modes(sV, 0, 2),
                                                  cute.group_modes(gV, 0, 2))
-                tQs, tQg = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
-                                                 cute.group_modes(sQ, 0, 2),
-                                                 cute.group_modes(gQ, 0, 2))
-                tdOs, tdOg = cpasync.tma_partition(tma_do, 0, cute.make_layout(1),
-                                                   cute.group_modes(sdO, 0, 2),
-                                                   cute.group_modes(gdO, 0, 2))
                 kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
                 pipe_kv.producer_acquire(kv_state)
                 cute.copy(tma_k, tKg, tKs, tma_bar_ptr=pipe_kv.producer_get_barrier(kv_state))
                 cute.copy(tma_v, tVg, tVs, tma_bar_ptr=pipe_kv.producer_get_barrier(kv_state))
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                      self.stages)
-                m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
-                for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
-                    if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
-                        pipe_q.producer_acquire(state)
-                        cute.copy(tma_q, tQg[None, m_blk], tQs[None, state.index],
-                                  tma_bar_ptr=pipe_q.producer_get_barrier(state))
-                        pipe_do.producer_acquire(state)
-                        cute.copy(tma_do, tdOg[None, m_blk], tdOs[None, state.index],
-                                  tma_bar_ptr=pipe_do.producer_get_barrier(state))
-                        state.advance()
+                if const_expr(cfg.gqa_in_cta):
+                    for j in cutlass.range(group, unroll=1):
+                        hmj = self._mask_head(h + j, num_h, mIdx)
+                        bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hmj, n_blk, seqlen_q)
+                        state = self._load_q_do(state, h + j, b, n0, num_m, seqlen_q, diag,
+                                                bmax, bmin, mQ, mdO, sQ, sdO, tma_q, tma_do,
+                                                pipe_q, pipe_do)
+                else:
+                    state = self._load_q_do(state, h, b, n0, num_m, seqlen_q, diag, bmax, bmin,
+                                            mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
             if const_expr(self.dq_bulk):
                 if warp_idx == 1:
-                    self._dq_writer(sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0,
-                                    num_m, seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
+                    if const_expr(cfg.gqa_in_cta):
+                        for j in cutlass.range(group, unroll=1):
+                            hmj = self._mask_head(h + j, num_h, mIdx)
+                            bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hmj, n_blk,
+                                                          seqlen_q)
+                            self._dq_writer(sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h + j, hmj,
+                                            n_blk, n0, num_m, seqlen_q, seqlen_k, diag, bmax,
+                                            bmin, tidx)
+                    else:
+                        self._dq_writer(sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0,
+                                        num_m, seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
         else:
             # ------------------------------------------------------------ consumer warp groups
             cute.arch.setmaxregister_increase(240)
             ctid = tidx - 128
             wg = ctid // 128
-            self._consume(ctid, wg, b, h, hk, hm, n_blk, n0, num_m, seqlen_q, seqlen_k, diag,
+            self._consume(ctid, wg, b, h, hk, hm, group, n_blk, n0, num_m, seqlen_q, seqlen_k,
+                          diag,
                           bmax, bmin, sQ, sdO, sK, sV, sP, sdS, sdQ, pipe_q, pipe_do, pipe_kv,
                           mLSE2, mDelta, mdQacc, mdK, mdV, mIdx, mSem, mSumMin, mSumMax,
                           tiled_sdp, tiled_dk,
                           tiled_dv, tiled_dq, scale_log2, softmax_scale)
+
+    @cute.jit
+    def _load_q_do(self, state, h, b, n0, num_m, seqlen_q, diag, bmax, bmin, mQ, mdO, sQ, sdO,
+                   tma_q, tma_do, pipe_q, pipe_do):
+        """Producer: TMA Q and dO of every query tile of head ``h`` this key tile visits;
+        returns the advanced pipeline state."""
+        gQ = cute.local_tile(mQ[None, None, h, b], (self.tile_m, self.d), (None, 0))
+        gdO = cute.local_tile(mdO[None, None, h, b], (self.tile_m, self.dv), (None, 0))
+        tQs, tQg = cpasync.tma_partition(tma_q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
+                                         cute.group_modes(gQ, 0, 2))
+        tdOs, tdOg = cpasync.tma_partition(tma_do, 0, cute.make_layout(1),
+                                           cute.group_modes(sdO, 0, 2), cute.group_modes(gdO, 0, 2))
+        m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
+        for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
+            if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
+                pipe_q.producer_acquire(state)
+                cute.copy(tma_q, tQg[None, m_blk], tQs[None, state.index],
+                          tma_bar_ptr=pipe_q.producer_get_barrier(state))
+                pipe_do.producer_acquire(state)
+                cute.copy(tma_do, tdOg[None, m_blk], tdOs[None, state.index],
+                          tma_bar_ptr=pipe_do.producer_get_barrier(state))
+                state.advance()
+        return state
 
     @cute.jit
     def _wgmma(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, tA: cute.Tensor,
@@ -496,7 +564,7 @@ class FlashMaskBwdSm90:
             atom.set(warpgroup.Field.ACCUMULATE, True)
 
     @cute.jit
-    def _consume(self, ctid, wg, b, h, hk, hm, n_blk, n0, num_m, seqlen_q, seqlen_k, diag,
+    def _consume(self, ctid, wg, b, h, hk, hm, group, n_blk, n0, num_m, seqlen_q, seqlen_k, diag,
                  bmax, bmin, sQ, sdO, sK, sV, sP, sdS, sdQ, pipe_q, pipe_do, pipe_kv, mLSE2, mDelta,
                  mdQacc, mdK, mdV, mIdx, mSem, mSumMin, mSumMax, tiled_sdp, tiled_dk, tiled_dv,
                  tiled_dq,
@@ -545,14 +613,10 @@ class FlashMaskBwdSm90:
         n_rows = cute.size(tScS, mode=[0])
         n_cols = cute.size(tScS, mode=[1])
 
-        # column values of this thread's key rows: loaded once, reused for every query tile
+        # column values of this thread's key rows: loaded per head, reused for every query tile
         C = cfg.num_columns if const_expr(cfg.num_columns is not None) else 1
         key_vals = cute.make_rmem_tensor(cute.make_layout((n_rows, C)), Int32)
-        if const_expr(cfg.num_columns is not None):
-            for r in cutlass.range_constexpr(n_rows):
-                key_row = cutlass.min(n0 + tScS[r, 0][0], seqlen_k - 1)
-                for c in cutlass.range_constexpr(C):
-                    key_vals[r, c] = mIdx[b, hm, key_row, c]
+        self._load_key_vals(key_vals, tScS, mIdx, b, hm, n0, seqlen_k)
 
         gdQacc_bh = mdQacc[b, h, None, None]
 
@@ -560,6 +624,50 @@ class FlashMaskBwdSm90:
         pipe_kv.consumer_wait(st_kv)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
 
+        ops = SimpleNamespace(
+            tSrK=tSrK, tSrQ=tSrQ, tPrV=tPrV, tPrdO=tPrdO, tVrP=tVrP, tKrdS=tKrdS, tVrdO=tVrdO,
+            tKrQ=tKrQ, tQrdS=tQrdS, tQrK=tQrK, acc_shape_s=acc_shape_s, acc_dK=acc_dK,
+            acc_dV=acc_dV, tScS=tScS, tPsP=tPsP, tPsdS=tPsdS, wg_dq=wg_dq, th_dq=th_dq,
+            key_vals=key_vals, tiled_sdp=tiled_sdp, tiled_dk=tiled_dk, tiled_dv=tiled_dv,
+            tiled_dq=tiled_dq)
+        if const_expr(cfg.gqa_in_cta):
+            # the group's query heads add into the same dK/dV accumulators; the Q/dO stages
+            # and the pipeline state run on across heads
+            num_h = mLSE2.shape[1]
+            for j in cutlass.range(group, unroll=1):
+                hmj = self._mask_head(h + j, num_h, mIdx)
+                bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hmj, n_blk, seqlen_q)
+                self._load_key_vals(key_vals, tScS, mIdx, b, hmj, n0, seqlen_k)
+                state = self._consume_head(state, ops, ctid, b, h + j, hmj, n_blk, n0, num_m,
+                                           seqlen_q, seqlen_k, diag, bmax, bmin,
+                                           mdQacc[b, h + j, None, None], sdQ, pipe_q, pipe_do,
+                                           mLSE2, mDelta, mSem, mSumMin, mSumMax, scale_log2)
+        else:
+            state = self._consume_head(state, ops, ctid, b, h, hm, n_blk, n0, num_m, seqlen_q,
+                                       seqlen_k, diag, bmax, bmin, gdQacc_bh, sdQ, pipe_q,
+                                       pipe_do, mLSE2, mDelta, mSem, mSumMin, mSumMax, scale_log2)
+
+        # ---- epilogue: dK (scaled) and dV, written once
+        self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
+        self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+
+    @cute.jit
+    def _consume_head(self, state, ops, ctid, b, h, hm, n_blk, n0, num_m, seqlen_q, seqlen_k,
+                      diag, bmax, bmin, gdQacc_bh, sdQ, pipe_q, pipe_do, mLSE2, mDelta, mSem,
+                      mSumMin, mSumMax, scale_log2):
+        """The five GEMMs of every query tile of head ``h`` this key tile visits; returns the
+        advanced pipeline state (dK/dV accumulate in ``ops.acc_dK`` / ``ops.acc_dV``)."""
+        cfg = self.cfg
+        tSrK, tSrQ, tPrV, tPrdO = ops.tSrK, ops.tSrQ, ops.tPrV, ops.tPrdO
+        tVrP, tKrdS, tVrdO, tKrQ = ops.tVrP, ops.tKrdS, ops.tVrdO, ops.tKrQ
+        tQrdS, tQrK, acc_shape_s = ops.tQrdS, ops.tQrK, ops.acc_shape_s
+        acc_dK, acc_dV, tScS, tPsP, tPsdS = ops.acc_dK, ops.acc_dV, ops.tScS, ops.tPsP, ops.tPsdS
+        wg_dq, th_dq, key_vals = ops.wg_dq, ops.th_dq, ops.key_vals
+        tiled_sdp, tiled_dk, tiled_dv = ops.tiled_sdp, ops.tiled_dk, ops.tiled_dv
+        tiled_dq = ops.tiled_dq
+        n_rows = cute.size(tScS, mode=[0])
+        n_cols = cute.size(tScS, mode=[1])
+        C = cfg.num_columns if const_expr(cfg.num_columns is not None) else 1
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
         for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
             skipped = self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag)
@@ -665,10 +773,7 @@ class FlashMaskBwdSm90:
                 # both WGs are past their reads of P^T / dS^T before the next tile overwrites them
                 cute.arch.barrier(barrier_id=_BAR_PDS_FREE,
                                   number_of_threads=self.num_consumer_threads)
-
-        # ---- epilogue: dK (scaled) and dV, written once
-        self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
-        self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+        return state
 
     @cute.jit
     def _dq_writer(self, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
@@ -757,7 +862,7 @@ class FlashMaskBwdSm90:
     @cute.jit
     def _store_rows(self, acc, th_mma, mOut, b, h, hk, n0, seqlen_k, width, scale):
         head = hk
-        if const_expr(self.cfg.gqa):
+        if const_expr(self.cfg.dkv_partials):
             head = h
         g = cute.local_tile(mOut[b, None, head, None], (self.tile_n, width), (n0 // self.tile_n, 0))
         tg = th_mma.partition_C(g)
@@ -785,7 +890,7 @@ def compile_backward(cfg: BwdConfig):
     """
     dt = _dsl_dtype(cfg.dtype)
     has_mask = cfg.num_columns is not None
-    kv_dt = Float32 if cfg.gqa else dt
+    kv_dt = Float32 if cfg.dkv_partials else dt
     args = [_placeholder(dt, 16) for _ in range(4)]
     args += [_placeholder(Float32, 16) for _ in range(3)]
     args += [_placeholder(kv_dt, 16), _placeholder(kv_dt, 16)]
@@ -813,7 +918,7 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         "delta": ((batch, num_heads, sqp), "float32"),
         "dq_accum": ((batch, num_heads, sqp, cfg.head_dim), "float32"),
     }
-    if cfg.gqa:
+    if cfg.dkv_partials:
         out["dk_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim), "float32")
         out["dv_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim_v), "float32")
     if cfg.deterministic:
@@ -860,7 +965,7 @@ class CompiledBackward:
         if b == 0 or sq == 0 or h == 0:
             return
         dt = _dsl_dtype(cfg.dtype)
-        kv_dt = Float32 if cfg.gqa else dt
+        kv_dt = Float32 if cfg.dkv_partials else dt
         if not isinstance(stream, cuda.CUstream):
             stream = cuda.CUstream(int(stream))
         ws = workspace
@@ -871,8 +976,8 @@ class CompiledBackward:
                  ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32),
                  ptr(learnable_sink, f32, 4), ptr(ws.get("dsink_part"), f32),
                  ptr(ws.get("semaphores"), Int32, 4), Int32(b), Int32(sq), Int32(h), stream)
-        dk_main = ws["dk_part"] if cfg.gqa else dk
-        dv_main = ws["dv_part"] if cfg.gqa else dv
+        dk_main = ws["dk_part"] if cfg.dkv_partials else dk
+        dv_main = ws["dv_part"] if cfg.dkv_partials else dv
         if sk > 0:
             self.main(ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt), ptr(ws["lse2"], f32),
                       ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32), ptr(dk_main, kv_dt),
@@ -881,8 +986,8 @@ class CompiledBackward:
                       Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
                       Float32(softmax_scale), stream)
         self.post(ptr(ws["dq_accum"], f32), ptr(dq, dt), ptr(ws.get("dk_part"), f32),
-                  ptr(ws.get("dv_part"), f32), ptr(dk, dt) if cfg.gqa else None,
-                  ptr(dv, dt) if cfg.gqa else None, ptr(ws.get("dsink_part"), f32),
+                  ptr(ws.get("dv_part"), f32), ptr(dk, dt) if cfg.dkv_partials else None,
+                  ptr(dv, dt) if cfg.dkv_partials else None, ptr(ws.get("dsink_part"), f32),
                   ptr(dsink, f32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk),
                   Float32(softmax_scale), stream)
 
