@@ -79,3 +79,9 @@ class HostApiHarness:
         """Zeros of ``shape`` presented as a CUDA tensor (bf16 unless ``dtype``)."""
         torch = self.torch
         return HostAsCuda(torch.zeros(*shape, dtype=torch.bfloat16 if dtype is None else dtype))
+
+    def attention_tensors(self, b: int, s: int, h: int, hk: int, d: int) -> tuple:
+        """q, k, v, out, dout (bf16) and lse (fp32) of a [B, S, H / Hk, D] problem."""
+        t = self.tensor
+        return (t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d), t(b, s, h, d),
+                t(b, h, s, dtype=self.torch.float32))

@@ -36,8 +36,7 @@ def test_host_api_launches_without_the_reduction(monkeypatch):
     api = HostApiHarness(monkeypatch)
     t = api.tensor
     b, s, h, hk, d = 1, 200, 4, 2, 128
-    q, k, v, out, dout = t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d), t(b, s, h, d)
-    lse = t(b, h, s, dtype=torch.float32)
+    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, hk, d)
     interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, hk, d),
                             t(b, s, hk, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
                             softmax_scale=0.1, stream=0)

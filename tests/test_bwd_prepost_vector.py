@@ -7,15 +7,10 @@ stores must be vector accesses (``LDG.E.128`` / ``STG.E.128`` / ``STG.E.64``), n
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # (dtype, D, Dv, gqa, sink, deterministic)
 CASES = [("bfloat16", 128, 128, False, False, False), ("bfloat16", 64, 64, False, True, True),
@@ -64,18 +59,10 @@ _SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def sass():
-    pytest.importorskip("cutlass")
-    from paddle_flashmask.ops.cute import compile_check as cc
-    if cc.find_nvdisasm() is None:
-        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="cubin",
-               CUTE_DSL_DISABLE_FILE_CACHING="1",
-               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    out = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("JSON")]
-    assert line, out.stderr[-4000:]
-    return json.loads(line[-1][4:])
+    from sass_harness import run_sass_script
+
+    return run_sass_script(_SCRIPT, json.dumps(CASES), CUTE_DSL_KEEP="cubin",
+                           CUTE_DSL_DISABLE_FILE_CACHING="1")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-d{c[1]}-dv{c[2]}-g{int(c[3])}"

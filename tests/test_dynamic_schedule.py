@@ -58,11 +58,9 @@ def test_host_api_passes_and_resets_one_counter_per_stream(monkeypatch):
 
     monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "1")
     api = HostApiHarness(monkeypatch)
-    t = api.tensor
     b, s, h, hk, d = 2, 300, 4, 2, 128
-    q, k, v, out = t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d)
-    lse = t(b, h, s, dtype=torch.float32)
-    idx = t(b, hk, s, 1, dtype=torch.int32)
+    q, k, v, out, _, lse = api.attention_tensors(b, s, h, hk, d)
+    idx = api.tensor(b, hk, s, 1, dtype=torch.int32)
     for stream in (0, 0, 7):
         interface.flashmask_fwd(q, k, v, out, lse, idx, causal=True, softmax_scale=0.1,
                                 stream=stream)
