@@ -141,11 +141,15 @@ def test_host_config_follows_every_env_switch(monkeypatch):
     """interface.forward_config is cached; flipping any switch default_config reads must show."""
     from paddle_flashmask.ops.cute import interface
 
-    for name in (fwd.TILE_RANGES_ENV, fwd.WORK_ORDER_ENV, fwd.FAST_ENV):
+    for name in (fwd.TILE_RANGES_ENV, fwd.WORK_ORDER_ENV, fwd.FAST_ENV, fwd.DYNAMIC_SCHEDULE_ENV,
+                 fwd.PARTIAL_OVERLAP_ENV):
         monkeypatch.delenv(name, raising=False)
     base = interface.forward_config("bfloat16", 128, True, 1)
     assert base.tile_ranges and not base.work_order and base.intra_wg_overlap
+    assert base.dynamic_schedule and not base.partial_overlap
     for name, field, value in ((fwd.TILE_RANGES_ENV, "tile_ranges", False),
+                               (fwd.DYNAMIC_SCHEDULE_ENV, "dynamic_schedule", False),
+                               (fwd.PARTIAL_OVERLAP_ENV, "partial_overlap", True),
                                (fwd.WORK_ORDER_ENV, "work_order", True),
                                (fwd.FAST_ENV, "intra_wg_overlap", False)):
         monkeypatch.setenv(name, "1" if value else "0")

@@ -259,7 +259,7 @@ def schedule_counter(torch, cfg):
 
 
 def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=False,
-             work_order=False, tile_ranges=None, dynamic=None):
+             work_order=False, tile_ranges=None, dynamic=None, partial_overlap=None):
     name, dt, d, dv, kind, b, sq, sk, h, hk, hm_mode, has_sink = case
     hm = {"1": 1, "Hk": hk, "H": h}[hm_mode]
     tdt = torch.bfloat16 if dt == "bf16" else torch.float16
@@ -267,7 +267,7 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
     cols = None if idx is None else idx.shape[-1]
     cfg = fwd_mod.default_config(dt, d, dv, causal, cols, has_sink, fast=fast,
                                  work_order=work_order, tile_ranges=tile_ranges,
-                                 dynamic_schedule=dynamic)
+                                 dynamic_schedule=dynamic, partial_overlap=partial_overlap)
     t0 = time.time()
     if cfg not in compiled_cache:
         compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
@@ -340,6 +340,7 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
         "nan_in_out": nan_out, "neg_inf_lse_match": inf_match, "empty_rows": empty_rows,
         "compile_s": round(compile_s, 2), "tiles": stats, "work_order": work_order,
         "tile_ranges": cfg.tile_ranges, "dynamic_schedule": cfg.dynamic_schedule,
+        "partial_overlap": cfg.partial_overlap,
     }
 
 
@@ -452,6 +453,14 @@ DYNAMIC_BENCH_ROWS = [
 ]
 
 
+# A/B of masking partial tiles with P·V in flight (--partial-overlap --bench): off then on.
+PARTIAL_OVERLAP_BENCH_ROWS = [
+    row for kind, b, s in (("causal_doc", 2, 8192), ("window", 2, 8192), ("causal_doc", 1, 32768))
+    for row in ((kind, b, s, 16, 16, 128, 128, True, {"partial_overlap": False}),
+                (kind, b, s, 16, 16, 128, 128, True, {"partial_overlap": True}))
+]
+
+
 def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng, rows=BENCH_ROWS):
     import dataclasses
     results = []
@@ -491,6 +500,9 @@ def main() -> int:
                          "(default: the product's default, on)")
     ap.add_argument("--no-tile-ranges", dest="tile_ranges", action="store_false",
                     help="run every case without tile ranges")
+    ap.add_argument("--partial-overlap", action="store_true", default=None,
+                    help="run every fast-path case masking partial tiles with P·V in flight; "
+                         "with --bench, the partial-overlap A/B rows")
     ap.add_argument("--dynamic", action="store_true", default=None,
                     help="run every case with the dynamic persistent schedule; with --bench, "
                          "the dynamic-schedule A/B rows")
@@ -517,7 +529,7 @@ def main() -> int:
         try:
             r = run_case(torch, cute_rt, fwd_mod, compiled, case, rng, num_sms, fast=args.fast,
                          work_order=args.work_order, tile_ranges=args.tile_ranges,
-                         dynamic=args.dynamic)
+                         dynamic=args.dynamic, partial_overlap=args.partial_overlap)
         except Exception as exc:  # record and continue: one broken variant must not hide others
             r = {"name": case[0], "ok": False, "error": repr(exc)[:1500],
                  "trace": traceback.format_exc()[-3000:]}
@@ -532,6 +544,7 @@ def main() -> int:
         try:
             rows = (WORK_ORDER_BENCH_ROWS if args.work_order else
                     DYNAMIC_BENCH_ROWS if args.dynamic else
+                    PARTIAL_OVERLAP_BENCH_ROWS if args.partial_overlap else
                     TILE_RANGES_BENCH_ROWS if args.tile_ranges else BENCH_ROWS)
             rows = [r for r in rows if not (args.bench_verified_only and r[7])]
             report["bench"] = bench(torch, cute_rt, fwd_mod, compiled, num_sms, rng, rows)

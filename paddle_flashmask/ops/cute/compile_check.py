@@ -75,9 +75,13 @@ def variants(full: bool = False) -> list[Variant]:
             seen.add((kind, config))
             out.append(Variant(label, kind, config, fast_path))
 
-    def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True):
+    def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
+            partial_overlap=False):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
+        if partial_overlap:  # partial tiles masked with P·V in flight (FwdConfig.partial_overlap)
+            cfg = dataclasses.replace(cfg, partial_overlap=True)
+            extra += " partial-overlap"
         if not dynamic:  # the static persistent schedule (FwdConfig.dynamic_schedule off)
             cfg = dataclasses.replace(cfg, dynamic_schedule=False)
             extra += " static"
@@ -141,6 +145,8 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, True, 1, dynamic=False)
     fwd("bfloat16", 128, True, None, dynamic=False)
     fwd("bfloat16", 256, False, 2, dynamic=False)
+    fwd("bfloat16", 128, True, 1, partial_overlap=True)
+    fwd("bfloat16", 128, False, 4, partial_overlap=True)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)

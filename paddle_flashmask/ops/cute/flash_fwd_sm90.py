@@ -91,6 +91,9 @@ class FwdConfig:
     # light query tiles takes more of them (documents: query tiles differ in work). Same order
     # as the static schedule (a head's tiles together, heaviest first), so L2 reuse is kept.
     dynamic_schedule: bool = False
+    # Partial tiles keep P_{j-1}·V_{j-1} in flight while S_j is masked (as full tiles do), instead
+    # of draining the wgmma pipeline first. Off by default: compiled, not yet GPU-run.
+    partial_overlap: bool = False
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -114,6 +117,8 @@ class FwdConfig:
             raise ValueError(
                 f"FwdConfig: shared memory {self.shared_memory_bytes()} B exceeds the SM90 limit "
                 f"{SMEM_LIMIT_BYTES} B (reduce tile_n, num_stages or q_stages, or tma_store_o)")
+        if self.partial_overlap and not self.intra_wg_overlap:
+            raise ValueError("FwdConfig.partial_overlap: needs intra_wg_overlap=True")
         if self.pingpong and not self.intra_wg_overlap:
             raise ValueError("FwdConfig.pingpong: needs intra_wg_overlap=True")
         if self.dynamic_schedule and self.work_order:
@@ -137,6 +142,7 @@ FAST_ENV = "PADDLE_FLASHMASK_FWD_FAST"
 WORK_ORDER_ENV = "PADDLE_FLASHMASK_FWD_WORK_ORDER"
 TILE_RANGES_ENV = "PADDLE_FLASHMASK_FWD_TILE_RANGES"
 DYNAMIC_SCHEDULE_ENV = "PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE"
+PARTIAL_OVERLAP_ENV = "PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP"
 
 
 SMEM_LIMIT_BYTES = 232448  # 227 KB of dynamic shared memory per CTA on SM90
@@ -160,7 +166,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                    mask_columns: Optional[int], has_sink: bool = False,
                    fast: Optional[bool] = None, work_order: Optional[bool] = None,
                    tile_ranges: Optional[bool] = None,
-                   dynamic_schedule: Optional[bool] = None) -> FwdConfig:
+                   dynamic_schedule: Optional[bool] = None,
+                   partial_overlap: Optional[bool] = None) -> FwdConfig:
     """Tile shape and features for a head dim (smem: Q + stages * (K + V) [+ O] <= 227 KB).
 
     ``fast=True`` (default; env ``PADDLE_FLASHMASK_FWD_FAST=0`` turns it off): intra-warpgroup
@@ -181,6 +188,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     if dynamic_schedule is None:  # on since the H200 A/B: documents +16-19 %, others +0-2 %
         dynamic_schedule = env_flag(DYNAMIC_SCHEDULE_ENV, default="1")
     dynamic_schedule = bool(dynamic_schedule) and not work_order
+    if partial_overlap is None:  # fast path only: the simple loop has no overlap to keep
+        partial_overlap = env_flag(PARTIAL_OVERLAP_ENV)
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -193,7 +202,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                      128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
                      tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
                      work_order=bool(work_order), tile_ranges=tile_ranges,
-                     dynamic_schedule=dynamic_schedule)
+                     dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap))
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -744,7 +753,13 @@ class FlashFwdSm90:
                         pipe_v.consumer_wait(v_state)
                         self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
                         self.turn_pass(cwg)
-                        if is_partial != 0:
+                        if cutlass.const_expr(self.cfg.partial_overlap):
+                            # S_j's group is the older one: complete after wait_group(1), while
+                            # P_{j-1}·V_{j-1} still runs under the mask code
+                            warpgroup.wait_group(1)
+                            self.mask_scores(acc_S, tScS_mn, s_bounds, k_state.index, is_partial,
+                                             row_base, n_block, seqlen_q, seqlen_k, diag_offset)
+                        elif is_partial != 0:
                             # Partial tile: let P·V drain first so the mask code does not compete
                             # with the registers pinned by an in-flight wgmma.
                             warpgroup.wait_group(0)
