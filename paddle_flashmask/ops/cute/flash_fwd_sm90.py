@@ -14,8 +14,10 @@ Structure (one CTA = one 128-row query tile at a time, persistent over work tile
   (full tiles run no mask code), online softmax, P converted in registers and O += P·V
   (RS wgmma, P never touches shared memory). Epilogue writes O and the fp32 LSE.
 * ``setmaxnreg`` moves registers from the producer warpgroup to the consumers.
-* Persistent scheduler (``tile_scheduler.py``): last query tiles first, or with
-  ``FwdConfig.work_order`` (off by default, compiled but not yet GPU-run) the query tiles in the
+* Persistent scheduler (``tile_scheduler.py``): a head's query tiles together, last (heaviest)
+  first; by default each CTA's producer claims the next work tile from a global counter
+  (``FwdConfig.dynamic_schedule``) and passes it to the consumers with the tile's Q stage. With
+  ``FwdConfig.work_order`` (off by default, compiled but not yet GPU-run) the CTAs walk the
   heaviest-first order that ``work_order_kernel.py`` computes on the GPU from the tile summary.
 * Fast path (``FwdConfig`` flags, ``default_config(fast=True)``): S_j = Q·K_jᵀ in flight with
   P_{j-1}·V_{j-1} (intra-warpgroup overlap), ping-pong turns between the two consumer
