@@ -81,6 +81,8 @@ _SASS_SCRIPT = textwrap.dedent("""
         ("d128_bidir_C2_rs", BwdConfig("bfloat16", 128, 128, False, 2, rs_dkv=True)),
         ("d128_causal_C1_gqa_in_cta", BwdConfig("bfloat16", 128, 128, True, 1, gqa=True,
                                                 rs_dkv=True, gqa_in_cta=True)),
+        ("d128_causal_C1_persistent", BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=True,
+                                                row_ranges=True, persistent_ctas=132)),
     ]:
         res = cc.compile_variant(cc.Variant(name, "bwd", cfg, True))
         if "error" in res:
@@ -127,3 +129,12 @@ def test_bwd_gqa_in_cta_variant(sass):
     v = sass["d128_causal_C1_gqa_in_cta"]
     assert "error" not in v, v
     assert v.get("HGMMA", 0) > 0 and v.get("UTMALDG", 0) > 0 and v.get("UBLKRED", 0) > 0
+
+
+def test_bwd_persistent_variant(sass):
+    """Persistent grid: still the wgmma/TMA fast path with the dQ bulk reduce, plus the tile
+    counter's atomic add."""
+    v = sass["d128_causal_C1_persistent"]
+    assert "error" not in v, v
+    assert v.get("HGMMA", 0) > 0 and v.get("UTMALDG", 0) > 0 and v.get("UBLKRED", 0) > 0
+    assert v.get("ATOMG", 0) > 0

@@ -84,7 +84,8 @@ DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink"]
 
 
 class Runner:
-    def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=None, gqa_in_cta=None):
+    def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=None, gqa_in_cta=None,
+                 persistent=None):
         self.torch = torch
         self.bwd = bwd_mod
         self.rt = cute_rt
@@ -93,6 +94,8 @@ class Runner:
         self.row_ranges = row_ranges
         self.rs_dkv = rs_dkv  # BwdConfig.rs_dkv (--rs-dkv / --no-rs-dkv; None: the default)
         self.gqa_in_cta = gqa_in_cta  # BwdConfig.gqa_in_cta on GQA cases (--gqa-in-cta)
+        self.persistent = persistent  # BwdConfig.persistent_ctas = SMs unless det (--persistent)
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def get(self, cfg):
         t0 = time.time()
@@ -131,6 +134,10 @@ class Runner:
                                  gqa_in_cta=p["h"] != p["hk"] and (
                                      self.bwd.default_gqa_in_cta(True) if self.gqa_in_cta is None
                                      else self.gqa_in_cta),
+                                 persistent_ctas=(
+                                     self.bwd.default_persistent_ctas(deterministic, self.sms)
+                                     if self.persistent is None else
+                                     self.sms if self.persistent and not deterministic else 0),
                                  row_ranges=self.bwd.default_row_ranges(cols)
                                  if self.row_ranges is None else self.row_ranges)
         fn, compile_s = self.get(cfg)
@@ -277,6 +284,8 @@ def main():
                     help="every case with BwdConfig.rs_dkv (dV/dK wgmma from registers; tile_n 128)")
     ap.add_argument("--no-rs-dkv", dest="rs_dkv", action="store_false",
                     help="every case with the smem-operand dV/dK path")
+    ap.add_argument("--persistent", action="store_true", default=None,
+                    help="non-deterministic cases on a persistent grid (BwdConfig.persistent_ctas)")
     ap.add_argument("--gqa-in-cta", action="store_true", default=None,
                     help="GQA cases with one CTA per KV head walking its query heads "
                          "(BwdConfig.gqa_in_cta)")
@@ -288,7 +297,7 @@ def main():
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd_mod
 
     runner = Runner(torch, bwd_mod, cute_rt, row_ranges=args.row_ranges, rs_dkv=args.rs_dkv,
-                    gqa_in_cta=args.gqa_in_cta)
+                    gqa_in_cta=args.gqa_in_cta, persistent=args.persistent)
     cases = CASES_QUICK if args.quick else CASES_FULL
     if args.only:
         cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]

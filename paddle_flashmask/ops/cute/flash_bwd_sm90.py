@@ -31,6 +31,11 @@ last adder (0 = none); key tile n first finds the next visitor nxt > n (the lowe
 bit-identical; CTAs that skip a tile never touch its semaphore (no chain through skipped tiles), and
 the waiting happens in the dQ-writer warp, off the consumers' critical path.
 
+Persistent grid (``BwdConfig.persistent_ctas``, off by default, not yet GPU-run): one CTA per SM;
+the producer claims each next (key tile, head, batch) from a counter and publishes it in a
+shared-memory slot with the tile's K/V stage; consumers and the dQ writer read it there, the
+consumers release K/V before the dK/dV epilogue so the next tile's K/V load runs under it.
+
 dK/dV: accumulated in registers over the whole walk, scaled, then written once: directly in the input
 dtype when H == Hk, else as fp32 per-query-head partials ``[B, Sk, H, D]`` that the postprocess
 reduces over the GQA group (fixed order).
@@ -56,6 +61,7 @@ from paddle_flashmask import semantics
 
 from . import mask as fm_mask
 from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, rowmajor
+from . import tile_scheduler as sched
 from .launch_args import check_variant_call, gmem_ptr
 
 _LOG2_E = math.log2(math.e)
@@ -93,6 +99,15 @@ def default_rs_dkv(head_dim: int) -> bool:
 
 
 GQA_IN_CTA_ENV = "PADDLE_FLASHMASK_BWD_GQA_IN_CTA"
+PERSISTENT_ENV = "PADDLE_FLASHMASK_BWD_PERSISTENT"
+
+
+def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
+    """``BwdConfig.persistent_ctas``: one CTA per SM with env ``PADDLE_FLASHMASK_BWD_PERSISTENT=1``
+    (not with deterministic), else 0 (one CTA per key tile). Off until it has run on the GPU."""
+    from .launch_args import env_flag
+
+    return num_sms if env_flag(PERSISTENT_ENV) and not deterministic else 0
 
 
 def default_gqa_in_cta(gqa: bool) -> bool:
@@ -141,6 +156,11 @@ class BwdConfig:
     # adding into the same dK/dV registers, and writes dK/dV once in the input dtype: no fp32
     # per-query-head partials and no reduction kernel. Off by default: compiled, not GPU-run.
     gqa_in_cta: bool = False
+    # Persistent grid of ``persistent_ctas`` CTAs (0: one CTA per key tile): each claims its next
+    # (key tile, head, batch) from a counter, so the next tile's K/V load overlaps this tile's
+    # dK/dV epilogue and no CTA is launched per tile. Not with deterministic (its ordering relies
+    # on block dispatch). Off by default: compiled, not GPU-run.
+    persistent_ctas: int = 0
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -157,6 +177,13 @@ class BwdConfig:
             raise ValueError(f"tile_n: expected 64 or 128, found {self.tile_n}")
         if self.gqa_in_cta and not self.gqa:
             raise ValueError("gqa_in_cta: expected gqa=True (H != Hk), found gqa=False")
+        if self.persistent_ctas < 0 or (self.persistent_ctas and self.deterministic):
+            raise ValueError(f"persistent_ctas: expected 0, or > 0 with deterministic=False, found "
+                             f"{self.persistent_ctas} (deterministic={self.deterministic})")
+
+    @property
+    def persistent(self) -> bool:
+        return self.persistent_ctas > 0
 
     @property
     def dkv_partials(self) -> bool:
@@ -279,7 +306,7 @@ class FlashMaskBwdSm90:
                  smin_ptr: Optional[cute.Pointer], smax_ptr: Optional[cute.Pointer],
                  idx_ptr: Optional[cute.Pointer], sem_ptr: Optional[cute.Pointer],
                  b: Int32, sq: Int32, sk: Int32, h: Int32, hk: Int32, hm: Int32,
-                 softmax_scale: Float32, stream):
+                 softmax_scale: Float32, stream, counter_ptr: Optional[cute.Pointer] = None):
         d, dv, tm, tn = self.d, self.dv, self.tile_m, self.tile_n
         sqp = cute.ceil_div(sq, tm) * tm
         mQ = rowmajor(q_ptr, (b, sq, h, d))
@@ -301,6 +328,9 @@ class FlashMaskBwdSm90:
             mIdx = rowmajor(idx_ptr, (b, hm, sk, C))
         if const_expr(self.cfg.deterministic):
             mSem = rowmajor(sem_ptr, (b, h, sqp // tm))
+        mCounter = None  # next (key tile, head, batch) of the persistent grid
+        if const_expr(self.cfg.persistent):
+            mCounter = rowmajor(counter_ptr, (1,))
         self._layouts()
         tiled_sdp, tiled_dk, tiled_dv, tiled_dq = self._mmas()
         # [B, S, H, D] -> (S, D, H, B) views for TMA
@@ -333,15 +363,18 @@ class FlashMaskBwdSm90:
             sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sP_layout)], 1024]
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdS_layout)], 1024]
             sdQ: cute.struct.Align[cute.struct.MemRange[Float32, self.sdq_elems], 128]
+            tile_slot: cute.struct.MemRange[Int32, 1 if self.cfg.persistent else 0]
 
         self.storage = Storage
         # one CTA per (key tile, query head), or per (key tile, KV head) walking its group
         grid = [cute.ceil_div(sk, self.tile_n), hk if const_expr(self.cfg.gqa_in_cta) else h, b]
+        if const_expr(self.cfg.persistent):
+            grid = [self.cfg.persistent_ctas, 1, 1]
         scale_log2 = softmax_scale * Float32(_LOG2_E)
         self.kernel(tQ, tK, tV, tdO, tma_q, tma_k, tma_v, tma_do, mLSE2, mDelta, mdQacc, mdK, mdV,
                     mSumMin, mSumMax, mIdx, mSem, tiled_sdp, tiled_dk, tiled_dv, tiled_dq,
                     self.sQ_layout, self.sdO_layout, self.sK_layout, self.sV_layout,
-                    self.sP_layout, self.sdS_layout, scale_log2, softmax_scale).launch(
+                    self.sP_layout, self.sdS_layout, scale_log2, softmax_scale, mCounter).launch(
             grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1)
 
     # ---- mask helpers (all rules come from paddle_flashmask.semantics) ---------------------------
@@ -355,6 +388,166 @@ class FlashMaskBwdSm90:
         bmax = semantics.band_bounds([mSumMax[b, hm, n_blk, c] for c in range(C)], self.cfg.causal)
         bmin = semantics.band_bounds([mSumMin[b, hm, n_blk, c] for c in range(C)], self.cfg.causal)
         return bmax, bmin
+
+    def _tile_heads(self, y, num_h, mK, mIdx):
+        """(h, hk, hm, group) of a CTA whose grid y coordinate is ``y``: the first query head it
+        walks, its KV head, h's mask head, and how many query heads it walks from h on (one,
+        or the KV head's group with ``gqa_in_cta``, where y is the KV head)."""
+        h = y
+        hk = h // (num_h // mK.shape[2])
+        hm = self._mask_head(h, num_h, mIdx)
+        group = 1
+        if const_expr(self.cfg.gqa_in_cta):
+            group = num_h // mK.shape[2]
+            hk = h
+            h = hk * group
+        return h, hk, hm, group
+
+    @cute.jit
+    def _load_heads(self, state, grid, h, group, b, n_blk, n0, num_m, diag, bmax, bmin, mQ, mdO,
+                    sQ, sdO, tma_q, tma_do, pipe_q, pipe_do):
+        """Producer: Q/dO of every visited query tile of the CTA's query head(s)."""
+        if const_expr(self.cfg.gqa_in_cta):
+            for j in cutlass.range(group, unroll=1):
+                hmj = self._mask_head(h + j, grid.num_h, grid.mIdx)
+                bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hmj, n_blk,
+                                              grid.seqlen_q)
+                state = self._load_q_do(state, h + j, b, n0, num_m, grid.seqlen_q, diag, bmax,
+                                        bmin, mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
+        else:
+            state = self._load_q_do(state, h, b, n0, num_m, grid.seqlen_q, diag, bmax, bmin, mQ,
+                                    mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
+        return state
+
+    @cute.jit
+    def _dq_write_heads(self, grid, h, hm, group, b, n_blk, n0, num_m, seqlen_k, diag, bmax, bmin,
+                        sdQ, mdQacc, mSem, tidx):
+        """dQ writer warp: the dQ tiles of the CTA's query head(s), in the consumers' order."""
+        if const_expr(self.cfg.gqa_in_cta):
+            for j in cutlass.range(group, unroll=1):
+                hmj = self._mask_head(h + j, grid.num_h, grid.mIdx)
+                bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hmj, n_blk,
+                                              grid.seqlen_q)
+                self._dq_writer(sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h + j, hmj,
+                                n_blk, n0, num_m, grid.seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
+        else:
+            self._dq_writer(sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h, hm, n_blk, n0,
+                            num_m, grid.seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
+
+    # ---- persistent grid (BwdConfig.persistent_ctas) ------------------------------------------
+    def _tile_of(self, t, grid, seqlen_k):
+        """Linear tile index -> (n_blk, grid y, batch): a head's key tiles consecutive, lowest
+        (under causal masks the heaviest) first; y is the query head (KV head with gqa_in_cta)."""
+        num_n = cute.ceil_div(seqlen_k, self.tile_n)
+        num_y = grid.num_h
+        if const_expr(self.cfg.gqa_in_cta):
+            num_y = grid.mK.shape[2]
+        rest = t // num_n
+        return t - rest * num_n, rest % num_y, rest // num_y
+
+    def _num_tiles(self, grid, seqlen_k, batch):
+        num_y = grid.num_h
+        if const_expr(self.cfg.gqa_in_cta):
+            num_y = grid.mK.shape[2]
+        return cute.ceil_div(seqlen_k, self.tile_n) * num_y * batch
+
+    @cute.jit
+    def _produce_tiles(self, grid, num_m, diag, mQ, mK, mV, mdO, sQ, sK, sV, sdO, tma_q, tma_k,
+                       tma_v, tma_do, pipe_q, pipe_do, pipe_kv):
+        """Producer warp of a persistent CTA: claim a tile, publish it with its K/V stage (the
+        slot is written before the arrive that completes the stage with K/V's bytes), then its
+        Q/dO; a claim past the end is published as the exit signal."""
+        lane = cute.arch.lane_idx()
+        seqlen_k = mK.shape[0]
+        total = self._num_tiles(grid, seqlen_k, mQ.shape[3])
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        # loop-carried objects must not be namespaces (the DSL carries what a loop writes to)
+        s_slot = grid.s_slot
+        t = sched.claim_work(grid.mCounter, lane)
+        while t < total:
+            n_blk, y, b = self._tile_of(t, grid, seqlen_k)
+            h, hk, hm, group = self._tile_heads(y, grid.num_h, mK, grid.mIdx)
+            n0 = n_blk * self.tile_n
+            pipe_kv.sync_object_empty.wait(kv_state.index, kv_state.phase)
+            kv_bar = pipe_kv.producer_get_barrier(kv_state)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_expect_tx(kv_bar, self.kv_bytes)
+            gK = cute.local_tile(mK[None, None, hk, b], (self.tile_n, self.d), (n_blk, 0))
+            gV = cute.local_tile(mV[None, None, hk, b], (self.tile_n, self.dv), (n_blk, 0))
+            tKs, tKg = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
+                                             cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
+            tVs, tVg = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
+                                             cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+            cute.copy(tma_k, tKg, tKs, tma_bar_ptr=kv_bar)
+            cute.copy(tma_v, tVg, tVs, tma_bar_ptr=kv_bar)
+            if lane == 0:
+                s_slot[0] = t
+            cute.arch.sync_warp()
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(kv_bar)
+            kv_state.advance()
+            bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
+            state = self._load_heads(state, grid, h, group, b, n_blk, n0, num_m, diag, bmax, bmin,
+                                     mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
+            t = sched.claim_work(grid.mCounter, lane)
+        pipe_kv.sync_object_empty.wait(kv_state.index, kv_state.phase)
+        if lane == 0:
+            s_slot[0] = total
+        cute.arch.sync_warp()
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(pipe_kv.producer_get_barrier(kv_state))
+
+    @cute.jit
+    def _next_tile(self, grid, pipe_kv, kv_state):
+        """Wait for the next published tile; returns its index (>= total: the end)."""
+        pipe_kv.consumer_wait(kv_state)
+        return grid.s_slot[0]
+
+    @cute.jit
+    def _dq_write_tiles(self, grid, pipe_kv, sdQ, mdQacc, mSem, num_m, seqlen_k, diag, tidx):
+        """dQ writer warp of a persistent CTA: read each published tile (and release the slot at
+        once: it needs no K/V), then write that tile's dQ as the consumers stage it."""
+        total = self._num_tiles(grid, seqlen_k, mdQacc.shape[0])
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        t = self._next_tile(grid, pipe_kv, kv_state)
+        while t < total:
+            pipe_kv.consumer_release(kv_state)
+            kv_state.advance()
+            n_blk, y, b = self._tile_of(t, grid, seqlen_k)
+            h, hk, hm, group = self._tile_heads(y, grid.num_h, grid.mK, grid.mIdx)
+            bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
+            self._dq_write_heads(grid, h, hm, group, b, n_blk, n_blk * self.tile_n, num_m,
+                                 seqlen_k, diag, bmax, bmin, sdQ, mdQacc, mSem, tidx)
+            t = self._next_tile(grid, pipe_kv, kv_state)
+
+    @cute.jit
+    def _consume_tiles(self, ops, grid, ctid, num_m, seqlen_k, diag, sdQ, pipe_q, pipe_do,
+                       pipe_kv, mLSE2, mDelta, mdQacc, mdK, mdV, mSem, scale_log2, softmax_scale):
+        """Consumer warpgroups of a persistent CTA: per published tile, the query tiles of its
+        head(s); K/V are released before the dK/dV epilogue, so the next tile's K/V load runs
+        under it."""
+        total = self._num_tiles(grid, seqlen_k, mdQacc.shape[0])
+        acc_dK, acc_dV = ops.acc_dK, ops.acc_dV  # zeroed in the loop: plain locals, not ops.*
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        t = self._next_tile(grid, pipe_kv, kv_state)
+        while t < total:
+            n_blk, y, b = self._tile_of(t, grid, seqlen_k)
+            h, hk, hm, group = self._tile_heads(y, grid.num_h, grid.mK, grid.mIdx)
+            n0 = n_blk * self.tile_n
+            bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
+            self._load_key_vals(ops.key_vals, ops.tScS, grid.mIdx, b, hm, n0, seqlen_k)
+            state = self._consume_heads(state, ops, grid, ctid, b, h, hm, group, n_blk, n0, num_m,
+                                        seqlen_k, diag, bmax, bmin, mdQacc[b, h, None, None], sdQ,
+                                        pipe_q, pipe_do, mLSE2, mDelta, mdQacc, mSem, scale_log2)
+            pipe_kv.consumer_release(kv_state)
+            kv_state.advance()
+            self._store_rows(acc_dK, ops.th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
+            self._store_rows(acc_dV, ops.th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+            acc_dK.fill(0.0)
+            acc_dV.fill(0.0)
+            t = self._next_tile(grid, pipe_kv, kv_state)
 
     def _mask_head(self, h, num_h, mIdx):
         """Mask head of query head ``h`` (Hm divides H); ``h`` itself for plain attention."""
@@ -419,7 +612,8 @@ class FlashMaskBwdSm90:
                tiled_dq: cute.TiledMma, sQ_layout: cute.ComposedLayout,
                sdO_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
-               sdS_layout: cute.ComposedLayout, scale_log2: Float32, softmax_scale: Float32):
+               sdS_layout: cute.ComposedLayout, scale_log2: Float32, softmax_scale: Float32,
+               mCounter: Optional[cute.Tensor]):
         cfg = self.cfg
         tidx, _, _ = cute.arch.thread_idx()
         bx, h, b = cute.arch.block_idx()
@@ -433,13 +627,7 @@ class FlashMaskBwdSm90:
             # waited-on CTA is always resident or done (blocks are dispatched in linear order)
             n_blk = cute.ceil_div(seqlen_k, self.tile_n) - 1 - bx
         num_h = mQ.shape[2]
-        hk = h // (num_h // mK.shape[2])
-        hm = self._mask_head(h, num_h, mIdx)
-        group = 1  # query heads this CTA walks, from h on
-        if const_expr(cfg.gqa_in_cta):  # blockIdx.y is the KV head
-            group = num_h // mK.shape[2]
-            hk = h
-            h = hk * group
+        h, hk, hm, group = self._tile_heads(h, num_h, mK, mIdx)
         diag = seqlen_k - seqlen_q
         n0 = n_blk * self.tile_n
         num_m = cute.ceil_div(seqlen_q, self.tile_m)
@@ -459,9 +647,14 @@ class FlashMaskBwdSm90:
         pipe_do = pipeline.PipelineTmaAsync.create(
             barrier_storage=st.mbar_do.data_ptr(), num_stages=self.stages, producer_group=producer,
             consumer_group=consumers, tx_count=self.do_bytes, defer_sync=True)
+        kv_consumers = consumers
+        if const_expr(cfg.persistent and self.dq_bulk):
+            # the dQ writer warp reads each tile's slot too: the stage is reused only after it did
+            kv_consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     self.num_consumer_threads // 32 + 1)
         pipe_kv = pipeline.PipelineTmaAsync.create(
             barrier_storage=st.mbar_kv.data_ptr(), num_stages=1, producer_group=producer,
-            consumer_group=consumers, tx_count=self.kv_bytes, defer_sync=True)
+            consumer_group=kv_consumers, tx_count=self.kv_bytes, defer_sync=True)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -475,57 +668,56 @@ class FlashMaskBwdSm90:
         if const_expr(self.dq_bulk):
             sdQ = cute.make_tensor(st.sdQ.data_ptr(), cute.make_layout(
                 (self.tile_m, self.d), stride=(self.d + _DQ_PAD, 1)))
+        s_slot = None  # the persistent grid's current tile, written by the producer
+        if const_expr(cfg.persistent):
+            s_slot = st.tile_slot.get_tensor(cute.make_layout((1,)))
+        grid = SimpleNamespace(mCounter=mCounter, s_slot=s_slot, num_h=num_h, mK=mK, mIdx=mIdx,
+                               mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q)
 
-        bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hm, n_blk, seqlen_q)
+        bmax = bmin = None  # the persistent grid's roles take each tile's bands per tile
+        if const_expr(not cfg.persistent):
+            bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hm, n_blk, seqlen_q)
 
         if warp_idx < 4:
             # ------------------------------------------------------------ producer warp group
             cute.arch.setmaxregister_decrease(24)
             if warp_idx == 0:
-                gK = cute.local_tile(mK[None, None, hk, b], (self.tile_n, self.d), (n_blk, 0))
-                gV = cute.local_tile(mV[None, None, hk, b], (self.tile_n, self.dv), (n_blk, 0))
-                tKs, tKg = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
-                                                 cute.group_modes(sK, 0, 2),
-                                                 cute.group_modes(gK, 0, 2))
-                tVs, tVg = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
-                                                 cute.group_modes(sV, 0, 2),
-                                                 cute.group_modes(gV, 0, 2))
-                kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-                pipe_kv.producer_acquire(kv_state)
-                cute.copy(tma_k, tKg, tKs, tma_bar_ptr=pipe_kv.producer_get_barrier(kv_state))
-                cute.copy(tma_v, tVg, tVs, tma_bar_ptr=pipe_kv.producer_get_barrier(kv_state))
-                state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
-                                                     self.stages)
-                if const_expr(cfg.gqa_in_cta):
-                    for j in cutlass.range(group, unroll=1):
-                        hmj = self._mask_head(h + j, num_h, mIdx)
-                        bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hmj, n_blk, seqlen_q)
-                        state = self._load_q_do(state, h + j, b, n0, num_m, seqlen_q, diag,
-                                                bmax, bmin, mQ, mdO, sQ, sdO, tma_q, tma_do,
-                                                pipe_q, pipe_do)
+                if const_expr(cfg.persistent):
+                    self._produce_tiles(grid, num_m, diag, mQ, mK, mV, mdO, sQ, sK, sV, sdO,
+                                        tma_q, tma_k, tma_v, tma_do, pipe_q, pipe_do, pipe_kv)
                 else:
-                    state = self._load_q_do(state, h, b, n0, num_m, seqlen_q, diag, bmax, bmin,
-                                            mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
+                    gK = cute.local_tile(mK[None, None, hk, b], (self.tile_n, self.d), (n_blk, 0))
+                    gV = cute.local_tile(mV[None, None, hk, b], (self.tile_n, self.dv), (n_blk, 0))
+                    tKs, tKg = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
+                                                     cute.group_modes(sK, 0, 2),
+                                                     cute.group_modes(gK, 0, 2))
+                    tVs, tVg = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
+                                                     cute.group_modes(sV, 0, 2),
+                                                     cute.group_modes(gV, 0, 2))
+                    kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                    pipe_kv.producer_acquire(kv_state)
+                    cute.copy(tma_k, tKg, tKs, tma_bar_ptr=pipe_kv.producer_get_barrier(kv_state))
+                    cute.copy(tma_v, tVg, tVs, tma_bar_ptr=pipe_kv.producer_get_barrier(kv_state))
+                    state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                         self.stages)
+                    state = self._load_heads(state, grid, h, group, b, n_blk, n0, num_m, diag,
+                                             bmax, bmin, mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q,
+                                             pipe_do)
             if const_expr(self.dq_bulk):
                 if warp_idx == 1:
-                    if const_expr(cfg.gqa_in_cta):
-                        for j in cutlass.range(group, unroll=1):
-                            hmj = self._mask_head(h + j, num_h, mIdx)
-                            bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hmj, n_blk,
-                                                          seqlen_q)
-                            self._dq_writer(sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h + j, hmj,
-                                            n_blk, n0, num_m, seqlen_q, seqlen_k, diag, bmax,
-                                            bmin, tidx)
+                    if const_expr(cfg.persistent):
+                        self._dq_write_tiles(grid, pipe_kv, sdQ, mdQacc, mSem, num_m, seqlen_k,
+                                             diag, tidx)
                     else:
-                        self._dq_writer(sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0,
-                                        num_m, seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
+                        self._dq_write_heads(grid, h, hm, group, b, n_blk, n0, num_m, seqlen_k,
+                                             diag, bmax, bmin, sdQ, mdQacc, mSem, tidx)
         else:
             # ------------------------------------------------------------ consumer warp groups
             cute.arch.setmaxregister_increase(240)
             ctid = tidx - 128
             wg = ctid // 128
-            self._consume(ctid, wg, b, h, hk, hm, group, n_blk, n0, num_m, seqlen_q, seqlen_k,
-                          diag,
+            self._consume(grid, ctid, wg, b, h, hk, hm, group, n_blk, n0, num_m, seqlen_q,
+                          seqlen_k, diag,
                           bmax, bmin, sQ, sdO, sK, sV, sP, sdS, sdQ, pipe_q, pipe_do, pipe_kv,
                           mLSE2, mDelta, mdQacc, mdK, mdV, mIdx, mSem, mSumMin, mSumMax,
                           tiled_sdp, tiled_dk,
@@ -564,7 +756,8 @@ class FlashMaskBwdSm90:
             atom.set(warpgroup.Field.ACCUMULATE, True)
 
     @cute.jit
-    def _consume(self, ctid, wg, b, h, hk, hm, group, n_blk, n0, num_m, seqlen_q, seqlen_k, diag,
+    def _consume(self, grid, ctid, wg, b, h, hk, hm, group, n_blk, n0, num_m, seqlen_q, seqlen_k,
+                 diag,
                  bmax, bmin, sQ, sdO, sK, sV, sP, sdS, sdQ, pipe_q, pipe_do, pipe_kv, mLSE2, mDelta,
                  mdQacc, mdK, mdV, mIdx, mSem, mSumMin, mSumMax, tiled_sdp, tiled_dk, tiled_dv,
                  tiled_dq,
@@ -616,24 +809,46 @@ class FlashMaskBwdSm90:
         # column values of this thread's key rows: loaded per head, reused for every query tile
         C = cfg.num_columns if const_expr(cfg.num_columns is not None) else 1
         key_vals = cute.make_rmem_tensor(cute.make_layout((n_rows, C)), Int32)
-        self._load_key_vals(key_vals, tScS, mIdx, b, hm, n0, seqlen_k)
-
-        gdQacc_bh = mdQacc[b, h, None, None]
-
-        st_kv = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-        pipe_kv.consumer_wait(st_kv)
-        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-
         ops = SimpleNamespace(
             tSrK=tSrK, tSrQ=tSrQ, tPrV=tPrV, tPrdO=tPrdO, tVrP=tVrP, tKrdS=tKrdS, tVrdO=tVrdO,
             tKrQ=tKrQ, tQrdS=tQrdS, tQrK=tQrK, acc_shape_s=acc_shape_s, acc_dK=acc_dK,
             acc_dV=acc_dV, tScS=tScS, tPsP=tPsP, tPsdS=tPsdS, wg_dq=wg_dq, th_dq=th_dq,
             key_vals=key_vals, tiled_sdp=tiled_sdp, tiled_dk=tiled_dk, tiled_dv=tiled_dv,
-            tiled_dq=tiled_dq)
+            tiled_dq=tiled_dq, th_dk=th_dk, th_dv=th_dv)
+        if const_expr(cfg.persistent):
+            self._consume_tiles(ops, grid, ctid, num_m, seqlen_k, diag, sdQ, pipe_q, pipe_do,
+                                pipe_kv, mLSE2, mDelta, mdQacc, mdK, mdV, mSem, scale_log2,
+                                softmax_scale)
+        else:
+            self._load_key_vals(key_vals, tScS, mIdx, b, hm, n0, seqlen_k)
+
+            gdQacc_bh = mdQacc[b, h, None, None]
+
+            st_kv = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            pipe_kv.consumer_wait(st_kv)
+            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+
+            state = self._consume_heads(state, ops, grid, ctid, b, h, hm, group, n_blk, n0,
+                                        num_m, seqlen_k, diag, bmax, bmin, gdQacc_bh, sdQ, pipe_q,
+                                        pipe_do, mLSE2, mDelta, mdQacc, mSem, scale_log2)
+
+            # ---- epilogue: dK (scaled) and dV, written once
+            self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
+            self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+
+    @cute.jit
+    def _consume_heads(self, state, ops, grid, ctid, b, h, hm, group, n_blk, n0, num_m, seqlen_k,
+                       diag, bmax, bmin, gdQacc_bh, sdQ, pipe_q, pipe_do, mLSE2, mDelta, mdQacc,
+                       mSem, scale_log2):
+        """Consumers: every visited query tile of the CTA's query head(s) for this key tile;
+        returns the advanced Q/dO pipeline state."""
+        cfg = self.cfg
+        mIdx, mSumMin, mSumMax, seqlen_q = grid.mIdx, grid.mSumMin, grid.mSumMax, grid.seqlen_q
+        key_vals, tScS = ops.key_vals, ops.tScS
         if const_expr(cfg.gqa_in_cta):
             # the group's query heads add into the same dK/dV accumulators; the Q/dO stages
             # and the pipeline state run on across heads
-            num_h = mLSE2.shape[1]
+            num_h = grid.num_h
             for j in cutlass.range(group, unroll=1):
                 hmj = self._mask_head(h + j, num_h, mIdx)
                 bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hmj, n_blk, seqlen_q)
@@ -646,10 +861,7 @@ class FlashMaskBwdSm90:
             state = self._consume_head(state, ops, ctid, b, h, hm, n_blk, n0, num_m, seqlen_q,
                                        seqlen_k, diag, bmax, bmin, gdQacc_bh, sdQ, pipe_q,
                                        pipe_do, mLSE2, mDelta, mSem, mSumMin, mSumMax, scale_log2)
-
-        # ---- epilogue: dK (scaled) and dV, written once
-        self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
-        self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+        return state
 
     @cute.jit
     def _consume_head(self, state, ops, ctid, b, h, hm, n_blk, n0, num_m, seqlen_q, seqlen_k,
@@ -898,6 +1110,8 @@ def compile_backward(cfg: BwdConfig):
     args += [_placeholder(Int32, 4) if cfg.deterministic else None]
     args += [Int32(1), Int32(128), Int32(128), Int32(1), Int32(1), Int32(1), Float32(1.0),
              cuda.CUstream(0)]
+    if cfg.persistent:
+        args.append(_placeholder(Int32, 4))  # the persistent grid's tile counter
     return cute.compile(FlashMaskBwdSm90(cfg), *args)
 
 
@@ -925,6 +1139,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         out["semaphores"] = ((batch, num_heads, nm), "int32")
     if cfg.has_sink:
         out["dsink_part"] = ((batch, num_heads, nm), "float32")
+    if cfg.persistent:
+        out["tile_counter"] = ((1,), "int32")  # zeroed by the wrapper before each launch
     return out
 
 
@@ -979,12 +1195,16 @@ class CompiledBackward:
         dk_main = ws["dk_part"] if cfg.dkv_partials else dk
         dv_main = ws["dv_part"] if cfg.dkv_partials else dv
         if sk > 0:
+            extra = ()
+            if cfg.persistent:  # the persistent grid claims tiles from 0
+                sched.reset_counter(ws["tile_counter"], stream)
+                extra = (ptr(ws["tile_counter"], Int32, 4),)
             self.main(ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt), ptr(ws["lse2"], f32),
                       ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32), ptr(dk_main, kv_dt),
                       ptr(dv_main, kv_dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
                       ptr(startend_row_indices, Int32, 4), ptr(ws.get("semaphores"), Int32, 4),
                       Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
-                      Float32(softmax_scale), stream)
+                      Float32(softmax_scale), stream, *extra)
         self.post(ptr(ws["dq_accum"], f32), ptr(dq, dt), ptr(ws.get("dk_part"), f32),
                   ptr(ws.get("dv_part"), f32), ptr(dk, dt) if cfg.dkv_partials else None,
                   ptr(dv, dt) if cfg.dkv_partials else None, ptr(ws.get("dsink_part"), f32),

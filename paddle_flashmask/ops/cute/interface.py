@@ -301,25 +301,28 @@ def _forward_config(dtype, head_dim, causal, num_columns, has_sink, _env_switche
 
 
 def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
-                    gqa: bool = False, has_sink: bool = False, deterministic: bool = False):
+                    gqa: bool = False, has_sink: bool = False, deterministic: bool = False,
+                    num_sms: int = 132):
     """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
-    from .flash_bwd_sm90 import default_gqa_in_cta, default_row_ranges, default_rs_dkv
+    from .flash_bwd_sm90 import (default_gqa_in_cta, default_persistent_ctas, default_row_ranges,
+                                 default_rs_dkv)
 
     row_ranges = default_row_ranges(num_columns)
     return _backward_config(dtype, head_dim, bool(causal), num_columns, bool(gqa), bool(has_sink),
                             bool(deterministic), row_ranges, default_rs_dkv(head_dim),
-                            default_gqa_in_cta(bool(gqa)))
+                            default_gqa_in_cta(bool(gqa)),
+                            default_persistent_ctas(bool(deterministic), num_sms))
 
 
 @functools.lru_cache(maxsize=256)
 def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
-                     row_ranges, rs_dkv, gqa_in_cta):
+                     row_ranges, rs_dkv, gqa_in_cta, persistent_ctas):
     from .flash_bwd_sm90 import BwdConfig
 
     return BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
                      has_sink=has_sink, deterministic=deterministic, row_ranges=row_ranges,
-                     rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta)
+                     rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta, persistent_ctas=persistent_ctas)
 
 
 def _lazy_builder(module: str, function: str) -> Callable[[Any], Any]:
@@ -448,7 +451,8 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
         infos["dsink"] = _convert(dsink, "dsink", "float32", (h,), dev, 4)
     _expect(math.isfinite(softmax_scale), "softmax_scale", "a finite float", softmax_scale)
     config = backward_config(problem.dtype, d, problem.causal, problem.num_columns, gqa=h != hk,
-                             has_sink=problem.has_sink, deterministic=deterministic)
+                             has_sink=problem.has_sink, deterministic=deterministic,
+                             num_sms=num_sms(problem.device))
     from .flash_bwd_sm90 import workspace_shapes
 
     buffers = [DeviceBuffer(shape, dtype, problem.device, stream)

@@ -1,0 +1,48 @@
+"""The backward's persistent grid (BwdConfig.persistent_ctas), on the CPU: the config rule, the
+workspace, and the host API up to the launches (real sm_90a compile; the DSL's own argument
+packing checks the extra counter argument)."""
+from __future__ import annotations
+
+import pytest
+
+from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+
+
+def test_config_rule_and_workspace(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)
+    assert interface.backward_config("bfloat16", 128, True, 1, num_sms=132).persistent_ctas == 0
+    monkeypatch.setenv(bwd.PERSISTENT_ENV, "1")
+    on = interface.backward_config("bfloat16", 128, True, 1, num_sms=114)
+    assert on.persistent and on.persistent_ctas == 114
+    # deterministic mode keeps one CTA per key tile (its order relies on block dispatch)
+    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).persistent
+    with pytest.raises(ValueError, match="persistent_ctas"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, persistent_ctas=132)
+    with pytest.raises(ValueError, match="persistent_ctas"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, persistent_ctas=-1)
+    assert bwd.workspace_shapes(on, 1, 300, 300, 4, 4)["tile_counter"] == ((1,), "int32")
+    off = bwd.BwdConfig("bfloat16", 128, 128, True, 1)
+    assert "tile_counter" not in bwd.workspace_shapes(off, 1, 300, 300, 4, 4)
+
+
+@pytest.mark.parametrize("hk", [4, 2])
+def test_host_api_resets_the_counter_and_packs_its_argument(monkeypatch, hk):
+    torch = pytest.importorskip("torch")
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.setenv(bwd.PERSISTENT_ENV, "1")
+    monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "1")
+    api = HostApiHarness(monkeypatch, num_sms=132)
+    t = api.tensor
+    b, s, h, d = 1, 300, 4, 128
+    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, hk, d)
+    interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, hk, d),
+                            t(b, s, hk, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
+                            softmax_scale=0.1, stream=0)
+    assert api.launched[-3:] == ["flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
+    assert len(api.counter_resets) == 1  # zeroed once, before the main kernel
+    main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
+    assert len(main_args) == 22  # the 21 arguments of every variant + the tile counter
