@@ -259,7 +259,8 @@ def schedule_counter(torch, cfg):
 
 
 def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=False,
-             work_order=False, tile_ranges=None, dynamic=None, partial_overlap=None):
+             work_order=False, tile_ranges=None, dynamic=None, partial_overlap=None,
+             d128_override=None):
     name, dt, d, dv, kind, b, sq, sk, h, hk, hm_mode, has_sink = case
     hm = {"1": 1, "Hk": hk, "H": h}[hm_mode]
     tdt = torch.bfloat16 if dt == "bf16" else torch.float16
@@ -268,6 +269,9 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
     cfg = fwd_mod.default_config(dt, d, dv, causal, cols, has_sink, fast=fast,
                                  work_order=work_order, tile_ranges=tile_ranges,
                                  dynamic_schedule=dynamic, partial_overlap=partial_overlap)
+    if d128_override and d == 128 and cfg.intra_wg_overlap:  # --d128-override: tile-shape A/B
+        import dataclasses
+        cfg = dataclasses.replace(cfg, **d128_override)
     t0 = time.time()
     if cfg not in compiled_cache:
         compiled_cache[cfg] = fwd_mod.compile_forward(cfg)
@@ -461,6 +465,17 @@ PARTIAL_OVERLAP_BENCH_ROWS = [
 ]
 
 
+# A/B of the d128 fast path's tile shape (--tile-shapes --bench): 128x112 with a double-buffered Q
+# (the default) vs 128x128 with one Q buffer (smem), with the default and the 24/240 register split.
+TILE_SHAPE_BENCH_ROWS = [
+    row for kind in ("full", "causal", "causal_doc")
+    for row in ((kind, 2, 8192, 16, 16, 128, 128, True, {}),
+                (kind, 2, 8192, 16, 16, 128, 128, True, {"tile_n": 128, "q_stages": 1}),
+                (kind, 2, 8192, 16, 16, 128, 128, True,
+                 {"tile_n": 128, "q_stages": 1, "producer_regs": 24, "consumer_regs": 240}))
+]
+
+
 def bench(torch, cute_rt, fwd_mod, compiled_cache, num_sms, rng, rows=BENCH_ROWS):
     import dataclasses
     results = []
@@ -500,6 +515,11 @@ def main() -> int:
                          "(default: the product's default, on)")
     ap.add_argument("--no-tile-ranges", dest="tile_ranges", action="store_false",
                     help="run every case without tile ranges")
+    ap.add_argument("--tile-shapes", action="store_true",
+                    help="with --bench: the d128 tile-shape A/B rows")
+    ap.add_argument("--d128-override", default="",
+                    help='JSON FwdConfig overrides for the d128 fast-path cases, e.g. '
+                         '\'{"tile_n": 128, "q_stages": 1}\'')
     ap.add_argument("--partial-overlap", action="store_true", default=None,
                     help="run every fast-path case masking partial tiles with P·V in flight; "
                          "with --bench, the partial-overlap A/B rows")
@@ -529,7 +549,8 @@ def main() -> int:
         try:
             r = run_case(torch, cute_rt, fwd_mod, compiled, case, rng, num_sms, fast=args.fast,
                          work_order=args.work_order, tile_ranges=args.tile_ranges,
-                         dynamic=args.dynamic, partial_overlap=args.partial_overlap)
+                         dynamic=args.dynamic, partial_overlap=args.partial_overlap,
+                         d128_override=json.loads(args.d128_override or "{}"))
         except Exception as exc:  # record and continue: one broken variant must not hide others
             r = {"name": case[0], "ok": False, "error": repr(exc)[:1500],
                  "trace": traceback.format_exc()[-3000:]}
@@ -545,6 +566,7 @@ def main() -> int:
             rows = (WORK_ORDER_BENCH_ROWS if args.work_order else
                     DYNAMIC_BENCH_ROWS if args.dynamic else
                     PARTIAL_OVERLAP_BENCH_ROWS if args.partial_overlap else
+                    TILE_SHAPE_BENCH_ROWS if args.tile_shapes else
                     TILE_RANGES_BENCH_ROWS if args.tile_ranges else BENCH_ROWS)
             rows = [r for r in rows if not (args.bench_verified_only and r[7])]
             report["bench"] = bench(torch, cute_rt, fwd_mod, compiled, num_sms, rng, rows)
