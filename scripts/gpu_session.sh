@@ -156,7 +156,19 @@ timeout -s INT -k 10 100 python3 bench/profile_call.py --masks full,sliding_wind
 ls -la $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call5a call5b"
+call7() {
+  emit "call 7 (session 4, first after call 1) - the prepared options vs oracle + A/B: persistent and GQA-in-CTA backward, partial-tile overlap and the d128 128x128 tile in the forward, skipping test with the persistent backward [<= 9.5 min]" \
+    "$KIND1" 580 '[".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --persistent --bench --json-name bwd_persistent.json 2>&1 | tee $OUT/bwd_persistent.log | tail -n 6
+timeout -s INT -k 10 100 python3 tests/gpu/bwd_check.py --gqa-in-cta --bench --json-name bwd_gqa_in_cta.json 2>&1 | tee $OUT/bwd_gqa_in_cta.log | tail -n 6
+timeout -s INT -k 10 100 python3 tests/gpu/fwd_check.py --partial-overlap --bench --json-name fwd_partial_overlap.json 2>&1 | tee $OUT/fwd_partial_overlap.log | tail -n 8
+timeout -s INT -k 10 100 python3 tests/gpu/fwd_check.py --d128-override "{\"tile_n\": 128, \"q_stages\": 1}" --tile-shapes --bench --json-name fwd_tile_shapes.json 2>&1 | tee $OUT/fwd_tile_shapes.log | tail -n 10
+PADDLE_FLASHMASK_BWD_PERSISTENT=1 PFM_GPU_REPORT=$OUT/skip_persistent.json timeout -s INT -k 10 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py 2>&1 | tail -n 4
+cd $OUT && tar czf /tmp/logs7.tgz *.log && rm -f *.log && mv /tmp/logs7.tgz . ; ls -la $OUT'
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -321,10 +333,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
