@@ -86,6 +86,16 @@ def classify_key_tile(
     return skip, partial
 
 
+def query_tile_geometry(m_block: Int32, tile_m: int, tile_n: int, seqlen_q: Int32,
+                        seqlen_k: Int32):
+    """``(row_begin, row_end, diag_offset, num_key_tiles)`` of query tile ``m_block``: its rows,
+    Sk - Sq (bottom-right causal alignment) and how many key tiles the sequence has; the start of
+    every per-query-tile walk over the tile summary."""
+    row_begin = m_block * tile_m
+    return (row_begin, cutlass.min(row_begin + tile_m, seqlen_q), seqlen_k - seqlen_q,
+            (seqlen_k + tile_n - 1) // tile_n)
+
+
 def key_tile_end(row_end: Int32, diag_offset: Int32, tile_n: int, num_k_tiles: Int32,
                  causal: bool) -> Int32:
     """One past the last key tile a query-row range ending at ``row_end`` can see: every tile

@@ -115,10 +115,8 @@ class TileRangeKernel:
         block_m, mask_head, batch = cute.arch.block_idx()
         m_block = block_m * WARPS_PER_CTA + warp
         if m_block < mRanges.shape[1]:
-            row_begin = m_block * self.tile_m
-            row_end = cutlass.min(row_begin + self.tile_m, seqlen_q)
-            diag_offset = seqlen_k - seqlen_q
-            num_k = (seqlen_k + tn - 1) // tn
+            row_begin, row_end, diag_offset, num_k = fm_mask.query_tile_geometry(
+                m_block, self.tile_m, tn, seqlen_q, seqlen_k)
             n_end = fm_mask.key_tile_end(row_end, diag_offset, tn, num_k, self.causal)
             n_lo = Int32(0)
             n_hi = Int32(0)

@@ -202,10 +202,8 @@ class WorkOrderKernels:
         block_m, mask_head, batch = cute.arch.block_idx()
         m_block = block_m * COUNT_WARPS + warp
         if m_block < mWeight.shape[0]:
-            row_begin = m_block * self.tile_m
-            row_end = cutlass.min(row_begin + self.tile_m, seqlen_q)
-            diag_offset = seqlen_k - seqlen_q
-            num_k = (seqlen_k + tn - 1) // tn
+            row_begin, row_end, diag_offset, num_k = fm_mask.query_tile_geometry(
+                m_block, self.tile_m, tn, seqlen_q, seqlen_k)
             visited = Int32(0)
             partial_visited = Int32(0)
             # Every key tile is classified (no causal clip as in the producer: the causal term of
