@@ -176,8 +176,7 @@ def test_host_api_with_work_order_packs_the_compiled_kernels_arguments(monkeypat
     api = HostApiHarness(monkeypatch)
     launched, scratch, t = api.launched, api.scratch, api.tensor
     b, s, h, hk, d = 2, 300, 4, 2, 128
-    q, k, v, out = t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d)
-    lse = t(b, h, s, dtype=torch.float32)
+    q, k, v, out, _, lse = api.attention_tensors(b, s, h, hk, d)
     interface.flashmask_fwd(q, k, v, out, lse, t(b, hk, s, 2, dtype=torch.int32), causal=True,
                             softmax_scale=0.1, stream=0)
     assert launched == ["tile_summary", "fwd_work_order", "flash_fwd_sm90"]
