@@ -44,5 +44,7 @@ def test_host_api_resets_the_counter_and_packs_its_argument(monkeypatch, hk):
                             softmax_scale=0.1, stream=0)
     assert api.launched[-3:] == ["flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
     assert len(api.counter_resets) == 1  # zeroed once, before the main kernel
+    # the stream's work counter, shared with the forward's dynamic schedule (not a new buffer)
+    assert api.counter_resets[0] is interface.schedule_counter(0, 0)
     main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
     assert len(main_args) == 22  # the 21 arguments of every variant + the tile counter

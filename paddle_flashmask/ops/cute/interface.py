@@ -244,13 +244,14 @@ def tile_summary(startend_row_indices: Any, tile_n: int, *, stream: int
     return launch_tile_summary(tensor, problem, tile_n, stream)
 
 
-# one work counter per (device, stream) for the forward's dynamic schedule: launches on one stream
-# run one after the other, so they can share it (each launch zeroes it first, in stream order)
+# one work counter per (device, stream) for the forward's dynamic schedule and the backward's
+# persistent grid: launches on one stream run one after the other, so they can share it (each
+# launch zeroes it first, in stream order)
 _schedule_counters: dict[tuple[int, int], DeviceBuffer] = {}
 
 
 def schedule_counter(device: int, stream: int) -> DeviceBuffer:
-    """The int32 work counter of the forward's dynamic schedule on ``stream``."""
+    """The int32 work counter of the persistent kernels (dynamic schedules) on ``stream``."""
     key = (int(device), int(stream))
     counter = _schedule_counters.get(key)
     if counter is None:
@@ -455,9 +456,13 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
                              num_sms=num_sms(problem.device))
     from .flash_bwd_sm90 import workspace_shapes
 
-    buffers = [DeviceBuffer(shape, dtype, problem.device, stream)
-               for shape, dtype in workspace_shapes(config, b, sq, sk, h, hk).values()]
-    workspace = dict(zip(workspace_shapes(config, b, sq, sk, h, hk), buffers))
+    workspace, buffers = {}, []
+    for name, (shape, dtype) in workspace_shapes(config, b, sq, sk, h, hk).items():
+        if name == "tile_counter":  # the persistent grid's: the stream's work counter, kept
+            workspace[name] = schedule_counter(problem.device, stream)
+            continue
+        workspace[name] = DeviceBuffer(shape, dtype, problem.device, stream)
+        buffers.append(workspace[name])
     summary, owned = (None, None), False
     if problem.num_columns is not None:
         summary, owned = tile_summary_for(infos["indices_object"], problem, config.tile_n, stream)
