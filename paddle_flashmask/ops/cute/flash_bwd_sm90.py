@@ -435,21 +435,19 @@ class FlashMaskBwdSm90:
                             num_m, grid.seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
 
     # ---- persistent grid (BwdConfig.persistent_ctas) ------------------------------------------
+    def _num_y(self, grid):
+        """Extent of the tile list's head coordinate: query heads, or KV heads with gqa_in_cta."""
+        return grid.mK.shape[2] if const_expr(self.cfg.gqa_in_cta) else grid.num_h
+
     def _tile_of(self, t, grid, seqlen_k):
         """Linear tile index -> (n_blk, grid y, batch): a head's key tiles consecutive, lowest
         (under causal masks the heaviest) first; y is the query head (KV head with gqa_in_cta)."""
         num_n = cute.ceil_div(seqlen_k, self.tile_n)
-        num_y = grid.num_h
-        if const_expr(self.cfg.gqa_in_cta):
-            num_y = grid.mK.shape[2]
         rest = t // num_n
-        return t - rest * num_n, rest % num_y, rest // num_y
+        return t - rest * num_n, rest % self._num_y(grid), rest // self._num_y(grid)
 
     def _num_tiles(self, grid, seqlen_k, batch):
-        num_y = grid.num_h
-        if const_expr(self.cfg.gqa_in_cta):
-            num_y = grid.mK.shape[2]
-        return cute.ceil_div(seqlen_k, self.tile_n) * num_y * batch
+        return cute.ceil_div(seqlen_k, self.tile_n) * self._num_y(grid) * batch
 
     @cute.jit
     def _produce_tiles(self, grid, num_m, diag, mQ, mK, mV, mdO, sQ, sK, sV, sdO, tma_q, tma_k,
