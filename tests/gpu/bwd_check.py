@@ -83,6 +83,11 @@ CASES_QUICK = [c for c in CASES_FULL if c[0] in (
 DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink"]
 
 
+def _chosen(choice, default):
+    """A CLI switch's value (True/False), or ``default`` when it was not given (None)."""
+    return default if choice is None else choice
+
+
 class Runner:
     def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=None, gqa_in_cta=None,
                  persistent=None):
@@ -125,21 +130,18 @@ class Runner:
     def run(self, p, deterministic):
         torch = self.torch
         cols = None if p["idx"] is None else p["idx"].shape[-1]
-        cfg = self.bwd.BwdConfig(p["dt"].replace("bf16", "bfloat16").replace("fp16", "float16"),
-                                 p["d"], p["dv"], p["causal"], cols, gqa=p["h"] != p["hk"],
-                                 has_sink=p["sink"] is not None, deterministic=deterministic,
-                                 rs_dkv=p["name"].endswith("_rs") or (
-                                     self.bwd.default_rs_dkv(p["d"]) if self.rs_dkv is None
-                                     else self.rs_dkv),
-                                 gqa_in_cta=p["h"] != p["hk"] and (
-                                     self.bwd.default_gqa_in_cta(True) if self.gqa_in_cta is None
-                                     else self.gqa_in_cta),
-                                 persistent_ctas=(
-                                     self.bwd.default_persistent_ctas(deterministic, self.sms)
-                                     if self.persistent is None else
-                                     self.sms if self.persistent and not deterministic else 0),
-                                 row_ranges=self.bwd.default_row_ranges(cols)
-                                 if self.row_ranges is None else self.row_ranges)
+        gqa = p["h"] != p["hk"]
+        bwd = self.bwd
+        # each option: the CLI's choice, or the product's default when the CLI left it (None)
+        rs_dkv = p["name"].endswith("_rs") or _chosen(self.rs_dkv, bwd.default_rs_dkv(p["d"]))
+        gqa_in_cta = gqa and _chosen(self.gqa_in_cta, bwd.default_gqa_in_cta(True))
+        persistent = _chosen(self.persistent, bwd.default_persistent_ctas(False, 1) > 0)
+        cfg = bwd.BwdConfig(p["dt"].replace("bf16", "bfloat16").replace("fp16", "float16"),
+                            p["d"], p["dv"], p["causal"], cols, gqa=gqa,
+                            has_sink=p["sink"] is not None, deterministic=deterministic,
+                            rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta,
+                            persistent_ctas=self.sms if persistent and not deterministic else 0,
+                            row_ranges=_chosen(self.row_ranges, bwd.default_row_ranges(cols)))
         fn, compile_s = self.get(cfg)
         b, sq, sk, h, hk = p["b"], p["sq"], p["sk"], p["h"], p["hk"]
         nan = float("nan")
