@@ -32,9 +32,13 @@ from __future__ import annotations
 
 from typing import Optional
 
+import cuda.bindings.driver as cu
 import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
+
+from .dlpack import check
+from .launch_args import device_address
 
 
 def grid_size(num_m_blocks: int, num_heads: int, batch: int, num_sms: int) -> int:
@@ -64,12 +68,7 @@ def claim_work(counter: cute.Tensor, lane: Int32) -> Int32:
 
 
 def reset_counter(counter, stream) -> None:
-    """Host: zero the dynamic schedule's counter on ``stream`` before the forward launch."""
-    import cuda.bindings.driver as cu
-
-    from .dlpack import check
-    from .launch_args import device_address
-
+    """Host: zero a persistent kernel's work counter on ``stream`` before its launch."""
     check(cu.cuMemsetD32Async(device_address(counter), 0, 1, stream), "cuMemsetD32Async")
 
 
