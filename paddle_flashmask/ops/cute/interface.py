@@ -216,9 +216,9 @@ def tile_ranges_for(indices: Any, problem: Problem, config: Any, summary: tuple,
     def compute():
         ranges = DeviceBuffer(ranges_shape(problem.batch, problem.mask_heads, problem.seqlen_q,
                                            rcfg.tile_m), "int32", problem.device, stream)
-        CompiledTileRanges(rcfg, compiled_kernel("fwd_tile_ranges", rcfg))(summary[0], summary[1], ranges, problem.batch,
-                                         problem.seqlen_q, problem.seqlen_k, problem.mask_heads,
-                                         stream)
+        kernel = CompiledTileRanges(rcfg, compiled_kernel("fwd_tile_ranges", rcfg))
+        kernel(summary[0], summary[1], ranges, problem.batch, problem.seqlen_q, problem.seqlen_k,
+               problem.mask_heads, stream)
         return (ranges,)
 
     what = ("ranges", rcfg, problem.seqlen_q, problem.device, int(stream))
@@ -272,8 +272,8 @@ def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
     workspace = DeviceBuffer((workspace_elems(wcfg, b, hm, sq, sk),), "int32", problem.device,
                              stream)
     order = DeviceBuffer((order_length(wcfg, b, h, sq),), "int32", problem.device, stream)
-    CompiledWorkOrder(wcfg, compiled_kernel("fwd_work_order", wcfg))(summary[0], summary[1], workspace, order, b, sq, sk, h, hm,
-                                    stream)
+    kernel = CompiledWorkOrder(wcfg, compiled_kernel("fwd_work_order", wcfg))
+    kernel(summary[0], summary[1], workspace, order, b, sq, sk, h, hm, stream)
     return workspace, order
 
 
