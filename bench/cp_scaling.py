@@ -49,6 +49,10 @@ def parse_args(argv=None):
     p.add_argument("--chunk-size", type=int, default=2048)
     p.add_argument("--comm-groups", default="1,2",
                    help="comma list: all-gathers K/V is split into (each value is one timed variant)")
+    p.add_argument("--strategies", default="locality,lpt",
+                   help="planner strategies to compare (plan_context_parallel strategy=)")
+    p.add_argument("--equal-chunks", default="1,0",
+                   help="equal chunk counts per rank to compare (1 = on, 0 = off)")
     p.add_argument("--comm-sms", default="0",
                    help="comma list: SMs the forward leaves to NCCL while a gather is in flight "
                         "(each value is one more CP variant; e.g. 0,16)")
@@ -127,7 +131,8 @@ def plot(result: dict, path: str) -> None:
     except ImportError:  # the GPU machine may not have matplotlib; the JSON has everything
         return
     fig, (ax_t, ax_w) = plt.subplots(1, 2, figsize=(10, 3.6))
-    labels = ["1 device"] + [f"CP x{result['world_size']}, {v['comm_groups']} group(s)"
+    labels = ["1 device"] + [f"CP x{result['world_size']} {v.get('strategy', '')}"
+                             f"{'' if v.get('equal_chunks', True) else ' uneq'}, {v['comm_groups']} grp"
                              + (f", {v['comm_sms']} SMs to NCCL" if v.get("comm_sms") else "")
                              for v in result["context_parallel"]]
     runs = [result["single_device"]] + result["context_parallel"]
@@ -168,16 +173,14 @@ def main(argv=None) -> dict:
 
     docs = document_lengths(s, args.doc_min, args.doc_max, args.seed)
     mask = mb.causal_document_mask(docs, s)
-    t0 = time.perf_counter()
     groups_list = [int(g) for g in str(args.comm_groups).split(",")]
-    plan, masks = torch_cp.prepare(mask.startend_row_indices, mask.causal, chunk_size=args.chunk_size,
-                                   comm_groups=groups_list[0])
-    plan_s = time.perf_counter() - t0
-    report = balance_report(plan)
-    # the same assignment measured in the kernels' unit (pairs of computed 128x128 tiles)
-    tile_work = chunk_work(*mask, s, plan.chunk_size, plan.num_chunks, work_model="tiles") \
-        if plan.chunk_size % 128 == 0 else None
-    tile_rank_work = None if tile_work is None else [int(tile_work[list(c)].sum()) for c in plan.rank_chunks]
+    strategies = [x.strip() for x in str(args.strategies).split(",")]
+    equal_list = [bool(int(x)) for x in str(args.equal_chunks).split(",")]
+
+    def make_plan(strategy, equal, groups):
+        return torch_cp.prepare(mask.startend_row_indices, mask.causal, chunk_size=args.chunk_size,
+                                comm_groups=groups, strategy=strategy, equal_chunks=equal)
+
     pairs = int(sem.count_visible_pairs(*mask).sum()) * h
     fwd_flops = 4 * d * pairs  # pairs already summed over heads
 
@@ -205,14 +208,16 @@ def main(argv=None) -> dict:
 
     peak_single = torch.cuda.max_memory_allocated(device) if use_cuda else None
 
-    local = [torch_cp.shard_sequence(x, plan, rank).requires_grad_() for x in (q, k, v)]
-    dout_local = torch_cp.shard_sequence(dout, plan, rank)
     variants = []
     sms_list = [int(x) for x in str(args.comm_sms).split(",")]
-    # same assignment, different all-gather granularity and SMs left to NCCL
-    for groups, sms in ((g, m) for g in groups_list for m in sms_list):
-        plan_g, masks_g = torch_cp.prepare(mask.startend_row_indices, mask.causal,
-                                           chunk_size=args.chunk_size, comm_groups=groups)
+    # planner strategy, equal chunk counts, all-gather granularity and SMs left to NCCL
+    for strategy, equal, groups, sms in ((st, eq, g, m) for st in strategies for eq in equal_list
+                                         for g in groups_list for m in sms_list):
+        t0 = time.perf_counter()
+        plan_g, masks_g = make_plan(strategy, equal, groups)
+        plan_s = time.perf_counter() - t0
+        local = [torch_cp.shard_sequence(x, plan_g, rank).requires_grad_() for x in (q, k, v)]
+        dout_local = torch_cp.shard_sequence(dout, plan_g, rank)
         dev_masks = torch_cp.device_masks(plan_g, masks_g, device)  # once per step, as a model would
 
         def cp_fwd():
@@ -229,17 +234,31 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             cp_f = timed(cp_fwd, clock, args.iters, args.warmup, collective=True)
         cp_fb = timed(cp_fwd_bwd, clock, args.iters, args.warmup, collective=True)
-        variants.append({"comm_groups": len(plan_g.comm_groups), "comm_sms": sms,
+        report = balance_report(plan_g)
+        variants.append({"strategy": strategy, "equal_chunks": equal, "plan_seconds": plan_s,
+                         "plan": {k: report[k] for k in ("rank_work", "imbalance", "rank_num_chunks",
+                                                         "comm_slots", "gathered_tokens_per_rank",
+                                                         "rank_needed_remote_tokens")},
+                         "comm_groups": len(plan_g.comm_groups), "comm_sms": sms,
                          "fwd": cp_f, "fwd_bwd": cp_fb,
                          "phase_pairs_rank": [masks_g.local_work, *masks_g.remote_work],
                          "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if use_cuda else None,
                          "speedup": {"fwd": single_f["median_s"] / cp_f["median_s"],
                                      "fwd_bwd": single_fb["median_s"] / cp_fb["median_s"]}})
     best = max(variants, key=lambda x: x["speedup"]["fwd_bwd"])
+    plan, masks = make_plan(best["strategy"], best["equal_chunks"], groups_list[0])
+    report = balance_report(plan)
+    # the best plan's assignment in the kernels' unit (pairs of computed 128x128 tiles)
+    tile_work = chunk_work(*mask, s, plan.chunk_size, plan.num_chunks, work_model="tiles") \
+        if plan.chunk_size % 128 == 0 else None
+    tile_rank_work = None if tile_work is None else [int(tile_work[list(c)].sum()) for c in plan.rank_chunks]
+    local = [torch_cp.shard_sequence(x, plan, rank).requires_grad_() for x in (q, k, v)]
+    dout_local = torch_cp.shard_sequence(dout, plan, rank)
 
     # communication alone: one all-gather of the whole K/V shard, one reduce-scatter of its gradient
-    shard = torch.zeros((plan.shard_len, 1, hk, 2 * d), device=device, dtype=dtype)
-    gathered = torch.empty((world * plan.shard_len, 1, hk, 2 * d), device=device, dtype=dtype)
+    comm_rows = plan.comm_len or plan.chunk_size  # the best plan's communicated prefix
+    shard = torch.zeros((comm_rows, 1, hk, 2 * d), device=device, dtype=dtype)
+    gathered = torch.empty((world * comm_rows, 1, hk, 2 * d), device=device, dtype=dtype)
     all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     comm_ag = timed(lambda: all_gather(gathered, shard), clock, args.iters, 1, True)
@@ -270,13 +289,19 @@ def main(argv=None) -> dict:
         "visible_pairs_all_heads": pairs,
         "plan": {**{k: report[k] for k in ("chunk_size", "num_chunks", "rank_work", "imbalance",
                                            "contiguous_imbalance") if k in report},
-                 "plan_seconds": plan_s,
+                 "strategy": best["strategy"], "equal_chunks": best["equal_chunks"],
+                 "comm_slots": report["comm_slots"],
+                 "rank_needed_remote_tokens": report["rank_needed_remote_tokens"],
+                 "plan_seconds": best["plan_seconds"],
                  "tile_rank_work": tile_rank_work,
                  "tile_imbalance": None if tile_rank_work is None
                  else max(tile_rank_work) / (sum(tile_rank_work) / world) - 1.0},
         "single_device": {"fwd": single_f, "fwd_bwd": single_fb, "peak_memory_bytes": peak_single},
         "context_parallel": variants,
-        "comm_only": {"all_gather_shard": comm_ag, "reduce_scatter_shard": comm_rs},
+        "comm_only": {"rows_per_rank": comm_rows, "all_gather_shard": comm_ag,
+                      "reduce_scatter_shard": comm_rs},
+        "best_strategy": best["strategy"],
+        "best_equal_chunks": best["equal_chunks"],
         "best_comm_groups": best["comm_groups"],
         "best_comm_sms": best["comm_sms"],
         "speedup": best["speedup"],

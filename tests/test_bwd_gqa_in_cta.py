@@ -10,11 +10,11 @@ from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
 def test_config_rule_and_workspace(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
-    monkeypatch.delenv(bwd.GQA_IN_CTA_ENV, raising=False)
+    monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "0")
     base = interface.backward_config("bfloat16", 128, True, 1, gqa=True)
-    assert not base.gqa_in_cta and base.dkv_partials and base.prepost.gqa  # default: partials
-    monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "1")
-    on = interface.backward_config("bfloat16", 128, True, 1, gqa=True)
+    assert not base.gqa_in_cta and base.dkv_partials and base.prepost.gqa  # off: partials
+    monkeypatch.delenv(bwd.GQA_IN_CTA_ENV, raising=False)
+    on = interface.backward_config("bfloat16", 128, True, 1, gqa=True)  # the default
     assert on.gqa_in_cta and not on.dkv_partials and not on.prepost.gqa
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=False).gqa_in_cta
     with pytest.raises(ValueError, match="gqa_in_cta"):

@@ -4,9 +4,10 @@ The torch and Paddle modules supply an adapter (tensor ops + collectives, the on
 and wrap :func:`cp_forward` / :func:`cp_backward` in their autograd mechanism.
 
 Forward on rank r (local rows R, the plan's comm groups g = 0..G-1):
-  1. lay the local K and V out as the padded shard ``[shard_len, B, Hk, D]`` (a free view when no
-     chunk is short) and launch async all-gathers of K and V per comm group (NCCL runs them on its
-     own stream, in order);
+  1. lay the local K and V rows that other ranks need (the plan's exported chunks) out as the
+     communicated prefix ``[comm_len, B, Hk, D]`` of the padded shard (a free view when that is
+     every row) and launch async all-gathers of K and V per comm group (NCCL runs them on its own
+     stream, in order); with no comm group (no rank sees another's keys) nothing is sent;
   2. attend R x own keys (no communication needed) while the gathers are in flight;
   3. for each group: wait for its gather, attend R x the group's keys (own keys masked there), and
      merge the partial result into the running output with its log-sum-exp;
@@ -66,24 +67,30 @@ class PhaseIndices(NamedTuple):
 
 
 class ShardMaps(NamedTuple):
-    """Row maps between the local rows and the padded K/V shard (numpy, host side).
+    """Row maps between the local rows and the communicated prefix of the padded K/V shard
+    (``plan.comm_len`` rows; numpy, host side).
 
-    Both are None when the shard *is* the local rows (every chunk full, equal counts): then packing
-    and unpacking are free views.
+    Both are None when that prefix *is* the local rows (every chunk exported and full, equal
+    counts): then packing and unpacking are free views. A local row that is not communicated (no
+    other rank sees it) maps to row ``comm_len`` of the unpacked dK/dV, a zero row
+    (``uncommunicated``): its gradient comes from the local phase alone.
     """
-    shard_src: Optional[np.ndarray]       # [shard_len] local row feeding each shard position; pad -> R
-    local_to_shard: Optional[np.ndarray]  # [R] shard position of each local row
+    shard_src: Optional[np.ndarray]       # [comm_len] local row feeding each position; pad -> R
+    local_to_shard: Optional[np.ndarray]  # [R] position of each local row; comm_len = not sent
+    uncommunicated: bool = False
 
 
 def shard_maps(plan: ContextParallelPlan, rank: int) -> ShardMaps:
-    src = plan.shard_local_index(rank)
+    comm_len = plan.comm_len
+    src = plan.shard_local_index(rank)[:comm_len]
     n_local = int(plan.local_rows(rank).size)
     real = src >= 0
-    local_to_shard = np.empty(n_local, dtype=np.int64)
+    local_to_shard = np.full(n_local, comm_len, dtype=np.int64)
     local_to_shard[src[real]] = np.nonzero(real)[0]
     if src.size == n_local and np.array_equal(src, np.arange(n_local)):
         return ShardMaps(None, None)
-    return ShardMaps(np.where(real, src, n_local), local_to_shard)
+    return ShardMaps(np.where(real, src, n_local), local_to_shard,
+                     bool((local_to_shard == comm_len).any()))
 
 
 class DeviceMasks(NamedTuple):
@@ -106,7 +113,8 @@ def device_masks(plan: ContextParallelPlan, masks: RankMasks, rank: int, to_indi
                          f"({masks.rows.size} rows)")
     phase = PhaseIndices(to_indices(masks.local) if masks.local_work > 0 else None,
                          tuple(to_indices(m) if w > 0 else None for m, w in zip(masks.remote, masks.remote_work)))
-    maps = ShardMaps(*(None if a is None else to_rows(a) for a in shard_maps(plan, rank)))
+    host = shard_maps(plan, rank)
+    maps = ShardMaps(*(None if a is None else to_rows(a) for a in host[:2]), host.uncommunicated)
     return DeviceMasks(masks, phase, maps)
 
 
@@ -163,11 +171,14 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
     (:func:`comm_sms`) goes to every phase that runs while a gather is still in flight."""
     rank = adapter.rank
     _sizes(adapter, plan, rank, q, k, v, masks)
-    k_shard = adapter.pack_shard(k, maps.shard_src)  # [shard_len, B, Hk, D], a view when unpadded
-    v_shard = adapter.pack_shard(v, maps.shard_src)
-    cs = plan.chunk_size
-    pending = [(adapter.all_gather(adapter.rows(k_shard, s0 * cs, s1 * cs)),
-                adapter.all_gather(adapter.rows(v_shard, s0 * cs, s1 * cs))) for s0, s1 in plan.comm_groups]
+    pending = []
+    if plan.comm_groups:  # the exported prefix [comm_len, B, Hk, D], a view when it is every row
+        k_shard = adapter.pack_shard(k, maps.shard_src)
+        v_shard = adapter.pack_shard(v, maps.shard_src)
+        cs = plan.chunk_size
+        pending = [(adapter.all_gather(adapter.rows(k_shard, s0 * cs, s1 * cs)),
+                    adapter.all_gather(adapter.rows(v_shard, s0 * cs, s1 * cs)))
+                   for s0, s1 in plan.comm_groups]
 
     acc = _Merge(adapter, q, int(v.shape[3]))
     if masks.local_work > 0:
@@ -275,11 +286,18 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                                                           softmax_scale=softmax_scale,
                                                           deterministic=deterministic)
         dq = accumulate(dq, dq_l)
-    # [shard_len, B, Hk, D] per tensor -> local rows [B, R, Hk, D]
-    dk = adapter.unpack_shard(adapter.concat_rows([kw.wait() for kw, _ in pending]), maps.local_to_shard)
-    dv = adapter.unpack_shard(adapter.concat_rows([vw.wait() for _, vw in pending]), maps.local_to_shard)
-    if dk_local is not None:
-        dk, dv = dk + dk_local, dv + dv_local
+    dk, dv = dk_local, dv_local
+    if pending:  # [comm_len (+ 1 zero row), B, Hk, D] per tensor -> local rows [B, R, Hk, D]
+        pad = [adapter.zeros_rows_first(1, k)] if maps.uncommunicated else []
+        dk_sent = adapter.unpack_shard(adapter.concat_rows([kw.wait() for kw, _ in pending] + pad),
+                                       maps.local_to_shard)
+        pad = [adapter.zeros_rows_first(1, v)] if maps.uncommunicated else []
+        dv_sent = adapter.unpack_shard(adapter.concat_rows([vw.wait() for _, vw in pending] + pad),
+                                       maps.local_to_shard)
+        dk = dk_sent if dk is None else dk + dk_sent
+        dv = dv_sent if dv is None else dv + dv_sent
+    if dk is None:  # no key of this rank is seen by any row
+        dk, dv = adapter.zeros(tuple(int(x) for x in k.shape), k), adapter.zeros(tuple(int(x) for x in v.shape), v)
     if dq is None:  # no phase had a visible pair: every local row is fully masked
         dq = adapter.zeros(tuple(int(s) for s in q.shape), q)
     dsink = None

@@ -4,12 +4,17 @@ The sequence (query rows) is cut into chunks of ``chunk_size`` rows. Each chunk 
 exact work -- the number of visible (query, key) pairs of its rows, from
 :func:`paddle_flashmask.semantics.count_visible_pairs` summed over batch and mask heads -- and the
 chunks are assigned to ranks: longest-processing-time first (LPT), then a local-improvement pass of
-pairwise swaps (and moves, when chunk counts may differ) that lowers the most loaded rank.
+pairwise swaps (and moves, when chunk counts may differ) that lowers the most loaded rank. The
+default ``strategy="locality"`` then trades balance slack (``balance_tolerance``) for
+communication: from the same chunk-pair counts it knows which key chunks each rank's rows can see,
+and it moves whole groups of chunks that see each other (a document, under document masks) onto
+one rank, so that they need no K/V from elsewhere.
 
 Each rank owns the tokens of its chunks: their query rows *and* their keys/values. Its local rows are
-the rows of its chunks in ascending global order. K/V are all-gathered, so every rank sees every key;
-the key axis of the gathered K/V has its own order (see :class:`ContextParallelPlan`), and the local
-``startend_row_indices`` are rewritten to it with :func:`rewrite_indices`.
+the rows of its chunks in ascending global order. K/V are all-gathered -- but only the chunks some
+other rank's rows can see (its *exported* chunks, first in the shard); the key axis of the gathered
+K/V has its own order (see :class:`ContextParallelPlan`), and the local ``startend_row_indices`` are
+rewritten to it with :func:`rewrite_indices`.
 
 Why the rewrite always fits in C <= 4 (the proof the tests check against ``to_dense``):
 a global masked band of a key column is a half-open interval of global rows ``[s, e)``. The local
@@ -53,9 +58,11 @@ class ContextParallelPlan:
     Chunk ``c`` covers global rows ``[c * chunk_size, min((c + 1) * chunk_size, seqlen))`` (chunks
     past the end are empty; they exist so that every rank can own the same number of chunks).
 
-    K/V layout: rank r's *shard* has ``num_slots * chunk_size`` tokens; slot s holds its s-th chunk
-    (ascending), zero-padded to ``chunk_size``; missing slots are all padding. The all-gather runs
-    per *comm group* (a range of slots): the gathered buffer of group ``[s0, s1)`` is rank-major,
+    K/V layout: rank r's *shard* has ``num_slots * chunk_size`` tokens; slot s holds chunk
+    ``shard_chunks[r][s]`` -- its exported chunks (seen by another rank's rows) first, then the
+    others, each part ascending -- zero-padded to ``chunk_size``; missing slots are all padding.
+    Only the first ``comm_slots`` slots are communicated. The all-gather runs per *comm group* (a
+    range of those slots): the gathered buffer of group ``[s0, s1)`` is rank-major,
     ``[world_size, (s1 - s0) * chunk_size]``, so every collective moves equal-sized tensors.
     """
     seqlen: int
@@ -66,6 +73,23 @@ class ContextParallelPlan:
     comm_groups: tuple[tuple[int, int], ...]   # slot ranges [s0, s1) all-gathered together
     work_model: str = "pairs"
     contiguous_rank_work: Optional[np.ndarray] = field(default=None, compare=False)
+    shard_chunks: Optional[tuple[tuple[int, ...], ...]] = None  # slot order; None = rank_chunks
+    strategy: str = "lpt"
+    rank_comm_tokens: Optional[np.ndarray] = field(default=None, compare=False)  # keys each rank needs
+
+    def slot_chunks(self, rank: int) -> tuple[int, ...]:
+        """Chunk held by each slot of ``rank``'s shard (exported chunks first)."""
+        return (self.shard_chunks or self.rank_chunks)[rank]
+
+    @property
+    def comm_slots(self) -> int:
+        """Slots of every shard that are all-gathered (0: no rank needs another rank's keys)."""
+        return self.comm_groups[-1][1] if self.comm_groups else 0
+
+    @property
+    def comm_len(self) -> int:
+        """Tokens of the communicated prefix of one rank's shard."""
+        return self.comm_slots * self.chunk_size
 
     @property
     def num_chunks(self) -> int:
@@ -92,7 +116,7 @@ class ContextParallelPlan:
     def shard_positions(self, rank: int) -> np.ndarray:
         """int64 ``[shard_len]``: global token of each position of rank's K/V shard, ``PAD`` = -1."""
         pos = np.full(self.shard_len, PAD, dtype=np.int64)
-        for slot, chunk in enumerate(self.rank_chunks[rank]):
+        for slot, chunk in enumerate(self.slot_chunks(rank)):
             start, end = self.chunk_rows(chunk)
             pos[slot * self.chunk_size: slot * self.chunk_size + end - start] = np.arange(start, end)
         return pos
@@ -149,11 +173,9 @@ def chunk_work(startend_row_indices: Any, causal: bool, seqlen: int, chunk_size:
     ``work_model="tiles"``: pairs inside the ``tile x tile`` tiles the kernels compute (not SKIP, by
     :func:`semantics.classify_tiles`); ``chunk_size`` must be a multiple of ``tile``.
     """
-    idx, causal = explicit_indices(startend_row_indices, causal, seqlen)
-    bounds = [(min(c * chunk_size, seqlen), min((c + 1) * chunk_size, seqlen)) for c in range(num_chunks)]
     if work_model == "pairs":
-        return np.array([int(sem.count_visible_pairs(idx, causal, seqlen, r0, r1).sum()) if r1 > r0 else 0
-                         for r0, r1 in bounds], dtype=np.int64)
+        return chunk_pair_work(startend_row_indices, causal, seqlen, chunk_size, num_chunks).sum(axis=1)
+    idx, causal = explicit_indices(startend_row_indices, causal, seqlen)
     if work_model != "tiles":
         raise ValueError(f"work_model: expected 'pairs' or 'tiles', found {work_model!r}")
     if chunk_size % tile != 0:
@@ -171,6 +193,23 @@ def chunk_work(startend_row_indices: Any, causal: bool, seqlen: int, chunk_size:
     return out
 
 
+def chunk_pair_work(startend_row_indices: Any, causal: bool, seqlen: int, chunk_size: int,
+                    num_chunks: int) -> np.ndarray:
+    """int64 ``[num_chunks, num_chunks]``: visible pairs of query chunk i against key chunk j, summed
+    over batch and mask heads (:func:`semantics.count_visible_pairs` per column). Row sums are the
+    chunks' work; the non-zero pattern says which keys a chunk's rows need."""
+    idx, causal = explicit_indices(startend_row_indices, causal, seqlen)
+    out = np.zeros((num_chunks, num_chunks), dtype=np.int64)
+    padded = num_chunks * chunk_size
+    for c in range(num_chunks):
+        r0, r1 = min(c * chunk_size, seqlen), min((c + 1) * chunk_size, seqlen)
+        if r1 <= r0:
+            continue
+        per_key = sem.count_visible_pairs(idx, causal, seqlen, r0, r1, per_column=True).sum(axis=(0, 1))
+        out[c] = np.pad(per_key, (0, padded - seqlen)).reshape(num_chunks, chunk_size).sum(axis=1)
+    return out
+
+
 def _default_chunk_size(seqlen: int, world_size: int) -> int:
     """About 8 chunks per rank; a multiple of 128 (the kernels' tile) when the sequence allows."""
     target = -(-seqlen // (8 * world_size))
@@ -182,7 +221,9 @@ def _default_chunk_size(seqlen: int, world_size: int) -> int:
 def plan_context_parallel(startend_row_indices: Any, causal: bool, world_size: int,
                           seqlen: Optional[int] = None, chunk_size: Optional[int] = None,
                           equal_chunks: bool = True, comm_groups: int = 2,
-                          work_model: str = "pairs", improve: bool = True) -> ContextParallelPlan:
+                          work_model: str = "pairs", improve: bool = True,
+                          strategy: str = "locality",
+                          balance_tolerance: float = 0.02) -> ContextParallelPlan:
     """Balance the query rows of one sequence over ``world_size`` ranks by the mask's exact work.
 
     Args:
@@ -198,6 +239,12 @@ def plan_context_parallel(startend_row_indices: Any, causal: bool, world_size: i
       comm_groups: number of all-gathers K/V is split into (overlap granularity); clipped to the slots.
       work_model: ``"pairs"`` (exact visible pairs, default) or ``"tiles"`` (computed-tile pairs).
       improve: run the local-improvement pass after LPT.
+      strategy: ``"locality"`` (default): after LPT, swap (and, without ``equal_chunks``, move) chunks
+        to cut the keys each rank needs from other ranks, as long as the most loaded rank stays
+        within ``balance_tolerance`` of the mean (or of LPT's result, when that is worse); under
+        document masks this keeps documents whole on one rank, so only the chunks of split
+        documents are communicated. ``"lpt"``: balance only.
+      balance_tolerance: the load slack ``max / mean - 1`` that ``"locality"`` may spend.
     """
     if startend_row_indices is None and seqlen is None:
         raise ValueError("seqlen: required when startend_row_indices is None")
@@ -221,20 +268,42 @@ def plan_context_parallel(startend_row_indices: Any, causal: bool, world_size: i
     if num_chunks < world_size:
         raise ValueError(f"chunk_size: {chunk_size} gives {num_chunks} chunks for seqlen={seqlen}, "
                          f"fewer than world_size={world_size}; use a smaller chunk_size")
-    work = chunk_work(startend_row_indices, causal, seqlen, chunk_size, num_chunks, work_model)
+    if strategy not in ("locality", "lpt"):
+        raise ValueError(f"strategy: expected 'locality' or 'lpt', found {strategy!r}")
+    if not 0.0 <= float(balance_tolerance) < 1.0:
+        raise ValueError(f"balance_tolerance: expected a float in [0, 1), found {balance_tolerance!r}")
+    pair_work = chunk_pair_work(startend_row_indices, causal, seqlen, chunk_size, num_chunks)
+    work = pair_work.sum(axis=1) if work_model == "pairs" else \
+        chunk_work(startend_row_indices, causal, seqlen, chunk_size, num_chunks, work_model)
     capacity = num_chunks // world_size if equal_chunks else None
     buckets = assign_lpt(work, world_size, capacity)
     if improve:
         buckets = improve_assignment(work, buckets, allow_moves=not equal_chunks)
+    needs = pair_work > 0
+    chunk_len = np.array([max(0, min((c + 1) * chunk_size, seqlen) - c * chunk_size)
+                          for c in range(num_chunks)], dtype=np.int64)
+    if strategy == "locality":
+        peak = max(int(work[b].sum()) if b else 0 for b in buckets)
+        bound = max(peak, int(np.floor((1.0 + balance_tolerance) * work.sum() / world_size)))
+        starts = [buckets, contiguous_split(work, world_size, capacity)]
+        buckets = min((improve_locality(work, needs, chunk_len, start, bound, allow_moves=not equal_chunks)
+                       for start in starts),
+                      key=lambda b: _locality_key(work, needs, chunk_len, b, bound))
     rank_chunks = tuple(tuple(sorted(b)) for b in buckets)
-    slots = max(len(c) for c in rank_chunks)
-    groups = _split_slots(slots, comm_groups)
+    owner = _owners(rank_chunks, num_chunks)
+    exported = needs[:, :] & (owner[:, None] != owner[None, :])  # rows of i need key chunk j elsewhere
+    exported = exported.any(axis=0)
+    shard_chunks = tuple(tuple([c for c in chunks if exported[c]] + [c for c in chunks if not exported[c]])
+                         for chunks in rank_chunks)
+    comm_slots = max(int(exported[list(chunks)].sum()) if chunks else 0 for chunks in rank_chunks)
+    groups = _split_slots(comm_slots, comm_groups) if comm_slots else ()
     per_rank = num_chunks // world_size
     contiguous = None
     if num_chunks % world_size == 0:  # the naive split, for the report
         contiguous = work.reshape(world_size, per_rank).sum(axis=1)
     return ContextParallelPlan(seqlen, world_size, int(chunk_size), work, rank_chunks, groups,
-                               work_model, contiguous)
+                               work_model, contiguous, shard_chunks, strategy,
+                               _rank_comm(needs, owner, chunk_len, world_size))
 
 
 def _split_slots(num_slots: int, comm_groups: int) -> tuple[tuple[int, int], ...]:
@@ -304,6 +373,114 @@ def improve_assignment(work: np.ndarray, buckets: list[list[int]], allow_moves: 
     return buckets
 
 
+def _owners(buckets, num_chunks: int) -> np.ndarray:
+    owner = np.zeros(num_chunks, dtype=np.int64)
+    for r, chunks in enumerate(buckets):
+        owner[list(chunks)] = r
+    return owner
+
+
+def _rank_comm(needs: np.ndarray, owner: np.ndarray, chunk_len: np.ndarray, world_size: int) -> np.ndarray:
+    """int64 ``[world_size]``: tokens of other ranks' chunks that each rank's rows can see."""
+    out = np.zeros(world_size, dtype=np.int64)
+    for r in range(world_size):
+        mine = owner == r
+        out[r] = int(chunk_len[needs[mine].any(axis=0) & ~mine].sum())
+    return out
+
+
+def contiguous_split(work: np.ndarray, world_size: int, capacity: Optional[int] = None) -> list[list[int]]:
+    """Consecutive chunks per rank: ``capacity`` each, else cut where the running work crosses
+    ``r * total / world_size`` (the split that keeps neighbouring tokens -- documents -- together)."""
+    n = len(work)
+    if capacity is not None:
+        return [list(range(r * capacity, min((r + 1) * capacity, n))) for r in range(world_size)]
+    prefix = np.cumsum(np.asarray(work, dtype=np.float64))
+    targets = prefix[-1] * np.arange(1, world_size) / world_size if n else np.zeros(0)
+    cuts = np.searchsorted(prefix, targets, side="left") + 1  # the chunk crossing a target stays left
+    edges = [0] + [int(min(c, n)) for c in cuts] + [n]
+    edges = np.maximum.accumulate(edges)
+    return [list(range(edges[r], edges[r + 1])) for r in range(world_size)]
+
+
+def _locality_key(work, needs, chunk_len, buckets, bound: int) -> tuple[int, int, int]:
+    owner = _owners(buckets, len(work))
+    peak = max(int(np.asarray(work)[b].sum()) if b else 0 for b in buckets)
+    return max(peak, bound), int(_rank_comm(needs, owner, chunk_len, len(buckets)).sum()), peak
+
+
+def improve_locality(work: np.ndarray, needs: np.ndarray, chunk_len: np.ndarray,
+                     buckets: list[list[int]], bound: int, allow_moves: bool = False,
+                     max_rounds: Optional[int] = None) -> list[list[int]]:
+    """Local search for less communication within a load bound.
+
+    ``needs[i, j]``: rows of chunk i see keys of chunk j. Communication = sum over ranks of the
+    tokens of other ranks' chunks its rows need. Each round applies the single swap (or move) of
+    chunks between two ranks with the smallest key ``(max(peak, bound), communication, peak)``,
+    where ``peak`` is the most loaded rank's work: first down to ``bound``, then less
+    communication without going over it; it stops when no exchange lowers the key. Deterministic
+    (ties go to the first candidate), so every rank computes the same plan.
+    """
+    w = np.asarray(work, dtype=np.int64)
+    n, world = w.size, len(buckets)
+    owner = _owners(buckets, n)
+    need = needs.astype(np.int64)
+    one_hot = np.eye(n, dtype=bool)
+    length = np.asarray(chunk_len, dtype=np.int64)
+    loads = np.array([int(w[owner == r].sum()) for r in range(world)], dtype=np.int64)
+    bound = int(bound)
+    # seen[j, r]: chunks of rank r whose rows see key chunk j
+    seen = need.T @ (owner[:, None] == np.arange(world)[None, :]).astype(np.int64)
+
+    def rank_comm(seen_r, own_r):  # tokens a rank needs from others, for stacked candidates
+        return (length * ((seen_r > 0) & ~own_r)).sum(axis=-1)
+
+    comm = int(sum(rank_comm(seen[:, r], owner == r) for r in range(world)))
+    key = (max(int(loads.max()), bound), comm, int(loads.max()))
+    for _ in range(max_rounds or 2 * n + 16):
+        best = None
+        for a in range(world):
+            for b in range(a + 1, world):
+                ca, cb = np.nonzero(owner == a)[0], np.nonzero(owner == b)[0]
+                # candidates (c from a to b, d from b to a); -1 = nothing (a move), not both
+                c = np.repeat(np.concatenate([ca, [-1]] if allow_moves else [ca]), cb.size + allow_moves)
+                d = np.tile(np.concatenate([cb, [-1]] if allow_moves else [cb]), ca.size + allow_moves)
+                keep = (c >= 0) | (d >= 0)
+                c, d = c[keep], d[keep]
+                if c.size == 0:
+                    continue
+                has_c, has_d = c >= 0, d >= 0
+                cc, dd = np.where(has_c, c, 0), np.where(has_d, d, 0)
+                need_c, need_d = need[cc] * has_c[:, None], need[dd] * has_d[:, None]
+                hot_c, hot_d = one_hot[cc] & has_c[:, None], one_hot[dd] & has_d[:, None]
+                seen_a = seen[:, a][None, :] - need_c + need_d
+                seen_b = seen[:, b][None, :] + need_c - need_d
+                own_a = ((owner == a)[None, :] & ~hot_c) | hot_d
+                own_b = ((owner == b)[None, :] & ~hot_d) | hot_c
+                base = comm - int(rank_comm(seen[:, a], owner == a)) - int(rank_comm(seen[:, b], owner == b))
+                new_comm = base + rank_comm(seen_a, own_a) + rank_comm(seen_b, own_b)
+                shift = np.where(has_c, w[cc], 0) - np.where(has_d, w[dd], 0)  # load a -> b
+                others = np.delete(loads, [a, b]).max(initial=0)
+                peak = np.maximum(np.maximum(loads[a] - shift, loads[b] + shift), others)
+                i = int(np.lexsort((peak, new_comm, np.maximum(peak, bound)))[0])
+                cand = (max(int(peak[i]), bound), int(new_comm[i]), int(peak[i]))
+                if cand < key and (best is None or cand < best[0]):
+                    best = (cand, a, b, int(c[i]), int(d[i]))
+        if best is None:
+            break
+        key, a, b, c, d = best
+        for chunk, src, dst in ((c, a, b), (d, b, a)):
+            if chunk < 0:
+                continue
+            owner[chunk] = dst
+            seen[:, src] -= need[chunk]
+            seen[:, dst] += need[chunk]
+            loads[src] -= w[chunk]
+            loads[dst] += w[chunk]
+        comm = key[1]
+    return [sorted(np.nonzero(owner == r)[0].tolist()) for r in range(world)]
+
+
 def balance_report(plan: ContextParallelPlan) -> dict:
     """Per-rank work and imbalance ``max / mean - 1`` (0 = perfect), also for the naive split."""
     work = plan.rank_work()
@@ -322,7 +499,12 @@ def balance_report(plan: ContextParallelPlan) -> dict:
         "max_work": int(work.max()),
         "mean_work": mean,
         "imbalance": imbalance,
+        "strategy": plan.strategy,
+        "comm_slots": plan.comm_slots,
+        "gathered_tokens_per_rank": (plan.world_size - 1) * plan.comm_len,
     }
+    if plan.rank_comm_tokens is not None:
+        report["rank_needed_remote_tokens"] = [int(x) for x in plan.rank_comm_tokens]
     if plan.contiguous_rank_work is not None:
         cw = plan.contiguous_rank_work
         report["contiguous_imbalance"] = float(cw.max() / cw.mean() - 1.0) if cw.mean() > 0 else 0.0
@@ -400,6 +582,18 @@ class RankMasks(NamedTuple):
     num_columns: int
 
 
+def remote_positions(plan: ContextParallelPlan, rank: int) -> list[np.ndarray]:
+    """Per comm group, the global key of each gathered column as ``rank`` uses it: its own keys
+    (already attended in the local phase) and padding become ``PAD``."""
+    own = np.zeros(plan.seqlen, dtype=bool)
+    own[plan.local_rows(rank)] = True
+    out = []
+    for g in range(len(plan.comm_groups)):
+        pos = plan.group_positions(g)
+        out.append(np.where((pos >= 0) & own[np.maximum(pos, 0)], PAD, pos))
+    return out
+
+
 def local_masks(startend_row_indices: Any, causal: bool, plan: ContextParallelPlan,
                 rank: int) -> RankMasks:
     """Rewrite the global indices for ``rank``: one local phase plus one per comm group."""
@@ -408,12 +602,8 @@ def local_masks(startend_row_indices: Any, causal: bool, plan: ContextParallelPl
         raise ValueError(f"rank: expected in [0, {plan.world_size}), found {rank}")
     rows = plan.local_rows(rank)
     local = rewrite_indices(idx, causal, rows, rows, plan.seqlen)
-    own_set = np.zeros(plan.seqlen, dtype=bool)
-    own_set[rows] = True
     remote, remote_work = [], []
-    for g in range(len(plan.comm_groups)):
-        pos = plan.group_positions(g)
-        pos = np.where((pos >= 0) & own_set[np.maximum(pos, 0)], PAD, pos)
+    for pos in remote_positions(plan, rank):
         remote.append(rewrite_indices(idx, causal, rows, pos, plan.seqlen))
         remote_work.append(_pairs(remote[-1], rows.size))
     return RankMasks(rows, local, tuple(remote), _pairs(local, rows.size), tuple(remote_work),
@@ -424,12 +614,14 @@ def gathered_indices(startend_row_indices: Any, causal: bool, plan: ContextParal
                      rank: int) -> tuple[np.ndarray, np.ndarray]:
     """``(indices, key_positions)`` for one attention of the local rows against *all* gathered keys.
 
-    Columns follow the gathered order of every comm group, one after the other (own keys included,
-    padding masked) -- for a caller that gathers K/V in one go and runs a single attention call
-    instead of the overlapped phases of :func:`local_masks`.
+    Columns: the local keys (the local rows), then the gathered order of every comm group, one
+    after the other, with own keys and padding masked there -- for a caller that gathers K/V in one
+    go and runs a single attention call instead of the overlapped phases of :func:`local_masks`.
+    Keys that are neither local nor gathered are masked for every local row by construction.
     """
     idx, causal = explicit_indices(startend_row_indices, causal, plan.seqlen)
-    keys = np.concatenate([plan.group_positions(g) for g in range(len(plan.comm_groups))])
+    rows = plan.local_rows(rank)
+    keys = np.concatenate([rows] + remote_positions(plan, rank))
     return rewrite_indices(idx, causal, plan.local_rows(rank), keys, plan.seqlen), keys
 
 

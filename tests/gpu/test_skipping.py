@@ -60,6 +60,22 @@ def _isolated_ms(torch, fn, reps: int = 7) -> float:
     return _median_ms(torch, fn, reps, calls=1)
 
 
+def _kernel_us(torch, fn) -> dict:
+    """Device time of each CUDA kernel of one call (torch.profiler): where a ratio's excess goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    out = {}
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if t:
+            out[ev.key[:60]] = round(float(t), 1)
+    return out
+
+
 def _tensors(torch, seqlen):
     shape = (1, seqlen, HEADS, HEAD_DIM)
     q, k, v, dout = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -98,10 +114,12 @@ def test_causal_document_time_tracks_computed_tiles(gpu_report):
             fwd(None, False)()
         t_full = _median_ms(torch, make(None, False))
         t_full_isolated = _isolated_ms(torch, make(None, False))
+        kernels_full = _kernel_us(torch, make(None, False))
         if phase == "bwd":
             fwd(idx, True)()
         t_doc = _median_ms(torch, make(idx, True))
         t_doc_isolated = _isolated_ms(torch, make(idx, True))
+        kernels_doc = _kernel_us(torch, make(idx, True))
         counts = semantics.computed_tile_counts(idx_np, True, SEQ_TIMING, cfg.tile_m, cfg.tile_n)
         total = counts["skip"] + counts["partial"] + counts["full"]
         tile_ratio = (counts["partial"] + counts["full"]) / total
@@ -110,7 +128,8 @@ def test_causal_document_time_tracks_computed_tiles(gpu_report):
                          "isolated_call_ms_full": t_full_isolated,
                          "isolated_call_ms_doc16": t_doc_isolated,
                          "computed_tile_ratio": tile_ratio, "time_over_tiles": time_ratio / tile_ratio,
-                         "tiles": counts, "tile_m": cfg.tile_m, "tile_n": cfg.tile_n}
+                         "tiles": counts, "tile_m": cfg.tile_m, "tile_n": cfg.tile_n,
+                         "kernels_us_full": kernels_full, "kernels_us_doc16": kernels_doc}
     gpu_report["skipping_32k"] = result
     print(result)
     for phase, r in result.items():
