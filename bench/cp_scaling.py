@@ -51,6 +51,10 @@ def parse_args(argv=None):
                    help="comma list: all-gathers K/V is split into (each value is one timed variant)")
     p.add_argument("--strategies", default="locality,lpt",
                    help="planner strategies to compare (plan_context_parallel strategy=)")
+    p.add_argument("--work-models", default="pairs",
+                   help="planner work models to compare: pairs (exact visible pairs), tiles (computed tiles)")
+    p.add_argument("--chunk-sizes", default=None,
+                   help="chunk sizes to compare (default: --chunk-size)")
     p.add_argument("--equal-chunks", default="1,0",
                    help="equal chunk counts per rank to compare (1 = on, 0 = off)")
     p.add_argument("--comm-sms", default="0",
@@ -177,9 +181,13 @@ def main(argv=None) -> dict:
     strategies = [x.strip() for x in str(args.strategies).split(",")]
     equal_list = [bool(int(x)) for x in str(args.equal_chunks).split(",")]
 
-    def make_plan(strategy, equal, groups):
-        return torch_cp.prepare(mask.startend_row_indices, mask.causal, chunk_size=args.chunk_size,
-                                comm_groups=groups, strategy=strategy, equal_chunks=equal)
+    work_models = [x.strip() for x in str(args.work_models).split(",")]
+    chunk_sizes = [int(x) for x in str(args.chunk_sizes or args.chunk_size).split(",")]
+
+    def make_plan(strategy, equal, groups, work_model="pairs", chunk_size=None):
+        return torch_cp.prepare(mask.startend_row_indices, mask.causal,
+                                chunk_size=chunk_size or chunk_sizes[0], comm_groups=groups,
+                                strategy=strategy, equal_chunks=equal, work_model=work_model)
 
     pairs = int(sem.count_visible_pairs(*mask).sum()) * h
     fwd_flops = 4 * d * pairs  # pairs already summed over heads
@@ -211,10 +219,12 @@ def main(argv=None) -> dict:
     variants = []
     sms_list = [int(x) for x in str(args.comm_sms).split(",")]
     # planner strategy, equal chunk counts, all-gather granularity and SMs left to NCCL
-    for strategy, equal, groups, sms in ((st, eq, g, m) for st in strategies for eq in equal_list
-                                         for g in groups_list for m in sms_list):
+    for strategy, equal, groups, sms, model, cs in ((st, eq, g, m, wm, c) for st in strategies
+                                                    for eq in equal_list for g in groups_list
+                                                    for m in sms_list for wm in work_models
+                                                    for c in chunk_sizes):
         t0 = time.perf_counter()
-        plan_g, masks_g = make_plan(strategy, equal, groups)
+        plan_g, masks_g = make_plan(strategy, equal, groups, model, cs)
         plan_s = time.perf_counter() - t0
         local = [torch_cp.shard_sequence(x, plan_g, rank).requires_grad_() for x in (q, k, v)]
         dout_local = torch_cp.shard_sequence(dout, plan_g, rank)
@@ -235,7 +245,22 @@ def main(argv=None) -> dict:
             cp_f = timed(cp_fwd, clock, args.iters, args.warmup, collective=True)
         cp_fb = timed(cp_fwd_bwd, clock, args.iters, args.warmup, collective=True)
         report = balance_report(plan_g)
+        # this rank's compute alone (its local phase, no communication), every rank's time: shows
+        # how far the kernels' time follows the planner's work model
+        local_idx = torch.as_tensor(masks_g.local, device=device)
+        local_leaves = [x.detach().clone().requires_grad_() for x in local]
+
+        def local_fwd_bwd():
+            out = pft.flashmask_attention(*local_leaves, local_idx, causal=False, backend=args.backend,
+                                          validate_indices=False)
+            return torch.autograd.grad(out, local_leaves, dout_local)
+
+        local_t = timed(local_fwd_bwd, clock, args.iters, args.warmup, collective=False)["median_s"]
+        every = [None] * world
+        dist.all_gather_object(every, local_t)
         variants.append({"strategy": strategy, "equal_chunks": equal, "plan_seconds": plan_s,
+                         "work_model": model, "chunk_size": cs,
+                         "rank_local_phase_fwd_bwd_s": every,
                          "plan": {k: report[k] for k in ("rank_work", "imbalance", "rank_num_chunks",
                                                          "comm_slots", "gathered_tokens_per_rank",
                                                          "rank_needed_remote_tokens")},
@@ -246,7 +271,8 @@ def main(argv=None) -> dict:
                          "speedup": {"fwd": single_f["median_s"] / cp_f["median_s"],
                                      "fwd_bwd": single_fb["median_s"] / cp_fb["median_s"]}})
     best = max(variants, key=lambda x: x["speedup"]["fwd_bwd"])
-    plan, masks = make_plan(best["strategy"], best["equal_chunks"], groups_list[0])
+    plan, masks = make_plan(best["strategy"], best["equal_chunks"], groups_list[0], best["work_model"],
+                            best["chunk_size"])
     report = balance_report(plan)
     # the best plan's assignment in the kernels' unit (pairs of computed 128x128 tiles)
     tile_work = chunk_work(*mask, s, plan.chunk_size, plan.num_chunks, work_model="tiles") \

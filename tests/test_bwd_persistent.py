@@ -11,9 +11,9 @@ from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
 def test_config_rule_and_workspace(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
-    monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)
+    monkeypatch.setenv(bwd.PERSISTENT_ENV, "0")
     assert interface.backward_config("bfloat16", 128, True, 1, num_sms=132).persistent_ctas == 0
-    monkeypatch.setenv(bwd.PERSISTENT_ENV, "1")
+    monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)  # the default: on
     on = interface.backward_config("bfloat16", 128, True, 1, num_sms=114)
     assert on.persistent and on.persistent_ctas == 114
     # deterministic mode keeps one CTA per key tile (its order relies on block dispatch)

@@ -141,19 +141,23 @@ def test_host_config_follows_every_env_switch(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     for name in (fwd.TILE_RANGES_ENV, fwd.WORK_ORDER_ENV, fwd.FAST_ENV, fwd.DYNAMIC_SCHEDULE_ENV,
-                 fwd.PARTIAL_OVERLAP_ENV):
+                 fwd.PARTIAL_OVERLAP_ENV, fwd.D128_TILE_ENV):
         monkeypatch.delenv(name, raising=False)
     base = interface.forward_config("bfloat16", 128, True, 1)
     assert base.tile_ranges and not base.work_order and base.intra_wg_overlap
-    assert base.dynamic_schedule and not base.partial_overlap
+    assert base.dynamic_schedule and base.partial_overlap
     for name, field, value in ((fwd.TILE_RANGES_ENV, "tile_ranges", False),
                                (fwd.DYNAMIC_SCHEDULE_ENV, "dynamic_schedule", False),
-                               (fwd.PARTIAL_OVERLAP_ENV, "partial_overlap", True),
+                               (fwd.PARTIAL_OVERLAP_ENV, "partial_overlap", False),
                                (fwd.WORK_ORDER_ENV, "work_order", True),
                                (fwd.FAST_ENV, "intra_wg_overlap", False)):
         monkeypatch.setenv(name, "1" if value else "0")
         assert getattr(interface.forward_config("bfloat16", 128, True, 1), field) == value, name
         monkeypatch.delenv(name)
+    assert (base.tile_n, base.q_stages) == (128, 1)
+    monkeypatch.setenv(fwd.D128_TILE_ENV, "112")  # the session-3 tile, for A/B runs
+    assert (lambda c: (c.tile_n, c.q_stages))(interface.forward_config("bfloat16", 128, True, 1)) == (112, 2)
+    monkeypatch.delenv(fwd.D128_TILE_ENV)
     assert interface.forward_config("bfloat16", 128, True, 1) == base
 
 

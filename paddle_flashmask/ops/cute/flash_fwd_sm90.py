@@ -30,6 +30,7 @@ Host side: :class:`FwdConfig` (compile-time parameters) and :func:`compile_forwa
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -145,6 +146,7 @@ WORK_ORDER_ENV = "PADDLE_FLASHMASK_FWD_WORK_ORDER"
 TILE_RANGES_ENV = "PADDLE_FLASHMASK_FWD_TILE_RANGES"
 DYNAMIC_SCHEDULE_ENV = "PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE"
 PARTIAL_OVERLAP_ENV = "PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP"
+D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
 
 
 SMEM_LIMIT_BYTES = 232448  # 227 KB of dynamic shared memory per CTA on SM90
@@ -201,6 +203,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          tile_ranges=tile_ranges, dynamic_schedule=dynamic_schedule)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
+    if head_dim == 128 and os.environ.get(D128_TILE_ENV, "").strip() == "112":
+        tile_n, q_stages = 112, 2  # the session-3 shape: 128x112 with a double-buffered Q
     return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                      128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
                      tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
