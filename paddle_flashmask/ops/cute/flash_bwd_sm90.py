@@ -31,7 +31,7 @@ last adder (0 = none); key tile n first finds the next visitor nxt > n (the lowe
 bit-identical; CTAs that skip a tile never touch its semaphore (no chain through skipped tiles), and
 the waiting happens in the dQ-writer warp, off the consumers' critical path.
 
-Persistent grid (``BwdConfig.persistent_ctas``, off by default, not yet GPU-run): one CTA per SM;
+Persistent grid (``BwdConfig.persistent_ctas``, the default without deterministic, H200-validated): one CTA per SM;
 the producer claims each next (key tile, head, batch) from a counter and publishes it in a
 shared-memory slot with the tile's K/V stage; consumers and the dQ writer read it there, the
 consumers release K/V before the dK/dV epilogue so the next tile's K/V load runs under it.
@@ -156,12 +156,13 @@ class BwdConfig:
     row_ranges: bool = False
     # GQA: one CTA per (key tile, KV head) walks the query heads of its group one after the other,
     # adding into the same dK/dV registers, and writes dK/dV once in the input dtype: no fp32
-    # per-query-head partials and no reduction kernel. Off by default: compiled, not GPU-run.
+    # per-query-head partials and no reduction kernel. The host's default for GQA since the H200
+    # check (default_gqa_in_cta).
     gqa_in_cta: bool = False
     # Persistent grid of ``persistent_ctas`` CTAs (0: one CTA per key tile): each claims its next
     # (key tile, head, batch) from a counter, so the next tile's K/V load overlaps this tile's
     # dK/dV epilogue and no CTA is launched per tile. Not with deterministic (its ordering relies
-    # on block dispatch). Off by default: compiled, not GPU-run.
+    # on block dispatch). The host's default since the H200 check (default_persistent_ctas).
     persistent_ctas: int = 0
 
     def __post_init__(self):
