@@ -251,8 +251,8 @@ def main(argv=None) -> dict:
         local_leaves = [x.detach().clone().requires_grad_() for x in local]
 
         def local_fwd_bwd():
-            out = pft.flashmask_attention(*local_leaves, local_idx, causal=False, backend=args.backend,
-                                          validate_indices=False)
+            out = pft.flashmask_attention(*local_leaves, local_idx, causal=masks_g.local_causal,
+                                          backend=args.backend, validate_indices=False)
             return torch.autograd.grad(out, local_leaves, dout_local)
 
         local_t = timed(local_fwd_bwd, clock, args.iters, args.warmup, collective=False)["median_s"]

@@ -70,10 +70,13 @@ def assemble_local_dense(idx, causal, plan, rank):
     n = m.rows.size
     b, hm = m.local.shape[:2]
     seen = np.zeros((b, hm, n, plan.seqlen), dtype=np.int64)
-    phases = [(m.local, m.rows)] + [(r, plan.group_positions(g)) for g, r in enumerate(m.remote)]
-    for local_idx, keys in phases:
-        assert local_idx.dtype == np.int32 and local_idx.shape[-1] == m.num_columns
-        dense = sem.to_dense(local_idx, False, n)  # also validates values in [0, n]
+    c_global = explicit_indices(idx, causal, plan.seqlen)[0].shape[-1]
+    phases = [(m.local, m.rows, m.local_causal, c_global)]
+    phases += [(r, plan.group_positions(g), False, m.num_columns) for g, r in enumerate(m.remote)]
+    assert m.local_causal == explicit_indices(idx, causal, plan.seqlen)[1]  # the local phase keeps the form
+    for local_idx, keys, phase_causal, c in phases:
+        assert local_idx.dtype == np.int32 and local_idx.shape[-1] == c
+        dense = sem.to_dense(local_idx, phase_causal, n)  # also validates values in [0, n]
         real = keys >= 0
         assert not dense[..., ~real].any(), "a padding column is visible"
         np.add.at(seen, (slice(None), slice(None), slice(None), keys[real]), dense[..., real])
@@ -113,6 +116,26 @@ def test_gathered_indices_single_call_equivalence():
             np.testing.assert_array_equal(got[..., real], dense[:, :, rows][..., keys[real]], err_msg=name)
             absent = np.setdiff1d(np.arange(s), keys[real])  # neither local nor gathered
             assert not dense[:, :, rows][..., absent].any(), f"{name}: a needed key is not gathered"
+
+
+@pytest.mark.parametrize("causal,c", FORMS)
+def test_local_phase_keeps_the_form(causal, c):
+    """Rows and keys from one ascending subsequence: the rewrite keeps (causal, C), and its dense
+    mask is the global one restricted to those rows and keys."""
+    from paddle_flashmask.distributed import rewrite_local_indices
+
+    rng = np.random.default_rng(17 + c)
+    for trial in range(20):
+        s = int(rng.integers(1, 30))
+        idx = random_indices(rng, 2, 2, s, causal, c)
+        rows = np.sort(rng.choice(s, size=int(rng.integers(0, s + 1)), replace=False))
+        local = rewrite_local_indices(idx, causal, rows)
+        assert local.dtype == np.int32 and local.shape == (2, 2, rows.size, c)
+        got = sem.to_dense(local, causal, rows.size)
+        want = sem.to_dense(idx, causal, s)[:, :, rows][:, :, :, rows]
+        np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+    with pytest.raises(ValueError, match="local_rows"):
+        rewrite_local_indices(idx, causal, np.array([3, 1]))
 
 
 @pytest.mark.parametrize("causal,c", FORMS)

@@ -182,7 +182,7 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
 
     acc = _Merge(adapter, q, int(v.shape[3]))
     if masks.local_work > 0:
-        out, lse, _ = backend_ops.run_fwd(backend, q, k, v, phase_idx.local, None, causal=False,
+        out, lse, _ = backend_ops.run_fwd(backend, q, k, v, phase_idx.local, None, causal=masks.local_causal,
                                           softmax_scale=softmax_scale,
                                           reserved_sms=reserved_sms if pending else 0)
         acc.add(out, lse)
@@ -282,7 +282,7 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
     dk_local = dv_local = None
     if masks.local_work > 0:
         dq_l, dk_local, dv_local, _ = backend_ops.run_bwd(backend, dout, q, k, v, out, lse, phase_idx.local,
-                                                          None, None, causal=False,
+                                                          None, None, causal=masks.local_causal,
                                                           softmax_scale=softmax_scale,
                                                           deterministic=deterministic)
         dq = accumulate(dq, dq_l)

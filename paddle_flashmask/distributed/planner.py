@@ -34,6 +34,11 @@ bidirectional forms whose upper band carries the diagonal:
 with ``diag = clip(j - (Sk - Sq), 0, Sq)``. Every form has at most two bands after the rewrite, so
 no form is left out. Key columns that a rank must not see (padding of a short chunk, or its own keys
 inside a gathered buffer because it already attended to them locally) get a band covering every row.
+
+The *local* phase (local rows against the same rows as keys) keeps the causal form: for rows and
+keys taken from one ascending subsequence, ``i >= j`` locally exactly when ``r_i >= r_j`` globally
+(Sq = Sk), so the diagonal needs no band and every column value just goes through ``L``
+(:func:`rewrite_local_indices`). The kernels then run their native causal path there.
 """
 from __future__ import annotations
 
@@ -569,7 +574,7 @@ class RankMasks(NamedTuple):
     """Everything one rank needs to run its attention, from :func:`local_masks`.
 
     ``local``: indices for local Q x local K (columns = ``rows``: a rank first attends to its own
-    tokens, which need no communication).
+    tokens, which need no communication), in the global (causal, C) form (``local_causal``).
     ``remote[g]``: indices for local Q x gathered group g (columns = ``plan.group_positions(g)``,
     own columns masked because the local phase already covered them).
     ``local_work`` / ``remote_work[g]``: visible pairs of each phase (0 = the phase can be skipped).
@@ -579,7 +584,23 @@ class RankMasks(NamedTuple):
     remote: tuple[np.ndarray, ...]
     local_work: int
     remote_work: tuple[int, ...]
-    num_columns: int
+    num_columns: int          # C of the remote phases' (bidirectional) indices
+    local_causal: bool = False  # the local phase's form (the global one; see the module docstring)
+
+
+def rewrite_local_indices(startend_row_indices: Any, causal: bool, local_rows: np.ndarray) -> np.ndarray:
+    """Indices ``[B, Hm, R, C]`` of the local rows against themselves as keys, in the global
+    ``(causal, C)`` form (self-attention, Sq = Sk): every column value ``x`` of a local key becomes
+    ``L(x)``, the number of local rows with global row ``< x``. A band ``[s, e)`` of global rows
+    is the local run ``[L(s), L(e))``, and the causal diagonal is kept by the ascending order."""
+    idx = sem._to_numpy(startend_row_indices)
+    rows = np.asarray(local_rows, dtype=np.int64)
+    if rows.size > 1 and np.any(np.diff(rows) <= 0):
+        raise ValueError("local_rows: expected strictly ascending global rows")
+    if not causal:  # the bidirectional rewrite keeps the form already
+        return rewrite_indices(idx, causal, rows, rows, idx.shape[2])
+    local = np.searchsorted(rows, idx[:, :, rows, :].astype(np.int64), side="left")
+    return np.ascontiguousarray(local.astype(np.int32))
 
 
 def remote_positions(plan: ContextParallelPlan, rank: int) -> list[np.ndarray]:
@@ -601,13 +622,13 @@ def local_masks(startend_row_indices: Any, causal: bool, plan: ContextParallelPl
     if not 0 <= rank < plan.world_size:
         raise ValueError(f"rank: expected in [0, {plan.world_size}), found {rank}")
     rows = plan.local_rows(rank)
-    local = rewrite_indices(idx, causal, rows, rows, plan.seqlen)
+    local = rewrite_local_indices(idx, causal, rows)
     remote, remote_work = [], []
     for pos in remote_positions(plan, rank):
         remote.append(rewrite_indices(idx, causal, rows, pos, plan.seqlen))
         remote_work.append(_pairs(remote[-1], rows.size))
-    return RankMasks(rows, local, tuple(remote), _pairs(local, rows.size), tuple(remote_work),
-                     local_form(causal, idx.shape[3]))
+    return RankMasks(rows, local, tuple(remote), _pairs(local, rows.size, causal), tuple(remote_work),
+                     local_form(causal, idx.shape[3]), causal)
 
 
 def gathered_indices(startend_row_indices: Any, causal: bool, plan: ContextParallelPlan,
@@ -625,7 +646,7 @@ def gathered_indices(startend_row_indices: Any, causal: bool, plan: ContextParal
     return rewrite_indices(idx, causal, plan.local_rows(rank), keys, plan.seqlen), keys
 
 
-def _pairs(local_indices: np.ndarray, n_local: int) -> int:
+def _pairs(local_indices: np.ndarray, n_local: int, causal: bool = False) -> int:
     if n_local == 0:
         return 0
-    return int(sem.count_visible_pairs(local_indices, False, n_local).sum())
+    return int(sem.count_visible_pairs(local_indices, causal, n_local).sum())
