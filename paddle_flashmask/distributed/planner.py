@@ -444,8 +444,11 @@ def improve_locality(work: np.ndarray, needs: np.ndarray, chunk_len: np.ndarray,
     key = (max(int(loads.max()), bound), comm, int(loads.max()))
     for _ in range(max_rounds or 2 * n + 16):
         best = None
+        peak_ranks = set(np.nonzero(loads == loads.max())[0].tolist())
         for a in range(world):
             for b in range(a + 1, world):
+                if key[0] > bound and a not in peak_ranks and b not in peak_ranks:
+                    continue  # over the bound only an exchange with a most loaded rank can help
                 ca, cb = np.nonzero(owner == a)[0], np.nonzero(owner == b)[0]
                 # candidates (c from a to b, d from b to a); -1 = nothing (a move), not both
                 c = np.repeat(np.concatenate([ca, [-1]] if allow_moves else [ca]), cb.size + allow_moves)
