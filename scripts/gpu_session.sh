@@ -128,7 +128,7 @@ exit $rc'
 }
 
 # the CP scaling run of calls 5b and 5 (NCCL_NVLS_ENABLE=0 on the torchrun line itself as well)
-CP_RUN='NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-sms 0,16 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
+CP_RUN='NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 420 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality,lpt --equal-chunks 1,0 --chunk-sizes 2048,1024 2>&1 | tee $OUT/cp_scaling.log | tail -n 40
 ls -la $OUT'
 
 call5b() {
@@ -168,7 +168,20 @@ PADDLE_FLASHMASK_BWD_PERSISTENT=1 PFM_GPU_REPORT=$OUT/skip_persistent.json timeo
 cd $OUT && tar czf /tmp/logs7.tgz *.log && rm -f *.log && mv /tmp/logs7.tgz . ; ls -la $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b"
+call8() {
+  emit "call 8 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP with the native causal local phase (locality vs LPT, chunk 2048/1024); then the 8K/32K causal A/B, session 3 forward config vs the default, next to FA4 (one GPU each) [<= 9.5 min]" \
+    nvidia-h200-x2 570 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 180 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality,lpt --equal-chunks 1,0 --chunk-sizes 2048,1024 > $OUT/cp_scaling.log 2>&1; tail -n 20 $OUT/cp_scaling.log
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4 --tag default > $OUT/bench_default.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_FWD_D128_TILE_N=112 PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP=0; timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4 --tag s3config > $OUT/bench_s3config.log 2>&1 ) &
+wait
+grep -h paddle_flashmask $OUT/bench_default.log $OUT/bench_s3config.log | grep -v "^{"
+cd $OUT && tar czf /tmp/logs8.tgz *.log && rm -f *.log && mv /tmp/logs8.tgz . ; ls -la $OUT'
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -333,10 +346,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
