@@ -297,7 +297,8 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
         dk = dk_sent if dk is None else dk + dk_sent
         dv = dv_sent if dv is None else dv + dv_sent
     if dk is None:  # no key of this rank is seen by any row
-        dk, dv = adapter.zeros(tuple(int(x) for x in k.shape), k), adapter.zeros(tuple(int(x) for x in v.shape), v)
+        dk = adapter.zeros(tuple(int(x) for x in k.shape), k)
+        dv = adapter.zeros(tuple(int(x) for x in v.shape), v)
     if dq is None:  # no phase had a visible pair: every local row is fully masked
         dq = adapter.zeros(tuple(int(s) for s in q.shape), q)
     dsink = None

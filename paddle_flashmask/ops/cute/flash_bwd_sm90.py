@@ -31,8 +31,8 @@ last adder (0 = none); key tile n first finds the next visitor nxt > n (the lowe
 bit-identical; CTAs that skip a tile never touch its semaphore (no chain through skipped tiles), and
 the waiting happens in the dQ-writer warp, off the consumers' critical path.
 
-Persistent grid (``BwdConfig.persistent_ctas``, the default without deterministic, H200-validated): one CTA per SM;
-the producer claims each next (key tile, head, batch) from a counter and publishes it in a
+Persistent grid (``BwdConfig.persistent_ctas``, the default without deterministic, H200-validated):
+one CTA per SM; the producer claims each next (key tile, head, batch) from a counter and publishes it in a
 shared-memory slot with the tile's K/V stage; consumers and the dQ writer read it there, the
 consumers release K/V before the dK/dV epilogue so the next tile's K/V load runs under it.
 
