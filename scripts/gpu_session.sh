@@ -173,7 +173,7 @@ call8() {
     nvidia-h200-x2 570 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 180 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality,lpt --equal-chunks 1,0 --chunk-sizes 2048,1024 > $OUT/cp_scaling.log 2>&1; tail -n 20 $OUT/cp_scaling.log
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 180 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality,lpt --equal-chunks 1,0 --chunk-sizes 2048,1024 --comm-sms 0,4 > $OUT/cp_scaling.log 2>&1; tail -n 20 $OUT/cp_scaling.log
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4 --tag default > $OUT/bench_default.log 2>&1 ) &
 ( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_FWD_D128_TILE_N=112 PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP=0; timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4 --tag s3config > $OUT/bench_s3config.log 2>&1 ) &
 wait
