@@ -53,6 +53,8 @@ def parse_args(argv=None):
                    help="planner strategies to compare (plan_context_parallel strategy=)")
     p.add_argument("--work-models", default="pairs",
                    help="planner work models to compare: pairs (exact visible pairs), tiles (computed tiles)")
+    p.add_argument("--balance-tolerances", default="0.02",
+                   help="load slack the locality planner may spend for less communication")
     p.add_argument("--chunk-sizes", default=None,
                    help="chunk sizes to compare (default: --chunk-size)")
     p.add_argument("--equal-chunks", default="1,0",
@@ -182,12 +184,14 @@ def main(argv=None) -> dict:
     equal_list = [bool(int(x)) for x in str(args.equal_chunks).split(",")]
 
     work_models = [x.strip() for x in str(args.work_models).split(",")]
+    tolerances = [float(x) for x in str(args.balance_tolerances).split(",")]
     chunk_sizes = [int(x) for x in str(args.chunk_sizes or args.chunk_size).split(",")]
 
-    def make_plan(strategy, equal, groups, work_model="pairs", chunk_size=None):
+    def make_plan(strategy, equal, groups, work_model="pairs", chunk_size=None, tolerance=None):
         return torch_cp.prepare(mask.startend_row_indices, mask.causal,
                                 chunk_size=chunk_size or chunk_sizes[0], comm_groups=groups,
-                                strategy=strategy, equal_chunks=equal, work_model=work_model)
+                                strategy=strategy, equal_chunks=equal, work_model=work_model,
+                                balance_tolerance=tolerances[0] if tolerance is None else tolerance)
 
     pairs = int(sem.count_visible_pairs(*mask).sum()) * h
     fwd_flops = 4 * d * pairs  # pairs already summed over heads
@@ -219,12 +223,11 @@ def main(argv=None) -> dict:
     variants = []
     sms_list = [int(x) for x in str(args.comm_sms).split(",")]
     # planner strategy, equal chunk counts, all-gather granularity and SMs left to NCCL
-    for strategy, equal, groups, sms, model, cs in ((st, eq, g, m, wm, c) for st in strategies
-                                                    for eq in equal_list for g in groups_list
-                                                    for m in sms_list for wm in work_models
-                                                    for c in chunk_sizes):
+    for strategy, equal, groups, sms, model, cs, tol in (
+            (st, eq, g, m, wm, c, tl) for st in strategies for eq in equal_list for g in groups_list
+            for m in sms_list for wm in work_models for c in chunk_sizes for tl in tolerances):
         t0 = time.perf_counter()
-        plan_g, masks_g = make_plan(strategy, equal, groups, model, cs)
+        plan_g, masks_g = make_plan(strategy, equal, groups, model, cs, tol)
         plan_s = time.perf_counter() - t0
         local = [torch_cp.shard_sequence(x, plan_g, rank).requires_grad_() for x in (q, k, v)]
         dout_local = torch_cp.shard_sequence(dout, plan_g, rank)
@@ -259,7 +262,7 @@ def main(argv=None) -> dict:
         every = [None] * world
         dist.all_gather_object(every, local_t)
         variants.append({"strategy": strategy, "equal_chunks": equal, "plan_seconds": plan_s,
-                         "work_model": model, "chunk_size": cs,
+                         "work_model": model, "chunk_size": cs, "balance_tolerance": tol,
                          "rank_local_phase_fwd_bwd_s": every,
                          "plan": {k: report[k] for k in ("rank_work", "imbalance", "rank_num_chunks",
                                                          "comm_slots", "gathered_tokens_per_rank",
@@ -272,7 +275,7 @@ def main(argv=None) -> dict:
                                      "fwd_bwd": single_fb["median_s"] / cp_fb["median_s"]}})
     best = max(variants, key=lambda x: x["speedup"]["fwd_bwd"])
     plan, masks = make_plan(best["strategy"], best["equal_chunks"], groups_list[0], best["work_model"],
-                            best["chunk_size"])
+                            best["chunk_size"], best["balance_tolerance"])
     report = balance_report(plan)
     # the best plan's assignment in the kernels' unit (pairs of computed 128x128 tiles)
     tile_work = chunk_work(*mask, s, plan.chunk_size, plan.num_chunks, work_model="tiles") \

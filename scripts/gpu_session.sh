@@ -169,11 +169,11 @@ cd $OUT && tar czf /tmp/logs7.tgz *.log && rm -f *.log && mv /tmp/logs7.tgz . ; 
 }
 
 call8() {
-  emit "call 8 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP with the native causal local phase (locality vs LPT, chunk 2048/1024); then the 8K/32K causal A/B, session 3 forward config vs the default, next to FA4 (one GPU each) [<= 9.5 min]" \
+  emit "call 8 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP with the native causal local phase (locality planner: chunk 2048/1024, equal counts or not, 0/4 SMs to NCCL, 2 %/5 % balance tolerance); then the 8K/32K causal A/B, session 3 forward config vs the default, next to FA4 (one GPU each) [<= 9.5 min]" \
     nvidia-h200-x2 570 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 180 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality,lpt --equal-chunks 1,0 --chunk-sizes 2048,1024 --comm-sms 0,4 > $OUT/cp_scaling.log 2>&1; tail -n 20 $OUT/cp_scaling.log
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 180 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 1,0 --chunk-sizes 2048,1024 --comm-sms 0,4 --balance-tolerances 0.02,0.05 > $OUT/cp_scaling.log 2>&1; tail -n 20 $OUT/cp_scaling.log
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4 --tag default > $OUT/bench_default.log 2>&1 ) &
 ( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_FWD_D128_TILE_N=112 PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP=0; timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4 --tag s3config > $OUT/bench_s3config.log 2>&1 ) &
 wait
