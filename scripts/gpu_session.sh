@@ -181,7 +181,20 @@ grep -h paddle_flashmask $OUT/bench_default.log $OUT/bench_s3config.log | grep -
 cd $OUT && tar czf /tmp/logs8.tgz *.log && rm -f *.log && mv /tmp/logs8.tgz . ; ls -la $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8"
+call9() {
+  emit "call 9 (session 5, right after call 8, same warm machine) - D=256 backward with one Q/dO stage (dQ by bulk reduce): every D=256 case vs the oracle + determinism, then the D=256 benchmark rows with and without it next to FA4 [<= 6 min]" \
+    nvidia-h200-x2 400 '[".devtools"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 70 python3 tests/gpu/bwd_check.py --d256-stages 1 --only d256_causal_window_sink,d256_full --json-name bwd_d256_one_stage.json 2>&1 | tail -n 4
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 80 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag d256_two_stages > $OUT/bench_d256_2.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_BWD_D256_STAGES=1; timeout -s INT -k 10 80 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag d256_one_stage > $OUT/bench_d256_1.log 2>&1 ) &
+wait
+grep -h -E "paddle_flashmask|fa4 " $OUT/bench_d256_2.log $OUT/bench_d256_1.log | grep -v "^{"
+cd $OUT && tar czf /tmp/logs9.tgz *.log && rm -f *.log && mv /tmp/logs9.tgz . ; ls -la $OUT'
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -346,10 +359,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

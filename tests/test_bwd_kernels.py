@@ -30,6 +30,8 @@ def test_config_validation_names_the_argument():
     assert m.BwdConfig("bfloat16", 128, 128, True, 1).tile_n == 128
     assert m.BwdConfig("float16", 192, 128, False, 2).tile_n == 64
     assert m.BwdConfig("bfloat16", 256, 256, False, None).tile_n == 64
+    with pytest.raises(ValueError, match="qdo_stages"):
+        m.BwdConfig("bfloat16", 256, 256, False, None, qdo_stages=3)
     # frozen + hashable: usable as a cache key, equal configs hash equal
     a = m.BwdConfig("bfloat16", 64, 64, False, 4, gqa=True, deterministic=True)
     b = m.BwdConfig("bfloat16", 64, 64, False, 4, gqa=True, deterministic=True)
@@ -83,6 +85,9 @@ _SASS_SCRIPT = textwrap.dedent("""
                                                 rs_dkv=True, gqa_in_cta=True)),
         ("d128_causal_C1_persistent", BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=True,
                                                 row_ranges=True, persistent_ctas=132)),
+        ("d256_causal_C1_one_stage", BwdConfig("bfloat16", 256, 256, True, 1, qdo_stages=1)),
+        ("d256_bidir_C2_det_one_stage", BwdConfig("bfloat16", 256, 256, False, 2, deterministic=True,
+                                                  qdo_stages=1)),
     ]:
         res = cc.compile_variant(cc.Variant(name, "bwd", cfg, True))
         if "error" in res:
@@ -131,6 +136,16 @@ def test_bwd_gqa_in_cta_variant(sass):
     assert v.get("HGMMA", 0) > 0 and v.get("UTMALDG", 0) > 0 and v.get("UBLKRED", 0) > 0
 
 
+def test_bwd_d256_one_stage_variant(sass):
+    """qdo_stages=1 frees the smem for D = 256 to stage dQ: the bulk reduce-add replaces the
+    per-thread fp32 atomics (also in deterministic mode), still wgmma/TMA."""
+    for name in ("d256_causal_C1_one_stage", "d256_bidir_C2_det_one_stage"):
+        v = sass[name]
+        assert "error" not in v, v
+        assert v.get("HGMMA", 0) > 0 and v.get("UTMALDG", 0) > 0, name
+        assert v.get("UBLKRED", 0) > 0 and v.get("REDG", 0) == 0, (name, v)
+
+
 def test_bwd_persistent_variant(sass):
     """Persistent grid: still the wgmma/TMA fast path with the dQ bulk reduce, plus the tile
     counter's atomic add."""
@@ -138,3 +153,19 @@ def test_bwd_persistent_variant(sass):
     assert "error" not in v, v
     assert v.get("HGMMA", 0) > 0 and v.get("UTMALDG", 0) > 0 and v.get("UBLKRED", 0) > 0
     assert v.get("ATOMG", 0) > 0
+
+
+def test_d256_stages_switch(monkeypatch):
+    """env PADDLE_FLASHMASK_BWD_D256_STAGES: 1 gives D = 256 one Q/dO stage (through the host
+    API's config too); other head dims and the default keep two; a bad value names the switch."""
+    m = _bwd()
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(m.D256_STAGES_ENV, raising=False)
+    assert interface.backward_config("bfloat16", 256, True, 1).qdo_stages == 2
+    monkeypatch.setenv(m.D256_STAGES_ENV, "1")
+    assert interface.backward_config("bfloat16", 256, True, 1).qdo_stages == 1
+    assert interface.backward_config("bfloat16", 128, True, 1).qdo_stages == 2
+    monkeypatch.setenv(m.D256_STAGES_ENV, "3")
+    with pytest.raises(ValueError, match=m.D256_STAGES_ENV):
+        interface.backward_config("bfloat16", 256, True, 1)

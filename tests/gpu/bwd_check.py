@@ -90,7 +90,7 @@ def _chosen(choice, default):
 
 class Runner:
     def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=None, gqa_in_cta=None,
-                 persistent=None):
+                 persistent=None, d256_stages=None):
         self.torch = torch
         self.bwd = bwd_mod
         self.rt = cute_rt
@@ -100,6 +100,7 @@ class Runner:
         self.rs_dkv = rs_dkv  # BwdConfig.rs_dkv (--rs-dkv / --no-rs-dkv; None: the default)
         self.gqa_in_cta = gqa_in_cta  # BwdConfig.gqa_in_cta on GQA cases (--gqa-in-cta)
         self.persistent = persistent  # BwdConfig.persistent_ctas = SMs unless det (--persistent)
+        self.d256_stages = d256_stages  # BwdConfig.qdo_stages of D = 256 cases (--d256-stages)
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def get(self, cfg):
@@ -141,7 +142,9 @@ class Runner:
                             has_sink=p["sink"] is not None, deterministic=deterministic,
                             rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta,
                             persistent_ctas=self.sms if persistent and not deterministic else 0,
-                            row_ranges=_chosen(self.row_ranges, bwd.default_row_ranges(cols)))
+                            row_ranges=_chosen(self.row_ranges, bwd.default_row_ranges(cols)),
+                            qdo_stages=self.d256_stages if self.d256_stages and p["d"] == 256
+                            else bwd.default_qdo_stages(p["d"]))
         fn, compile_s = self.get(cfg)
         b, sq, sk, h, hk = p["b"], p["sq"], p["sk"], p["h"], p["hk"]
         nan = float("nan")
@@ -291,6 +294,8 @@ def main():
     ap.add_argument("--gqa-in-cta", action="store_true", default=None,
                     help="GQA cases with one CTA per KV head walking its query heads "
                          "(BwdConfig.gqa_in_cta)")
+    ap.add_argument("--d256-stages", type=int, choices=(1, 2), default=None,
+                    help="Q/dO stages of the D = 256 cases (1: dQ by bulk reduce from smem)")
     ap.add_argument("--json-name", default="bwd_check.json",
                     help="file name of the JSON report under $OUT")
     args = ap.parse_args()
@@ -299,7 +304,8 @@ def main():
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd_mod
 
     runner = Runner(torch, bwd_mod, cute_rt, row_ranges=args.row_ranges, rs_dkv=args.rs_dkv,
-                    gqa_in_cta=args.gqa_in_cta, persistent=args.persistent)
+                    gqa_in_cta=args.gqa_in_cta, persistent=args.persistent,
+                    d256_stages=args.d256_stages)
     cases = CASES_QUICK if args.quick else CASES_FULL
     if args.only:
         cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]

@@ -43,6 +43,7 @@ reduces over the GQA group (fixed order).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Optional
@@ -100,6 +101,17 @@ def default_rs_dkv(head_dim: int) -> bool:
 
 GQA_IN_CTA_ENV = "PADDLE_FLASHMASK_BWD_GQA_IN_CTA"
 PERSISTENT_ENV = "PADDLE_FLASHMASK_BWD_PERSISTENT"
+D256_STAGES_ENV = "PADDLE_FLASHMASK_BWD_D256_STAGES"
+
+
+def default_qdo_stages(head_dim: int) -> int:
+    """``BwdConfig.qdo_stages``: 2, or 1 for D = 256 with env ``PADDLE_FLASHMASK_BWD_D256_STAGES=1``
+    (dQ through smem and the bulk reduce instead of per-thread atomics; compiled and CPU-checked,
+    not yet GPU-run)."""
+    text = os.environ.get(D256_STAGES_ENV, "").strip()
+    if text not in ("", "1", "2"):
+        raise ValueError(f"{D256_STAGES_ENV}: expected 1 or 2, found {text!r}")
+    return 1 if head_dim == 256 and text == "1" else 2
 
 
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
@@ -164,6 +176,10 @@ class BwdConfig:
     # dK/dV epilogue and no CTA is launched per tile. Not with deterministic (its ordering relies
     # on block dispatch). The host's default since the H200 check (default_persistent_ctas).
     persistent_ctas: int = 0
+    # Q/dO pipeline stages. 1 frees the smem that lets D = 256 stage dQ in fp32 smem and add it
+    # with the bulk reduce (two stages leave it per-thread fp32 atomics); the host's default is 2
+    # until the H200 A/B (default_qdo_stages).
+    qdo_stages: int = 2
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -180,6 +196,8 @@ class BwdConfig:
             raise ValueError(f"tile_n: expected 64 or 128, found {self.tile_n}")
         if self.gqa_in_cta and not self.gqa:
             raise ValueError("gqa_in_cta: expected gqa=True (H != Hk), found gqa=False")
+        if self.qdo_stages not in (1, 2):
+            raise ValueError(f"qdo_stages: expected 1 or 2, found {self.qdo_stages}")
         if self.persistent_ctas < 0 or (self.persistent_ctas and self.deterministic):
             raise ValueError(f"persistent_ctas: expected 0, or > 0 with deterministic=False, found "
                              f"{self.persistent_ctas} (deterministic={self.deterministic})")
@@ -256,7 +274,7 @@ class FlashMaskBwdSm90:
         self.tile_n = cfg.tile_n
         self.d = cfg.head_dim
         self.dv = cfg.head_dim_v
-        self.stages = 2
+        self.stages = cfg.qdo_stages
         self.num_consumer_threads = 256
         self.num_threads = 384
         # warp-group layouts of the GEMMs (two consumer WGs)
