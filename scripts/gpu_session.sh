@@ -164,8 +164,23 @@ timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --persistent --bench --j
 timeout -s INT -k 10 100 python3 tests/gpu/bwd_check.py --gqa-in-cta --bench --json-name bwd_gqa_in_cta.json 2>&1 | tee $OUT/bwd_gqa_in_cta.log | tail -n 6
 timeout -s INT -k 10 100 python3 tests/gpu/fwd_check.py --partial-overlap --bench --json-name fwd_partial_overlap.json 2>&1 | tee $OUT/fwd_partial_overlap.log | tail -n 8
 timeout -s INT -k 10 100 python3 tests/gpu/fwd_check.py --d128-override "{\"tile_n\": 128, \"q_stages\": 1}" --tile-shapes --bench --json-name fwd_tile_shapes.json 2>&1 | tee $OUT/fwd_tile_shapes.log | tail -n 10
-PADDLE_FLASHMASK_BWD_PERSISTENT=1 PFM_GPU_REPORT=$OUT/skip_persistent.json timeout -s INT -k 10 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py 2>&1 | tail -n 4
-cd $OUT && tar czf /tmp/logs7.tgz *.log && rm -f *.log && mv /tmp/logs7.tgz . ; ls -la $OUT'
+PADDLE_FLASHMASK_BWD_PERSISTENT=1 PFM_GPU_REPORT=$OUT/skip_persistent.json timeout -s INT -k 10 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py 2>&1 | tail -n 4'"
+$(pack_logs 7)"
+}
+
+# two benchmark runs side by side, one per GPU of an x2 machine, then their rows: $1 timeout,
+# $2 bench_attention.py arguments, $3 / $4 tags of GPU 0 (defaults) and GPU 1 (env assignments $5)
+bench_ab() {
+  printf '%s\n' \
+    "( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 $1 python3 bench/bench_attention.py $2 --tag $3 > \$OUT/bench_$3.log 2>&1 ) &" \
+    "( export CUDA_VISIBLE_DEVICES=1 $5; timeout -s INT -k 10 $1 python3 bench/bench_attention.py $2 --tag $4 > \$OUT/bench_$4.log 2>&1 ) &" \
+    "wait" \
+    "grep -h -E \"paddle_flashmask|fa4 \" \$OUT/bench_$3.log \$OUT/bench_$4.log | grep -v \"^{\""
+}
+
+# the logs as one file (at most 8 files come back per call), then the listing: $1 = call number
+pack_logs() {
+  printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz *.log && rm -f *.log && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
 }
 
 call8() {
@@ -173,12 +188,10 @@ call8() {
     nvidia-h200-x2 570 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 180 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 1,0 --chunk-sizes 2048,1024 --comm-sms 0,4 --balance-tolerances 0.02,0.05 > $OUT/cp_scaling.log 2>&1; tail -n 20 $OUT/cp_scaling.log
-( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4 --tag default > $OUT/bench_default.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_FWD_D128_TILE_N=112 PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP=0; timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4 --tag s3config > $OUT/bench_s3config.log 2>&1 ) &
-wait
-grep -h paddle_flashmask $OUT/bench_default.log $OUT/bench_s3config.log | grep -v "^{"
-cd $OUT && tar czf /tmp/logs8.tgz *.log && rm -f *.log && mv /tmp/logs8.tgz . ; ls -la $OUT'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 180 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 1,0 --chunk-sizes 2048,1024 --comm-sms 0,4 --balance-tolerances 0.02,0.05 > $OUT/cp_scaling.log 2>&1; tail -n 20 $OUT/cp_scaling.log'"
+$(bench_ab 110 "--cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4" default s3config \
+    "PADDLE_FLASHMASK_FWD_D128_TILE_N=112 PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP=0")
+$(pack_logs 8)"
 }
 
 call9() {
@@ -186,12 +199,10 @@ call9() {
     nvidia-h200-x2 400 '[".devtools"]' \
 "$PRELUDE
 $PEERS"'
-timeout -s INT -k 10 70 python3 tests/gpu/bwd_check.py --d256-stages 1 --only d256_causal_window_sink,d256_full --json-name bwd_d256_one_stage.json 2>&1 | tail -n 4
-( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 80 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag d256_two_stages > $OUT/bench_d256_2.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_BWD_D256_STAGES=1; timeout -s INT -k 10 80 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag d256_one_stage > $OUT/bench_d256_1.log 2>&1 ) &
-wait
-grep -h -E "paddle_flashmask|fa4 " $OUT/bench_d256_2.log $OUT/bench_d256_1.log | grep -v "^{"
-cd $OUT && tar czf /tmp/logs9.tgz *.log && rm -f *.log && mv /tmp/logs9.tgz . ; ls -la $OUT'
+timeout -s INT -k 10 70 python3 tests/gpu/bwd_check.py --d256-stages 1 --only d256_causal_window_sink,d256_full --json-name bwd_d256_one_stage.json 2>&1 | tail -n 4'"
+$(bench_ab 80 "--cases 4 --systems paddle_flashmask,fa4" d256_two_stages d256_one_stage \
+    "PADDLE_FLASHMASK_BWD_D256_STAGES=1")
+$(pack_logs 9)"
 }
 
 CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9"
