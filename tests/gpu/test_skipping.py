@@ -60,20 +60,16 @@ def _isolated_ms(torch, fn, reps: int = 7) -> float:
     return _median_ms(torch, fn, reps, calls=1)
 
 
-def _kernel_us(torch, fn) -> dict:
-    """Device time of each CUDA kernel of one call (torch.profiler): where a ratio's excess goes."""
-    from torch.profiler import ProfilerActivity, profile
+def _kernel_us(fn) -> dict:
+    """Device time of each CUDA kernel of one call: where a ratio's excess goes (the profiler
+    helper of ``bench/profile_call.py``)."""
+    import sys
+    from pathlib import Path
 
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    out = {}
-    for ev in prof.key_averages():
-        t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
-        if t:
-            out[ev.key[:60]] = round(float(t), 1)
-    return out
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from profile_call import kernel_times_us
+
+    return kernel_times_us(fn)
 
 
 def _tensors(torch, seqlen):
@@ -114,12 +110,12 @@ def test_causal_document_time_tracks_computed_tiles(gpu_report):
             fwd(None, False)()
         t_full = _median_ms(torch, make(None, False))
         t_full_isolated = _isolated_ms(torch, make(None, False))
-        kernels_full = _kernel_us(torch, make(None, False))
+        kernels_full = _kernel_us(make(None, False))
         if phase == "bwd":
             fwd(idx, True)()
         t_doc = _median_ms(torch, make(idx, True))
         t_doc_isolated = _isolated_ms(torch, make(idx, True))
-        kernels_doc = _kernel_us(torch, make(idx, True))
+        kernels_doc = _kernel_us(make(idx, True))
         counts = semantics.computed_tile_counts(idx_np, True, SEQ_TIMING, cfg.tile_m, cfg.tile_n)
         total = counts["skip"] + counts["partial"] + counts["full"]
         tile_ratio = (counts["partial"] + counts["full"]) / total
