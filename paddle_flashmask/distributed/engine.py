@@ -286,19 +286,19 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                                                           softmax_scale=softmax_scale,
                                                           deterministic=deterministic)
         dq = accumulate(dq, dq_l)
-    dk, dv = dk_local, dv_local
-    if pending:  # [comm_len (+ 1 zero row), B, Hk, D] per tensor -> local rows [B, R, Hk, D]
-        pad = [adapter.zeros_rows_first(1, k)] if maps.uncommunicated else []
-        dk_sent = adapter.unpack_shard(adapter.concat_rows([kw.wait() for kw, _ in pending] + pad),
-                                       maps.local_to_shard)
-        pad = [adapter.zeros_rows_first(1, v)] if maps.uncommunicated else []
-        dv_sent = adapter.unpack_shard(adapter.concat_rows([vw.wait() for _, vw in pending] + pad),
-                                       maps.local_to_shard)
-        dk = dk_sent if dk is None else dk + dk_sent
-        dv = dv_sent if dv is None else dv + dv_sent
-    if dk is None:  # no key of this rank is seen by any row
-        dk = adapter.zeros(tuple(int(x) for x in k.shape), k)
-        dv = adapter.zeros(tuple(int(x) for x in v.shape), v)
+
+    def key_grad(which: int, local, like):
+        """dK (which = 0) or dV (1) of the local rows: the reduce-scattered part of the
+        communicated rows ([comm_len (+ 1 zero row), B, Hk, D] -> [B, R, Hk, D]) plus the local
+        phase's; zeros when no row sees this rank's keys."""
+        if pending:
+            pad = [adapter.zeros_rows_first(1, like)] if maps.uncommunicated else []
+            sent = adapter.unpack_shard(adapter.concat_rows([w[which].wait() for w in pending] + pad),
+                                        maps.local_to_shard)
+            return sent if local is None else local + sent
+        return adapter.zeros(tuple(int(x) for x in like.shape), like) if local is None else local
+
+    dk, dv = key_grad(0, dk_local, k), key_grad(1, dv_local, v)
     if dq is None:  # no phase had a visible pair: every local row is fully masked
         dq = adapter.zeros(tuple(int(s) for s in q.shape), q)
     dsink = None

@@ -145,8 +145,7 @@ class ContextParallelPlan:
                                for r in range(self.world_size)])
 
     def rank_work(self) -> np.ndarray:
-        return np.array([int(self.chunk_work[list(c)].sum()) if c else 0 for c in self.rank_chunks],
-                        dtype=np.int64)
+        return _loads(self.chunk_work, self.rank_chunks)
 
 
 def explicit_indices(startend_row_indices: Any, causal: bool, seqlen: int) -> tuple[np.ndarray, bool]:
@@ -288,7 +287,7 @@ def plan_context_parallel(startend_row_indices: Any, causal: bool, world_size: i
     chunk_len = np.array([max(0, min((c + 1) * chunk_size, seqlen) - c * chunk_size)
                           for c in range(num_chunks)], dtype=np.int64)
     if strategy == "locality":
-        peak = max(int(work[b].sum()) if b else 0 for b in buckets)
+        peak = int(_loads(work, buckets).max())
         bound = max(peak, int(np.floor((1.0 + balance_tolerance) * work.sum() / world_size)))
         starts = [buckets, contiguous_split(work, world_size, capacity)]
         buckets = min((improve_locality(work, needs, chunk_len, start, bound, allow_moves=not equal_chunks)
@@ -296,8 +295,8 @@ def plan_context_parallel(startend_row_indices: Any, causal: bool, world_size: i
                       key=lambda b: _locality_key(work, needs, chunk_len, b, bound))
     rank_chunks = tuple(tuple(sorted(b)) for b in buckets)
     owner = _owners(rank_chunks, num_chunks)
-    exported = needs[:, :] & (owner[:, None] != owner[None, :])  # rows of i need key chunk j elsewhere
-    exported = exported.any(axis=0)
+    # key chunk j is exported when the rows of some chunk owned elsewhere see it
+    exported = (needs & (owner[:, None] != owner[None, :])).any(axis=0)
     shard_chunks = tuple(tuple([c for c in chunks if exported[c]] + [c for c in chunks if not exported[c]])
                          for chunks in rank_chunks)
     comm_slots = max(int(exported[list(chunks)].sum()) if chunks else 0 for chunks in rank_chunks)
@@ -349,7 +348,7 @@ def improve_assignment(work: np.ndarray, buckets: list[list[int]], allow_moves: 
     w = np.asarray(work, dtype=np.int64)
     buckets = [list(b) for b in buckets]
     for _ in range(max_rounds):
-        loads = np.array([int(w[b].sum()) if b else 0 for b in buckets])
+        loads = _loads(w, buckets)
         a = int(np.argmax(loads))
         best = (loads[a], None)
         for b in range(len(buckets)):
@@ -378,6 +377,12 @@ def improve_assignment(work: np.ndarray, buckets: list[list[int]], allow_moves: 
     return buckets
 
 
+def _loads(work: np.ndarray, buckets) -> np.ndarray:
+    """int64 ``[len(buckets)]``: the summed work of each rank's chunks."""
+    work = np.asarray(work, dtype=np.int64)
+    return np.array([int(work[list(b)].sum()) if len(b) else 0 for b in buckets], dtype=np.int64)
+
+
 def _owners(buckets, num_chunks: int) -> np.ndarray:
     owner = np.zeros(num_chunks, dtype=np.int64)
     for r, chunks in enumerate(buckets):
@@ -385,13 +390,23 @@ def _owners(buckets, num_chunks: int) -> np.ndarray:
     return owner
 
 
+def _seen_by_rank(needs: np.ndarray, owner: np.ndarray, world_size: int) -> np.ndarray:
+    """int64 ``[num_chunks, world_size]``: how many of rank r's chunks have rows that see key
+    chunk j (counts, so the local search can move one chunk by adding or subtracting its row)."""
+    return needs.astype(np.int64).T @ (owner[:, None] == np.arange(world_size)[None, :]).astype(np.int64)
+
+
+def _needed_tokens(seen_r: np.ndarray, own_r: np.ndarray, chunk_len: np.ndarray) -> np.ndarray:
+    """Tokens of other ranks' chunks that a rank's rows see: ``seen_r`` / ``own_r`` are its column
+    of :func:`_seen_by_rank` and its ownership mask, or stacks of candidates (last axis = chunks)."""
+    return (chunk_len * ((seen_r > 0) & ~own_r)).sum(axis=-1)
+
+
 def _rank_comm(needs: np.ndarray, owner: np.ndarray, chunk_len: np.ndarray, world_size: int) -> np.ndarray:
     """int64 ``[world_size]``: tokens of other ranks' chunks that each rank's rows can see."""
-    out = np.zeros(world_size, dtype=np.int64)
-    for r in range(world_size):
-        mine = owner == r
-        out[r] = int(chunk_len[needs[mine].any(axis=0) & ~mine].sum())
-    return out
+    seen = _seen_by_rank(needs, owner, world_size)
+    return np.array([int(_needed_tokens(seen[:, r], owner == r, chunk_len)) for r in range(world_size)],
+                    dtype=np.int64)
 
 
 def contiguous_split(work: np.ndarray, world_size: int, capacity: Optional[int] = None) -> list[list[int]]:
@@ -410,7 +425,7 @@ def contiguous_split(work: np.ndarray, world_size: int, capacity: Optional[int] 
 
 def _locality_key(work, needs, chunk_len, buckets, bound: int) -> tuple[int, int, int]:
     owner = _owners(buckets, len(work))
-    peak = max(int(np.asarray(work)[b].sum()) if b else 0 for b in buckets)
+    peak = int(_loads(work, buckets).max())
     return max(peak, bound), int(_rank_comm(needs, owner, chunk_len, len(buckets)).sum()), peak
 
 
@@ -432,13 +447,12 @@ def improve_locality(work: np.ndarray, needs: np.ndarray, chunk_len: np.ndarray,
     need = needs.astype(np.int64)
     one_hot = np.eye(n, dtype=bool)
     length = np.asarray(chunk_len, dtype=np.int64)
-    loads = np.array([int(w[owner == r].sum()) for r in range(world)], dtype=np.int64)
+    loads = _loads(w, buckets)
     bound = int(bound)
-    # seen[j, r]: chunks of rank r whose rows see key chunk j
-    seen = need.T @ (owner[:, None] == np.arange(world)[None, :]).astype(np.int64)
+    seen = _seen_by_rank(needs, owner, world)
 
-    def rank_comm(seen_r, own_r):  # tokens a rank needs from others, for stacked candidates
-        return (length * ((seen_r > 0) & ~own_r)).sum(axis=-1)
+    def rank_comm(seen_r, own_r):
+        return _needed_tokens(seen_r, own_r, length)
 
     comm = int(sum(rank_comm(seen[:, r], owner == r) for r in range(world)))
     key = (max(int(loads.max()), bound), comm, int(loads.max()))
@@ -529,6 +543,13 @@ def local_form(causal: bool, num_columns: int) -> int:
     return 2 if (causal and num_columns == 1) or (not causal and num_columns == 2) else 4
 
 
+def _ascending_rows(local_rows: Any) -> np.ndarray:
+    rows = np.asarray(local_rows, dtype=np.int64)
+    if rows.size > 1 and np.any(np.diff(rows) <= 0):
+        raise ValueError("local_rows: expected strictly ascending global rows")
+    return rows
+
+
 def rewrite_indices(startend_row_indices: Any, causal: bool, local_rows: np.ndarray,
                     key_positions: np.ndarray, seqlen_q: Optional[int] = None) -> np.ndarray:
     """Local bidirectional indices ``[B, Hm, len(key_positions), C']`` (see module docstring).
@@ -541,9 +562,7 @@ def rewrite_indices(startend_row_indices: Any, causal: bool, local_rows: np.ndar
     idx = sem._to_numpy(startend_row_indices).astype(np.int64)
     b, hm, sk, c = idx.shape
     sq = sk if seqlen_q is None else int(seqlen_q)
-    rows = np.asarray(local_rows, dtype=np.int64)
-    if rows.size > 1 and np.any(np.diff(rows) <= 0):
-        raise ValueError("local_rows: expected strictly ascending global rows")
+    rows = _ascending_rows(local_rows)
     keys = np.asarray(key_positions, dtype=np.int64)
     real = keys >= 0
     if np.any(keys >= sk):
@@ -597,11 +616,9 @@ def rewrite_local_indices(startend_row_indices: Any, causal: bool, local_rows: n
     ``L(x)``, the number of local rows with global row ``< x``. A band ``[s, e)`` of global rows
     is the local run ``[L(s), L(e))``, and the causal diagonal is kept by the ascending order."""
     idx = sem._to_numpy(startend_row_indices)
-    rows = np.asarray(local_rows, dtype=np.int64)
-    if rows.size > 1 and np.any(np.diff(rows) <= 0):
-        raise ValueError("local_rows: expected strictly ascending global rows")
     if not causal:  # the bidirectional rewrite keeps the form already
-        return rewrite_indices(idx, causal, rows, rows, idx.shape[2])
+        return rewrite_indices(idx, causal, local_rows, local_rows, idx.shape[2])
+    rows = _ascending_rows(local_rows)
     local = np.searchsorted(rows, idx[:, :, rows, :].astype(np.int64), side="left")
     return np.ascontiguousarray(local.astype(np.int32))
 
