@@ -157,6 +157,9 @@ def test_host_config_follows_every_env_switch(monkeypatch):
     assert (base.tile_n, base.q_stages) == (128, 1)
     monkeypatch.setenv(fwd.D128_TILE_ENV, "112")  # the session-3 tile, for A/B runs
     assert (lambda c: (c.tile_n, c.q_stages))(interface.forward_config("bfloat16", 128, True, 1)) == (112, 2)
+    monkeypatch.setenv(fwd.D128_TILE_ENV, "96")  # not a tile shape: an error naming the switch
+    with pytest.raises(ValueError, match=fwd.D128_TILE_ENV):
+        interface.forward_config("bfloat16", 128, True, 1)
     monkeypatch.delenv(fwd.D128_TILE_ENV)
     assert interface.forward_config("bfloat16", 128, True, 1) == base
 

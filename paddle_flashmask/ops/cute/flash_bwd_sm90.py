@@ -43,7 +43,6 @@ reduces over the GQA group (fixed order).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Optional
@@ -108,10 +107,9 @@ def default_qdo_stages(head_dim: int) -> int:
     """``BwdConfig.qdo_stages``: 2, or 1 for D = 256 with env ``PADDLE_FLASHMASK_BWD_D256_STAGES=1``
     (dQ through smem and the bulk reduce instead of per-thread atomics; compiled and CPU-checked,
     not yet GPU-run)."""
-    text = os.environ.get(D256_STAGES_ENV, "").strip()
-    if text not in ("", "1", "2"):
-        raise ValueError(f"{D256_STAGES_ENV}: expected 1 or 2, found {text!r}")
-    return 1 if head_dim == 256 and text == "1" else 2
+    from .launch_args import env_choice
+
+    return 1 if head_dim == 256 and env_choice(D256_STAGES_ENV, ("1", "2")) == "1" else 2
 
 
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:

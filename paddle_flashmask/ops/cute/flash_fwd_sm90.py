@@ -30,7 +30,6 @@ Host side: :class:`FwdConfig` (compile-time parameters) and :func:`compile_forwa
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -50,7 +49,7 @@ from paddle_flashmask.ops.cute import softmax as fm_softmax
 from paddle_flashmask.ops.cute.softmax import acc_mn_view
 from paddle_flashmask.ops.cute import tile_scheduler as sched
 from paddle_flashmask.ops.cute.tile_range_kernel import ranges_tensor
-from paddle_flashmask.ops.cute.launch_args import check_variant_call, env_flag, gmem_ptr
+from paddle_flashmask.ops.cute.launch_args import check_variant_call, env_choice, env_flag, gmem_ptr
 
 _DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
@@ -203,7 +202,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          tile_ranges=tile_ranges, dynamic_schedule=dynamic_schedule)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
-    if head_dim == 128 and os.environ.get(D128_TILE_ENV, "").strip() == "112":
+    if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
         tile_n, q_stages = 112, 2  # the session-3 shape: 128x112 with a double-buffered Q
     return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                      128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,

@@ -16,6 +16,15 @@ def env_flag(name: str, default: str = "0") -> bool:
     return os.environ.get(name, default) not in ("", "0", "false", "False")
 
 
+def env_choice(name: str, choices: tuple[str, ...]) -> str:
+    """A valued kernel-variant switch from the environment: one of ``choices`` ("" = unset);
+    anything else is an error that names the variable."""
+    text = os.environ.get(name, "").strip()
+    if text and text not in choices:
+        raise ValueError(f"{name}: expected one of {list(choices)} or unset, found {text!r}")
+    return text
+
+
 def device_address(tensor: Any) -> int:
     """Device address of a tensor description: ``data_ptr`` (attribute or method) or ``ptr``."""
     address = getattr(tensor, "data_ptr", None)
