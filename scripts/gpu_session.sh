@@ -178,9 +178,10 @@ bench_ab() {
     "grep -h -E \"paddle_flashmask|fa4 \" \$OUT/bench_$3.log \$OUT/bench_$4.log | grep -v \"^{\""
 }
 
-# the logs as one file (at most 8 files come back per call), then the listing: $1 = call number
+# the logs and A/B plots as one file (at most 8 files come back per call), then the listing:
+# $1 = call number
 pack_logs() {
-  printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz *.log && rm -f *.log && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
+  printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz \$(ls *.log *.png 2>/dev/null) && rm -f *.log *.png && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
 }
 
 call8() {
@@ -205,7 +206,31 @@ $(bench_ab 80 "--cases 4 --systems paddle_flashmask,fa4" d256_two_stages d256_on
 $(pack_logs 9)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9"
+call10() {
+  emit "call 10 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP (native causal local phase, locality planner variants); skipping test with the caching workspace pool (GPU 0) || D=256 one-stage backward vs oracle (GPU 1); the 8K/32K causal A/B (session 3 forward config) and the D=256 one-stage A/B next to FA4 [<= 9.5 min]" \
+    nvidia-h200-x2 570 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 170 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 1,0 --chunk-sizes 2048,1024 --comm-sms 0,4 --balance-tolerances 0.02,0.05 > $OUT/cp_scaling.log 2>&1; tail -n 12 $OUT/cp_scaling.log
+( export CUDA_VISIBLE_DEVICES=0 PFM_GPU_REPORT=$OUT/skip.json; timeout -s INT -k 10 110 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py > $OUT/skip.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 80 python3 tests/gpu/bwd_check.py --d256-stages 1 --only d256_causal_window_sink,d256_full --json-name bwd_d256_one_stage.json > $OUT/d256.log 2>&1 ) &
+wait; tail -n 3 $OUT/skip.log $OUT/d256.log'"
+$(pack_logs 10)"
+}
+
+call11() {
+  emit "call 11 (session 5, right after call 10, same warm machine) - the 8K/32K causal A/B (session 3 forward config vs default) and the D=256 one-stage backward A/B, next to FA4, one GPU each [<= 5 min]" \
+    nvidia-h200-x2 500 '[".devtools"]' \
+"$PRELUDE
+$PEERS
+$(bench_ab 100 "--cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4" default s3config \
+    "PADDLE_FLASHMASK_FWD_D128_TILE_N=112 PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP=0")
+$(bench_ab 70 "--cases 4 --systems paddle_flashmask,fa4" d256_two_stages d256_one_stage \
+    "PADDLE_FLASHMASK_BWD_D256_STAGES=1")
+$(pack_logs 11)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -370,10 +395,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

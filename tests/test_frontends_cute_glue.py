@@ -171,3 +171,19 @@ def test_cute_backend_on_gpu_matches_reference(causal, c):
         assert torch.equal(finite, torch.isfinite(a)), name
         err = (a[finite] - r[finite]).abs().max().item()
         assert err <= 2e-2 * max(1.0, r[finite].abs().max().item()), (name, err)
+
+
+def test_workspace_keep_bytes_switch(monkeypatch):
+    """env PADDLE_FLASHMASK_WORKSPACE_KEEP_BYTES: unset keeps everything the scratch pool reserved
+    (a caching allocator, no re-mapping after each synchronisation); a byte count caps it; anything
+    else is an error naming the variable."""
+    from paddle_flashmask.ops.cute import dlpack
+
+    monkeypatch.delenv(dlpack.KEEP_BYTES_ENV, raising=False)
+    assert dlpack.workspace_keep_bytes() == 2 ** 64 - 1
+    monkeypatch.setenv(dlpack.KEEP_BYTES_ENV, "1048576")
+    assert dlpack.workspace_keep_bytes() == 1 << 20
+    for bad in ("-1", "1GB", "0.5"):
+        monkeypatch.setenv(dlpack.KEEP_BYTES_ENV, bad)
+        with pytest.raises(ValueError, match=dlpack.KEEP_BYTES_ENV):
+            dlpack.workspace_keep_bytes()

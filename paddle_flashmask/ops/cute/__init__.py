@@ -6,6 +6,7 @@ torch. Importing this package is cheap: the DSL is imported only by the modules 
 - :func:`is_available` - may the ``cute`` backend run here (DSL importable, an SM 9.x device)?
 - ``interface.flashmask_fwd`` / ``interface.flashmask_bwd`` - the host API the frontends call.
 - ``cache`` - the JIT compile cache; ``compile_check`` - the CPU compile + SASS check.
+- :func:`release_cached_memory` - give the scratch-memory pool's cached memory back.
 """
 from __future__ import annotations
 
@@ -72,4 +73,15 @@ def is_available(device: Optional[int] = None) -> bool:
     return dsl_importable()
 
 
-__all__ = ["is_available", "device_capability", "dsl_importable", "device_count"]
+def release_cached_memory() -> None:
+    """Return the kernels' cached scratch memory to the driver (cf. ``torch.cuda.empty_cache``).
+
+    Scratch buffers (dQ accumulators, tile summaries) come from a pool per device that keeps its
+    reserved memory across synchronisations; env ``PADDLE_FLASHMASK_WORKSPACE_KEEP_BYTES`` caps it.
+    """
+    from .dlpack import release_cached_memory as release
+
+    release()
+
+
+__all__ = ["is_available", "release_cached_memory", "device_capability", "dsl_importable", "device_count"]

@@ -4,12 +4,14 @@ The frontends hand ``flashmask_fwd`` / ``flashmask_bwd`` objects supporting ``__
 paddle CUDA tensors). This module reads their DLPack capsules (:func:`inspect`: shape,
 strides, dtype, device, address) and makes CuTe tensors of them (:func:`runtime_tensor`). Kernels also need scratch memory the frontends do not pass
 (the per-key-tile summary, fp32 dQ accumulators...): :class:`DeviceBuffer` allocates it with the
-CUDA driver's stream-ordered allocator on the caller's stream and exposes it through DLPack too,
-so every kernel argument is made the same way.
+CUDA driver's stream-ordered allocator on the caller's stream, from a pool that keeps its memory
+(:func:`workspace_pool`), and exposes it through DLPack too, so every kernel argument is made the
+same way.
 """
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -61,6 +63,50 @@ def check(result: Any, what: str) -> Any:
     return values[0] if len(values) == 1 else tuple(values)
 
 
+# Scratch memory comes from one stream-ordered pool per device that keeps what it has reserved, like
+# the frameworks' caching allocators. The device's default pool (release threshold 0) hands its
+# memory back to the driver at every host synchronisation, so the first backward after each one
+# mapped its whole fp32 dQ accumulator again (hundreds of MB at long S).
+KEEP_BYTES_ENV = "PADDLE_FLASHMASK_WORKSPACE_KEEP_BYTES"
+_POOLS: dict[int, Any] = {}
+
+
+def workspace_keep_bytes() -> int:
+    """Bytes the workspace pool keeps reserved across synchronisations (env
+    ``PADDLE_FLASHMASK_WORKSPACE_KEEP_BYTES``; unset: everything it has reserved)."""
+    text = os.environ.get(KEEP_BYTES_ENV, "").strip()
+    if not text:
+        return 2 ** 64 - 1
+    if not text.isdigit():
+        raise ValueError(f"{KEEP_BYTES_ENV}: expected a non-negative integer number of bytes or "
+                         f"unset, found {text!r}")
+    return int(text)
+
+
+def workspace_pool(device: int) -> Any:
+    """The stream-ordered memory pool of device ``device`` that every :class:`DeviceBuffer` uses."""
+    pool = _POOLS.get(device)
+    if pool is None:
+        props = cu.CUmemPoolProps()
+        props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.handleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+        props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = int(device)
+        pool = check(cu.cuMemPoolCreate(props), "cuMemPoolCreate")
+        check(cu.cuMemPoolSetAttribute(pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                       cu.cuuint64_t(workspace_keep_bytes())), "cuMemPoolSetAttribute")
+        _POOLS[device] = pool
+    return pool
+
+
+def release_cached_memory() -> None:
+    """Give the workspace pools' unused reserved memory back to the driver (cf.
+    ``torch.cuda.empty_cache``); memory of buffers still in use, or freed on a stream that has not
+    reached the free yet, stays."""
+    for pool in _POOLS.values():
+        check(cu.cuMemPoolTrimTo(pool, 0), "cuMemPoolTrimTo")
+
+
 class DeviceBuffer:
     """A compact CUDA array owned by this object, allocated and freed in stream order.
 
@@ -78,7 +124,8 @@ class DeviceBuffer:
         self.device = int(device)
         self.stream = cu.CUstream(stream)
         self.nbytes = _ITEM_SIZE[dtype] * _product(self.shape)
-        self.ptr = int(check(cu.cuMemAllocAsync(max(self.nbytes, 1), self.stream), "cuMemAllocAsync"))
+        self.ptr = int(check(cu.cuMemAllocFromPoolAsync(max(self.nbytes, 1), workspace_pool(device),
+                                                        self.stream), "cuMemAllocFromPoolAsync"))
         if zero and self.nbytes:
             check(cu.cuMemsetD8Async(self.ptr, 0, self.nbytes, self.stream), "cuMemsetD8Async")
         ndim = len(self.shape)
