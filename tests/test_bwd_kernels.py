@@ -156,12 +156,16 @@ def test_bwd_persistent_variant(sass):
 
 
 def test_d256_stages_switch(monkeypatch):
-    """env PADDLE_FLASHMASK_BWD_D256_STAGES: 1 gives D = 256 one Q/dO stage (through the host
-    API's config too); other head dims and the default keep two; a bad value names the switch."""
+    """D = 256 runs one Q/dO stage by default (through the host API's config too), other head dims
+    two; env PADDLE_FLASHMASK_BWD_D256_STAGES=2 gives D = 256 two again; a bad value names the
+    switch."""
     m = _bwd()
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(m.D256_STAGES_ENV, raising=False)
+    assert interface.backward_config("bfloat16", 256, True, 1).qdo_stages == 1
+    assert interface.backward_config("bfloat16", 128, True, 1).qdo_stages == 2
+    monkeypatch.setenv(m.D256_STAGES_ENV, "2")
     assert interface.backward_config("bfloat16", 256, True, 1).qdo_stages == 2
     monkeypatch.setenv(m.D256_STAGES_ENV, "1")
     assert interface.backward_config("bfloat16", 256, True, 1).qdo_stages == 1

@@ -102,7 +102,7 @@ def variants(full: bool = False) -> list[Variant]:
         add(f"fwd {dtype} d{d} {_form_label(causal, c)}{extra}", "fwd", cfg, True)
 
     def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False, row_ranges=False,
-            gqa_in_cta=False, persistent=False, one_stage=False):
+            gqa_in_cta=False, persistent=False, two_stages=False):
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
@@ -111,13 +111,13 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, persistent_ctas=132)
         if row_ranges:  # per-key-tile query-tile ranges (BwdConfig.row_ranges)
             cfg = dataclasses.replace(cfg, row_ranges=True)
-        if one_stage:  # one Q/dO stage: D = 256 stages dQ in smem (BwdConfig.qdo_stages)
-            cfg = dataclasses.replace(cfg, qdo_stages=1)
+        if two_stages:  # D = 256 with two Q/dO stages: dQ by per-thread atomics (env A/B switch)
+            cfg = dataclasses.replace(cfg, qdo_stages=2)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " row-ranges" if row_ranges else "",
                          " gqa-in-cta" if gqa_in_cta else "",
                          " persistent" if persistent else "",
-                         " one-stage" if one_stage else ""])
+                         " two-stages" if two_stages else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -161,9 +161,8 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, 4, det=True)
     bwd("bfloat16", 128, True, 1, row_ranges=True)
     bwd("bfloat16", 128, False, 4, det=True, row_ranges=True)
-    bwd("bfloat16", 256, True, 1, one_stage=True)
-    bwd("bfloat16", 256, False, 2, det=True, one_stage=True)
-    bwd("bfloat16", 256, False, 4, gqa=True, one_stage=True)
+    bwd("bfloat16", 256, True, 1, two_stages=True)
+    bwd("bfloat16", 256, False, 4, gqa=True, two_stages=True)
     return out
 
 
