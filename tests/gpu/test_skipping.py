@@ -39,37 +39,59 @@ def skipping_configs():
 def _median_ms(torch, fn, reps: int = 7, calls: int = 5) -> float:
     """Median GPU time per call over ``reps`` runs of ``calls`` back-to-back calls.
 
-    Back to back, the host's launch work for call i + 1 (a constant of the host API, the same for
-    every mask) overlaps the GPU work of call i, so the ratio measures the kernels, which is what
-    skipping changes; ``_isolated_ms`` (one call between events, an empty queue) is reported too.
+    Nothing synchronises between the runs (as in ``triton.testing.do_bench``): once the host is
+    ahead, its launch work for the next call (a constant of the host API, the same for every mask)
+    overlaps the GPU work of the current one, so the ratio measures the kernels, which is what
+    skipping changes. Only the first run starts on an empty queue; the median leaves it out.
+    ``_isolated_ms`` (one call after a synchronisation, host work included) is reported too.
     """
     fn()  # warm-up (and compile / cache load)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for start, end in events:
         start.record()
         for _ in range(calls):
             fn()
         end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return float(np.median(times))
+    torch.cuda.synchronize()
+    return float(np.median([start.elapsed_time(end) / calls for start, end in events]))
 
 
 def _isolated_ms(torch, fn, reps: int = 7) -> float:
-    return _median_ms(torch, fn, reps, calls=1)
+    """Median time of one call after a synchronisation (host launch work exposed)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
 
 
-def _kernel_us(fn) -> dict:
-    """Device time of each CUDA kernel of one call: where a ratio's excess goes (the profiler
-    helper of ``bench/profile_call.py``)."""
+def _profile_call():
+    """``bench/profile_call.py`` (the profiler helpers)."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    from profile_call import kernel_times_us
+    import profile_call
 
-    return kernel_times_us(fn)
+    return profile_call
+
+
+def _kernel_us(fn) -> dict:
+    """Device time of each CUDA kernel of one call: where a ratio's excess goes."""
+    return _profile_call().kernel_times_us(fn)
+
+
+def _timeline(fn) -> dict:
+    """Span, kernel time and idle time per call of back-to-back calls (the ratio's gaps)."""
+    return _profile_call().kernel_timeline(fn)
 
 
 def _tensors(torch, seqlen):
@@ -111,11 +133,13 @@ def test_causal_document_time_tracks_computed_tiles(gpu_report):
         t_full = _median_ms(torch, make(None, False))
         t_full_isolated = _isolated_ms(torch, make(None, False))
         kernels_full = _kernel_us(make(None, False))
+        timeline_full = _timeline(make(None, False))
         if phase == "bwd":
             fwd(idx, True)()
         t_doc = _median_ms(torch, make(idx, True))
         t_doc_isolated = _isolated_ms(torch, make(idx, True))
         kernels_doc = _kernel_us(make(idx, True))
+        timeline_doc = _timeline(make(idx, True))
         counts = semantics.computed_tile_counts(idx_np, True, SEQ_TIMING, cfg.tile_m, cfg.tile_n)
         total = counts["skip"] + counts["partial"] + counts["full"]
         tile_ratio = (counts["partial"] + counts["full"]) / total
@@ -125,7 +149,8 @@ def test_causal_document_time_tracks_computed_tiles(gpu_report):
                          "isolated_call_ms_doc16": t_doc_isolated,
                          "computed_tile_ratio": tile_ratio, "time_over_tiles": time_ratio / tile_ratio,
                          "tiles": counts, "tile_m": cfg.tile_m, "tile_n": cfg.tile_n,
-                         "kernels_us_full": kernels_full, "kernels_us_doc16": kernels_doc}
+                         "kernels_us_full": kernels_full, "kernels_us_doc16": kernels_doc,
+                         "timeline_full": timeline_full, "timeline_doc16": timeline_doc}
     gpu_report["skipping_32k"] = result
     print(result)
     for phase, r in result.items():
