@@ -48,3 +48,17 @@ def test_host_api_resets_the_counter_and_packs_its_argument(monkeypatch, hk):
     assert api.counter_resets[0] is interface.schedule_counter(0, 0)
     main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
     assert len(main_args) == 22  # the 21 arguments of every variant + the tile counter
+
+
+def test_key_major_claim_order_switch(monkeypatch):
+    """env PADDLE_FLASHMASK_BWD_KEY_MAJOR=1 gives the persistent grid the key-tile-major claim
+    order (a compile-time field); never without a persistent grid."""
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(bwd.KEY_MAJOR_ENV, raising=False)
+    assert not interface.backward_config("bfloat16", 128, True, 1).key_major
+    monkeypatch.setenv(bwd.KEY_MAJOR_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, True, 1).key_major
+    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).key_major
+    with pytest.raises(ValueError, match="key_major"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, key_major=True)

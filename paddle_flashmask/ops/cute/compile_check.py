@@ -102,13 +102,13 @@ def variants(full: bool = False) -> list[Variant]:
         add(f"fwd {dtype} d{d} {_form_label(causal, c)}{extra}", "fwd", cfg, True)
 
     def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False, row_ranges=False,
-            gqa_in_cta=False, persistent=False, two_stages=False):
+            gqa_in_cta=False, persistent=False, two_stages=False, key_major=False):
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
             cfg = dataclasses.replace(cfg, gqa_in_cta=True)
         if persistent:  # a persistent grid claiming tiles (BwdConfig.persistent_ctas)
-            cfg = dataclasses.replace(cfg, persistent_ctas=132)
+            cfg = dataclasses.replace(cfg, persistent_ctas=132, key_major=key_major)
         if row_ranges:  # per-key-tile query-tile ranges (BwdConfig.row_ranges)
             cfg = dataclasses.replace(cfg, row_ranges=True)
         if two_stages:  # D = 256 with two Q/dO stages: dQ by per-thread atomics (env A/B switch)
@@ -117,6 +117,7 @@ def variants(full: bool = False) -> list[Variant]:
                          " row-ranges" if row_ranges else "",
                          " gqa-in-cta" if gqa_in_cta else "",
                          " persistent" if persistent else "",
+                         " key-major" if key_major else "",
                          " two-stages" if two_stages else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
@@ -157,6 +158,7 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)
     bwd("bfloat16", 128, True, 1, persistent=True)
+    bwd("bfloat16", 128, True, 1, persistent=True, key_major=True)
     bwd("bfloat16", 256, False, 4, gqa=True, gqa_in_cta=True, persistent=True)
     bwd("bfloat16", 128, False, 4, det=True)
     bwd("bfloat16", 128, True, 1, row_ranges=True)

@@ -113,6 +113,16 @@ def default_qdo_stages(head_dim: int) -> int:
     return 2 if head_dim != 256 or env_choice(D256_STAGES_ENV, ("1", "2")) == "2" else 1
 
 
+KEY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_KEY_MAJOR"
+
+
+def default_key_major() -> bool:
+    """``BwdConfig.key_major``: off until the H200 A/B; env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``."""
+    from .launch_args import env_flag
+
+    return env_flag(KEY_MAJOR_ENV)
+
+
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
     """``BwdConfig.persistent_ctas``: one CTA per SM (not with deterministic), else 0 (one CTA per
     key tile). On since the H200 check (bwd_check 27/27; causal documents 0.96 -> 0.89 ms, causal
@@ -175,6 +185,12 @@ class BwdConfig:
     # dK/dV epilogue and no CTA is launched per tile. Not with deterministic (its ordering relies
     # on block dispatch). The host's default since the H200 check (default_persistent_ctas).
     persistent_ctas: int = 0
+    # Persistent grid's claim order: False = a head's key tiles consecutive (K/V and Q/dO of one
+    # head shared in L2 by the CTAs running it); True = key-tile major (tile n of every head, then
+    # n + 1): with documents the list then ends on the light last tiles of the last documents of
+    # *all* heads, not on the sawtooth of one head (a CPU simulation of 16 documents at 32K: 3 % of
+    # tail idle -> 1 %).
+    key_major: bool = False
     # Q/dO pipeline stages. 1 frees the smem that lets D = 256 stage dQ in fp32 smem and add it
     # with the bulk reduce (two stages leave it per-thread fp32 atomics); the host's default for
     # D = 256 since the H200 A/B (default_qdo_stages).
@@ -200,6 +216,8 @@ class BwdConfig:
         if self.persistent_ctas < 0 or (self.persistent_ctas and self.deterministic):
             raise ValueError(f"persistent_ctas: expected 0, or > 0 with deterministic=False, found "
                              f"{self.persistent_ctas} (deterministic={self.deterministic})")
+        if self.key_major and not self.persistent_ctas:
+            raise ValueError("key_major: expected only with a persistent grid (persistent_ctas > 0)")
 
     @property
     def persistent(self) -> bool:
@@ -460,11 +478,16 @@ class FlashMaskBwdSm90:
         return grid.mK.shape[2] if const_expr(self.cfg.gqa_in_cta) else grid.num_h
 
     def _tile_of(self, t, grid, seqlen_k):
-        """Linear tile index -> (n_blk, grid y, batch): a head's key tiles consecutive, lowest
-        (under causal masks the heaviest) first; y is the query head (KV head with gqa_in_cta)."""
+        """Linear tile index -> (n_blk, grid y, batch), lowest key tile (under causal masks the
+        heaviest) first: a head's key tiles consecutive, or with ``key_major`` key tile n of every
+        head of a batch, then n + 1; y is the query head (KV head with gqa_in_cta)."""
         num_n = cute.ceil_div(seqlen_k, self.tile_n)
+        num_y = self._num_y(grid)
+        if const_expr(self.cfg.key_major):
+            rest = t // num_y
+            return rest % num_n, t - rest * num_y, rest // num_n
         rest = t // num_n
-        return t - rest * num_n, rest % self._num_y(grid), rest // self._num_y(grid)
+        return t - rest * num_n, rest % num_y, rest // num_y
 
     def _num_tiles(self, grid, seqlen_k, batch):
         return cute.ceil_div(seqlen_k, self.tile_n) * self._num_y(grid) * batch

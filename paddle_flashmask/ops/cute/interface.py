@@ -307,26 +307,27 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                     num_sms: int = 132):
     """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
-    from .flash_bwd_sm90 import (default_gqa_in_cta, default_persistent_ctas, default_qdo_stages,
-                                 default_row_ranges, default_rs_dkv)
+    from .flash_bwd_sm90 import (default_gqa_in_cta, default_key_major, default_persistent_ctas,
+                                 default_qdo_stages, default_row_ranges, default_rs_dkv)
 
     row_ranges = default_row_ranges(num_columns)
+    persistent_ctas = default_persistent_ctas(bool(deterministic), num_sms)
     return _backward_config(dtype, head_dim, bool(causal), num_columns, bool(gqa), bool(has_sink),
                             bool(deterministic), row_ranges, default_rs_dkv(head_dim),
-                            default_gqa_in_cta(bool(gqa)),
-                            default_persistent_ctas(bool(deterministic), num_sms),
-                            default_qdo_stages(head_dim))
+                            default_gqa_in_cta(bool(gqa)), persistent_ctas,
+                            default_qdo_stages(head_dim),
+                            persistent_ctas > 0 and default_key_major())
 
 
 @functools.lru_cache(maxsize=256)
 def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
-                     row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages):
+                     row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major):
     from .flash_bwd_sm90 import BwdConfig
 
     return BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
                      has_sink=has_sink, deterministic=deterministic, row_ranges=row_ranges,
                      rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta, persistent_ctas=persistent_ctas,
-                     qdo_stages=qdo_stages)
+                     qdo_stages=qdo_stages, key_major=key_major)
 
 
 def _lazy_builder(module: str, function: str) -> Callable[[Any], Any]:
