@@ -9,6 +9,8 @@ A CP iteration's time is the slowest rank's; times are medians over ``--iters`` 
 (the first call, which JIT-compiles the kernels, is timed separately). TFLOP/s count visible pairs
 only (fwd = 4·D·H·pairs, fwd+bwd = 3.5x fwd, DESIGN §7). Rank 0 writes JSON to ``$OUT`` (or
 ``--out``): plan balance, times, speed-up, throughput and the CP-vs-single-device error.
+``--profile``: after all timed runs, one more fwd+bwd of the best configuration under
+``torch.profiler`` on every rank (JSON ``profile``: device time per kernel name, busy time, wall span).
 """
 from __future__ import annotations
 
@@ -66,6 +68,9 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--out", default=None, help="JSON path (default $OUT/cp_scaling.json)")
+    p.add_argument("--profile", action="store_true",
+                   help="after the timed runs, profile one fwd+bwd of the best configuration on every "
+                        "rank (torch.profiler, CUDA activity; CPU ops under --smoke)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny CPU run: S=512, H=2, D=32, fp32, reference backend, gloo")
     args = p.parse_args(argv)
@@ -120,6 +125,55 @@ def timed(fn, clock: Clock, iters: int, warmup: int, collective: bool) -> dict:
         dist.all_reduce(f, op=dist.ReduceOp.MAX)
         first = float(f.item())
     return {"first_s": first, "median_s": statistics.median(times), "times_s": times}
+
+
+def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start_us, end_us)`` intervals, in seconds."""
+    busy, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            busy += end - max(start, reach)
+            reach = end
+    return busy * 1e-6
+
+
+def profile_step(fn, use_cuda: bool, top: int = 20, name_len: int = 60) -> dict:
+    """One call of ``fn`` under ``torch.profiler``: device time summed per kernel name (the ``top``
+    largest, names cut to ``name_len`` chars), device-busy time (union of the kernels' intervals:
+    NCCL runs beside compute), and the call's wall span (CUDA events around it on the current
+    stream). On CPU (smoke runs) the leaf CPU ops stand in for kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CUDA] if use_cuda else [ProfilerActivity.CPU]
+    if use_cuda:
+        torch.cuda.synchronize()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        if use_cuda:
+            begin.record()
+        fn()
+        if use_cuda:
+            end.record()
+            torch.cuda.synchronize()
+        wall = begin.elapsed_time(end) * 1e-3 if use_cuda else time.perf_counter() - t0
+    kind = DeviceType.CUDA if use_cuda else DeviceType.CPU
+    events = [e for e in prof.events() if e.device_type == kind
+              and not getattr(e, "is_user_annotation", False)
+              and (use_cuda or not e.cpu_children)]
+    per_name: dict[str, list] = {}
+    for e in events:
+        entry = per_name.setdefault(e.name, [0.0, 0])
+        entry[0] += e.time_range.elapsed_us() * 1e-6
+        entry[1] += 1
+    ranked = sorted(per_name.items(), key=lambda kv: -kv[1][0])
+    return {"activities": [str(a).split(".")[-1].lower() for a in activities],
+            "wall_span_s": wall, "device_events": len(events),
+            "device_busy_s": _busy_seconds([(e.time_range.start, e.time_range.end) for e in events]),
+            "kernel_time_sum_s": sum(t for t, _ in per_name.values()),
+            "top_kernels": [{"name": name[:name_len], "time_s": t, "calls": n} for name, (t, n) in ranked[:top]],
+            "other_kernels_s": sum(t for _, (t, _) in ranked[top:])}
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -262,6 +316,7 @@ def main(argv=None) -> dict:
         every = [None] * world
         dist.all_gather_object(every, local_t)
         variants.append({"strategy": strategy, "equal_chunks": equal, "plan_seconds": plan_s,
+                         "comm_groups_requested": groups,
                          "work_model": model, "chunk_size": cs, "balance_tolerance": tol,
                          "rank_local_phase_fwd_bwd_s": every,
                          "plan": {k: report[k] for k in ("rank_work", "imbalance", "rank_num_chunks",
@@ -302,6 +357,32 @@ def main(argv=None) -> dict:
     for name, g_cp, g_ref in zip(("dq", "dk", "dv"), grads_cp, grads_ref):
         errors[name] = rel_err(torch_cp.gather_sequence(g_cp, plan), g_ref)
 
+    profile = None
+    if args.profile:  # after every timed run, so the numbers above are untouched
+        plan_p, masks_p = make_plan(best["strategy"], best["equal_chunks"], best["comm_groups_requested"],
+                                    best["work_model"], best["chunk_size"], best["balance_tolerance"])
+        local_p = [torch_cp.shard_sequence(x, plan_p, rank).requires_grad_() for x in (q, k, v)]
+        dout_p = torch_cp.shard_sequence(dout, plan_p, rank)
+        dev_p = torch_cp.device_masks(plan_p, masks_p, device)
+
+        def cp_step():
+            out = torch_cp.context_parallel_attention(*local_p, plan_p, dev_p, backend=args.backend,
+                                                      comm_sms=best["comm_sms"])
+            return torch.autograd.grad(out, local_p, dout_p)
+
+        cp_step()  # warm (same shapes as the timed runs: nothing to compile)
+        dist.barrier()
+        mine = {"rank": rank, "local_rows": int(masks_p.rows.size),
+                "phase_pairs": [masks_p.local_work, *masks_p.remote_work],
+                "remote_phase_rows": [int(masks_p.rows.size if r is None else r.size)
+                                      for r in map(masks_p.phase_rows, range(len(masks_p.remote)))],
+                **profile_step(cp_step, use_cuda)}
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        profile = {"config": {k: best[k] for k in ("strategy", "equal_chunks", "comm_groups", "comm_sms",
+                                                   "work_model", "chunk_size", "balance_tolerance")},
+                   "ranks": every}
+
     result = {
         "benchmark": "context-parallel FlashMask attention, causal-document mask",
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
@@ -340,6 +421,8 @@ def main(argv=None) -> dict:
                          "cp_fwd_bwd": s / best["fwd_bwd"]["median_s"]},
         "max_rel_error_vs_single_device": errors,
     }
+    if profile is not None:
+        result["profile"] = profile
     if rank == 0:
         out_path = args.out or os.path.join(os.environ.get("OUT", "bench/results"), "cp_scaling.json")
         os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)

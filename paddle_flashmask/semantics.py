@@ -255,6 +255,35 @@ def count_visible_pairs(startend_row_indices: Any, causal: bool, seqlen_q: Optio
     return visible if per_column else visible.sum(axis=2)
 
 
+def rows_with_visible_keys(startend_row_indices: Any, causal: bool,
+                           seqlen_q: Optional[int] = None) -> np.ndarray:
+    """bool ``[B, Hm, Sq]``: True where query row i sees at least one key. ``seqlen_q`` defaults to Sk.
+
+    O(Sq + Sk) per (b, hm), no dense mask: every threshold of :func:`element_masked` on the row of
+    column j (the band ends and :func:`causal_first_row`) cuts ``[0, Sq)`` into at most 5 runs on
+    which the column's visibility is constant; each visible run adds +1 / -1 to a difference array
+    over the rows, whose running sum counts the keys a row sees.
+    """
+    idx = _to_numpy(startend_row_indices).astype(np.int64)
+    b, hm, sk, c = idx.shape
+    sq = sk if seqlen_q is None else int(seqlen_q)
+    bands = band_bounds([idx[..., k] for k in range(c)], causal)
+    cols = np.broadcast_to(np.arange(sk, dtype=np.int64), (b, hm, sk))
+    cuts = [np.zeros_like(cols), np.full_like(cols, sq)]
+    cuts += [np.broadcast_to(x, cols.shape) for x in bands if x is not None]
+    if causal:
+        cuts.append(np.broadcast_to(causal_first_row(cols, sq, sk), cols.shape))
+    cuts = np.sort(np.clip(np.stack(cuts, axis=-1), 0, sq), axis=-1)  # [B, Hm, Sk, P]
+    lo, hi = cuts[..., :-1], cuts[..., 1:]
+    per_run = Bands(*(None if x is None else x[..., None] for x in bands))
+    visible = (lo < hi) & ~element_masked(lo, cols[..., None], per_run, causal, sk - sq)
+    flat = np.arange(b * hm, dtype=np.int64).reshape(b, hm, 1, 1) * (sq + 1)
+    size, weight = b * hm * (sq + 1), visible.ravel().astype(np.float64)
+    diff = (np.bincount((flat + lo).ravel(), weight, size)
+            - np.bincount((flat + hi).ravel(), weight, size)).astype(np.int64)  # exact integers
+    return np.cumsum(diff.reshape(b, hm, sq + 1)[..., :sq], axis=-1) > 0
+
+
 def head_pairs(pairs_per_mask_head: np.ndarray, num_heads: int) -> int:
     """Sum ``[B, Hm]`` pair counts over the ``num_heads`` query heads that use them."""
     hm = pairs_per_mask_head.shape[1]

@@ -57,6 +57,11 @@ def mask_zoo(s: int):
     for causal, c in FORMS:
         zoo.append((f"random_{'causal' if causal else 'bidir'}_c{c}",
                     random_indices(rng, 1, 1, s, causal, c), causal))
+    # only keys 0 and 1, seen by rows [s // 5, s): ranks without them have no local work, and their
+    # one remote phase (the first merged, into nothing) covers a strict subset of their rows
+    first_keys = np.zeros((1, 1, s, 2), dtype=np.int32)
+    first_keys[0, 0, :2] = (s, s // 5)
+    zoo.append(("first_keys_only", first_keys, False))
     return zoo
 
 
@@ -71,15 +76,18 @@ def assemble_local_dense(idx, causal, plan, rank):
     b, hm = m.local.shape[:2]
     seen = np.zeros((b, hm, n, plan.seqlen), dtype=np.int64)
     c_global = explicit_indices(idx, causal, plan.seqlen)[0].shape[-1]
-    phases = [(m.local, m.rows, m.local_causal, c_global)]
-    phases += [(r, plan.group_positions(g), False, m.num_columns) for g, r in enumerate(m.remote)]
+    everyone = np.arange(n)
+    phases = [(m.local, m.rows, m.local_causal, c_global, everyone)]
+    phases += [(r, plan.group_positions(g), False, m.num_columns,
+                everyone if m.phase_rows(g) is None else m.phase_rows(g)) for g, r in enumerate(m.remote)]
+    assert len(m.remote_rows) == len(m.remote)
     assert m.local_causal == explicit_indices(idx, causal, plan.seqlen)[1]  # the local phase keeps the form
-    for local_idx, keys, phase_causal, c in phases:
+    for local_idx, keys, phase_causal, c, phase_rows in phases:
         assert local_idx.dtype == np.int32 and local_idx.shape[-1] == c
-        dense = sem.to_dense(local_idx, phase_causal, n)  # also validates values in [0, n]
+        dense = sem.to_dense(local_idx, phase_causal, phase_rows.size)  # also validates values
         real = keys >= 0
         assert not dense[..., ~real].any(), "a padding column is visible"
-        np.add.at(seen, (slice(None), slice(None), slice(None), keys[real]), dense[..., real])
+        np.add.at(seen, (slice(None), slice(None), phase_rows[:, None], keys[real][None, :]), dense[..., real])
     assert seen.max(initial=0) <= 1, "a key is attended in two phases"
     return m, seen.astype(bool)
 
@@ -99,6 +107,72 @@ def test_local_masks_equal_global_rows(world, chunk):
             np.testing.assert_array_equal(local, expect, err_msg=f"{name} rank {r}")
             assert m.local_work + sum(m.remote_work) == plan.rank_work()[r], name
         np.testing.assert_array_equal(covered, 1, err_msg=f"{name}: rows not owned exactly once")
+
+
+@pytest.mark.parametrize("world,chunk,groups", [(2, 4, 2), (3, 5, 2), (4, 3, 3)])
+def test_remote_phases_keep_only_rows_that_see_their_keys(world, chunk, groups):
+    """``remote[g]`` on the rows ``remote_rows[g]`` equals the full-row phase's dense mask restricted
+    to those rows, the other rows see nothing there, the subset is exactly the rows with a visible
+    key, and ``None`` (no gather) stands for all rows. The (2, 4, 2) and (4, 3, 3) plans are the
+    multi-process tests' plans (S = 45): they must contain strict, empty and all-row phases, and a
+    rank whose first merged phase is a strict subset (no local work)."""
+    from paddle_flashmask.distributed.planner import remote_positions
+    s = 45
+    kinds = set()
+    for name, idx, causal in mask_zoo(s):
+        plan = plan_context_parallel(idx, causal, world, seqlen=s, chunk_size=chunk, comm_groups=groups)
+        full_idx, full_causal = explicit_indices(idx, causal, s)
+        for r in range(world):
+            m = local_masks(idx, causal, plan, r)
+            rows = plan.local_rows(r)
+            for g, pos in enumerate(remote_positions(plan, r)):
+                full = sem.to_dense(rewrite_indices(full_idx, full_causal, rows, pos, s), False, rows.size)
+                sees = full.any(axis=(0, 1, 3))
+                sub = m.phase_rows(g)
+                msg = f"{name} rank {r} group {g}"
+                assert m.remote_work[g] == int(full.sum()), msg
+                if sub is None:
+                    assert sees.all(), msg
+                    np.testing.assert_array_equal(sem.to_dense(m.remote[g], False, rows.size), full, msg)
+                    kinds.add("all")
+                    continue
+                assert sub.dtype == np.int64 and not sees.all(), msg
+                np.testing.assert_array_equal(sub, np.nonzero(sees)[0], msg)
+                np.testing.assert_array_equal(sem.to_dense(m.remote[g], False, sub.size), full[:, :, sub], msg)
+                assert not full[:, :, np.setdiff1d(np.arange(rows.size), sub)].any(), msg
+                kinds.add("strict" if sub.size else "empty")
+                if sub.size and m.local_work == 0 and min(np.nonzero(m.remote_work)[0]) == g:
+                    kinds.add("first_phase_strict")
+    want = {"all", "strict", "empty"} | ({"first_phase_strict"} if world != 3 else set())
+    assert want <= kinds, kinds
+
+
+@pytest.mark.parametrize("causal,c", FORMS)
+def test_restrict_rows_is_exact(causal, c):
+    """Random rewritten phases (any row subset, shuffled keys, padding): the restricted indices on
+    the kept rows give the same dense mask, every dropped row sees nothing, padding stays masked."""
+    from paddle_flashmask.distributed import restrict_rows
+    rng = np.random.default_rng(31 + c)
+    seen_none = seen_subset = False
+    for trial in range(40):
+        s = int(rng.integers(1, 30))
+        idx = random_indices(rng, 2, 2, s, causal, c)
+        rows = np.sort(rng.choice(s, size=int(rng.integers(0, s + 1)), replace=False))
+        keys = rng.choice(np.concatenate([np.arange(s), np.full(3, PAD)]), size=int(rng.integers(0, min(s, 8))),
+                          replace=False)
+        phase = rewrite_indices(idx, causal, rows, keys, s)
+        dense = sem.to_dense(phase, False, rows.size)
+        kept, restricted = restrict_rows(phase, rows.size)
+        if kept is None:
+            seen_none = True
+            assert restricted is phase and dense.any(axis=(0, 1, 3)).all()
+            continue
+        seen_subset = True
+        assert restricted.dtype == np.int32 and restricted.shape == phase.shape
+        np.testing.assert_array_equal(sem.to_dense(restricted, False, kept.size), dense[:, :, kept])
+        np.testing.assert_array_equal(np.sort(np.concatenate([kept, np.nonzero(~dense.any(axis=(0, 1, 3)))[0]])),
+                                      np.arange(rows.size))
+    assert seen_none and seen_subset
 
 
 def test_gathered_indices_single_call_equivalence():
@@ -524,7 +598,7 @@ def test_torch_cp_four_ranks(tmp_path):
 # with GQA, and plain causal attention.
 # ------------------------------------------------------------------------------------------------
 
-PADDLE_CASES = ("causal_document", "random_bidir_c4", "plain_causal", "random_causal_c2")
+PADDLE_CASES = ("causal_document", "random_bidir_c4", "plain_causal", "random_causal_c2", "first_keys_only")
 
 
 def _paddle_worker(s, chunk, path):
@@ -599,13 +673,19 @@ def test_bench_cp_scaling_smoke(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "cp.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           os.path.join(root, "bench", "cp_scaling.py"), "--smoke", "--out", str(out)]
+           os.path.join(root, "bench", "cp_scaling.py"), "--smoke", "--profile", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["world_size"] == 2 and result["backend"] == "reference"
     assert result["plan"]["imbalance"] <= 0.05
     assert max(result["max_rel_error_vs_single_device"].values()) <= 1e-5
+    ranks = result["profile"]["ranks"]  # --profile: one more fwd+bwd per rank (CPU ops here)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        assert 0 < r["device_busy_s"] <= r["kernel_time_sum_s"] + 1e-9 and r["wall_span_s"] > 0
+        assert 0 < len(r["top_kernels"]) <= 20 and all(len(k["name"]) <= 60 for k in r["top_kernels"])
+        assert len(r["phase_pairs"]) == 1 + len(r["remote_phase_rows"])
 
 
 def test_paddle_cp_two_ranks(tmp_path):

@@ -124,3 +124,38 @@ def test_validate_property(sq, sk, value, form):
     else:
         with pytest.raises(ValueError, match="startend_row_indices"):
             sem.validate(idx, causal, sq, sk)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(FORMS), st.integers(0, 40), st.integers(0, 40), st.integers(0, 2**31 - 1))
+def test_rows_with_visible_keys_matches_dense(form, sq, sk, seed):
+    """Every (causal, C) form, Sq != Sk, fully masked rows (bands covering many columns)."""
+    causal, c = form
+    rng = np.random.default_rng(seed)
+    idx = random_indices(rng, 2, 3, sq, sk, causal, c)
+    if sk and rng.random() < 0.5:  # mask every column for a run of rows: fully masked rows
+        r0 = int(rng.integers(0, sq + 1)); r1 = int(rng.integers(r0, sq + 1))
+        if causal:
+            idx[..., 0] = np.minimum(idx[..., 0], r0) if c == 1 else r0
+            if c == 2:
+                idx[..., 1] = r1
+        else:
+            idx[..., 0] = r0 if c == 4 else np.minimum(idx[..., 0], r0)
+            if c == 4:
+                idx[..., 1] = r1
+    got = sem.rows_with_visible_keys(idx, causal, sq)
+    assert got.dtype == bool and got.shape == (2, 3, sq)
+    want = sem.to_dense(idx, causal, sq).any(axis=3) if sk else np.zeros((2, 3, sq), dtype=bool)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_rows_with_visible_keys_examples():
+    # causal documents [3, 5] and a padding tail of 2 in S = 10: the padding rows see nothing
+    lts = np.array([3, 3, 3, 8, 8, 8, 8, 8, 8, 8], dtype=np.int32).reshape(1, 1, 10, 1)
+    lts[..., 8:, :] = 0  # padding keys masked for every row
+    got = sem.rows_with_visible_keys(lts, True)[0, 0]
+    np.testing.assert_array_equal(got, [True] * 8 + [False] * 2)
+    # bidirectional LTS = 0 everywhere: nothing visible; Sq > Sk causal: the top rows see nothing
+    assert not sem.rows_with_visible_keys(np.zeros((1, 1, 4, 2), np.int32), False, 6).any()
+    top = sem.rows_with_visible_keys(np.full((1, 1, 3, 1), 5, np.int32), True, 5)[0, 0]
+    np.testing.assert_array_equal(top, [False, False, True, True, True])

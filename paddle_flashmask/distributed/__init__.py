@@ -12,7 +12,8 @@ from typing import Any
 
 from .planner import (PAD, ContextParallelPlan, RankMasks, assign_lpt, balance_report, chunk_work,
                       explicit_indices, gathered_indices, improve_assignment, local_form, local_masks,
-                      plan_context_parallel, rewrite_indices, rewrite_local_indices, window_indices)
+                      plan_context_parallel, restrict_rows, rewrite_indices, rewrite_local_indices,
+                      window_indices)
 
 _LAZY = {"torch_cp": ".torch_cp", "paddle_cp": ".paddle_cp"}
 
@@ -26,4 +27,4 @@ def __getattr__(name: str) -> Any:
 __all__ = ["PAD", "ContextParallelPlan", "RankMasks", "assign_lpt", "balance_report", "chunk_work",
            "explicit_indices", "gathered_indices",
            "improve_assignment", "local_form", "local_masks", "plan_context_parallel",
-           "rewrite_indices", "rewrite_local_indices", "window_indices"]
+           "restrict_rows", "rewrite_indices", "rewrite_local_indices", "window_indices"]

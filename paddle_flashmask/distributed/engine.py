@@ -9,16 +9,19 @@ Forward on rank r (local rows R, the plan's comm groups g = 0..G-1):
      every row) and launch async all-gathers of K and V per comm group (NCCL runs them on its own
      stream, in order); with no comm group (no rank sees another's keys) nothing is sent;
   2. attend R x own keys (no communication needed) while the gathers are in flight;
-  3. for each group: wait for its gather, attend R x the group's keys (own keys masked there), and
-     merge the partial result into the running output with its log-sum-exp;
+  3. for each group: wait for its gather, attend the rows that see the group's keys
+     (``masks.remote_rows[g]``, gathered from R; all of R when None) x the group's keys (own keys
+     masked there), and merge the partial result into those rows of the running output with its
+     log-sum-exp;
   4. add the learnable sink (one more term of the denominator) once, at the end.
 Phases whose rewritten mask has no visible pair are not computed (their gathers still complete).
 
 Backward: every phase's gradient comes from the backend backward called with the *merged* output
 and LSE (``P = exp(S - LSE)`` is then the true probability restricted to the phase's keys, and
 ``rowsum(dO * O)`` the true correction term), so no gradient ever flows through a partial LSE --
-the kernels' backward does not take one. Each gathered group's dK/dV is reduce-scattered as soon as
-it is computed, overlapping the next phase; the sink gradient is computed from the merged LSE.
+the kernels' backward does not take one. A remote phase runs on its row subset (dO, O, LSE and q
+gathered, dq added into those rows). Each gathered group's dK/dV is reduce-scattered as soon as it
+is computed, overlapping the next phase; the sink gradient is computed from the merged LSE.
 """
 from __future__ import annotations
 
@@ -61,9 +64,14 @@ def plan_for_rank(startend_row_indices: Any, causal: bool, world_size: int, rank
 
 
 class PhaseIndices(NamedTuple):
-    """Device tensors of a rank's rewritten indices, one per phase (None = phase skipped)."""
+    """Device tensors of a rank's rewritten indices, one per phase (None = phase skipped), and of
+    each remote phase's query rows (int64 local rows; None = every row)."""
     local: Any
     remote: tuple[Any, ...]
+    remote_rows: tuple[Any, ...] = ()
+
+    def phase_rows(self, group: int) -> Any:
+        return self.remote_rows[group] if self.remote_rows else None
 
 
 class ShardMaps(NamedTuple):
@@ -111,8 +119,11 @@ def device_masks(plan: ContextParallelPlan, masks: RankMasks, rank: int, to_indi
         raise ValueError(f"masks: expected the masks of rank {rank} of this plan "
                          f"({plan.local_rows(rank).size} rows), found masks of other rows "
                          f"({masks.rows.size} rows)")
+    active = [w > 0 for w in masks.remote_work]
     phase = PhaseIndices(to_indices(masks.local) if masks.local_work > 0 else None,
-                         tuple(to_indices(m) if w > 0 else None for m, w in zip(masks.remote, masks.remote_work)))
+                         tuple(to_indices(m) if a else None for m, a in zip(masks.remote, active)),
+                         tuple(to_rows(masks.phase_rows(g)) if a and masks.phase_rows(g) is not None
+                               else None for g, a in enumerate(active)))
     host = shard_maps(plan, rank)
     maps = ShardMaps(*(None if a is None else to_rows(a) for a in host[:2]), host.uncommunicated)
     return DeviceMasks(masks, phase, maps)
@@ -194,10 +205,12 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
         kg, vg = adapter.batch_first(k_gathered), adapter.batch_first(v_gathered)
         state.gathered.append((kg, vg))
         later_in_flight = g + 1 < len(pending)
-        out, lse, _ = backend_ops.run_fwd(backend, q, kg, vg, phase_idx.remote[g], None, causal=False,
+        rows = phase_idx.phase_rows(g)
+        q_g = q if rows is None else adapter.index_rows(q, rows, 1)
+        out, lse, _ = backend_ops.run_fwd(backend, q_g, kg, vg, phase_idx.remote[g], None, causal=False,
                                           softmax_scale=softmax_scale,
                                           reserved_sms=reserved_sms if later_in_flight else 0)
-        acc.add(out, lse)
+        acc.add(out, lse, rows)
     if learnable_sink is not None:
         acc.add_sink(learnable_sink)
     out, lse = acc.result()
@@ -209,7 +222,8 @@ class _Merge:
 
     The weights are computed on the small ``[B, H, R]`` LSE tensors in fp32; the output is updated
     with one ``lerp`` per phase (``O + w (o - O)`` with ``w`` the new phase's share), so merging
-    costs one pass over the output in its own dtype (fp32 math inside, one rounding).
+    costs one pass over the output in its own dtype (fp32 math inside, one rounding). A phase on a
+    row subset reads and writes back only those rows (in place).
     """
 
     def __init__(self, adapter, q, head_dim_v: int) -> None:
@@ -232,16 +246,31 @@ class _Merge:
         m = a.where(m == -math.inf, a.zeros_like(m), m)  # two empty rows: shift by 0, not -inf
         return m + a.log(a.exp(x - m) + a.exp(y - m))
 
-    def add(self, out, lse) -> None:
-        if self.out is None:  # first phase: taken as is
-            self.out, self.lse = out, lse
-            return
+    def _merged(self, old_out, old_lse, out, lse):
         a = self.a
-        new_lse = self._logaddexp(self.lse, lse)
+        new_lse = self._logaddexp(old_lse, lse)
         shift = a.where(new_lse == -math.inf, a.zeros_like(new_lse), new_lse)
         share = a.exp(lse - shift)  # the new phase's share of every row; 0 for an empty row
-        self.out = a.lerp(self.out, out, a.cast(a.lse_to_rows(share), out))
-        self.lse = new_lse
+        return a.lerp(old_out, out, a.cast(a.lse_to_rows(share), out)), new_lse
+
+    def add(self, out, lse, rows=None) -> None:
+        """Merge a phase's ``(out [B, n, H, Dv], lse [B, H, n])`` of the local rows ``rows``
+        (device int64 ``[n]``; None = every row)."""
+        a = self.a
+        if rows is None:
+            if self.out is None:  # first phase: taken as is
+                self.out, self.lse = out, lse
+            else:
+                self.out, self.lse = self._merged(self.out, self.lse, out, lse)
+            return
+        if self.out is None:  # first phase: the other rows have seen nothing yet
+            self.result()
+            new_out, new_lse = out, lse
+        else:
+            new_out, new_lse = self._merged(a.index_rows(self.out, rows, 1), a.index_rows(self.lse, rows, 2),
+                                            out, lse)
+        self.out = a.put_rows(self.out, rows, 1, a.cast(new_out, self.out))
+        self.lse = a.put_rows(self.lse, rows, 2, new_lse)
 
     def add_sink(self, sink) -> None:
         a = self.a
@@ -273,10 +302,19 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
         else:
             kg, vg = state.gathered[g]
             state.gathered[g] = None  # free this group's K/V as soon as its backward is queued
-            dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout, q, kg, vg, out, lse, phase_idx.remote[g],
-                                                      None, None, causal=False, softmax_scale=softmax_scale,
-                                                      deterministic=deterministic)
-            dq = accumulate(dq, dq_g)
+            rows = phase_idx.phase_rows(g)
+            dout_g, q_g, out_g, lse_g = (dout, q, out, lse) if rows is None else (
+                adapter.index_rows(dout, rows, 1), adapter.index_rows(q, rows, 1),
+                adapter.index_rows(out, rows, 1), adapter.index_rows(lse, rows, 2))
+            dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout_g, q_g, kg, vg, out_g, lse_g,
+                                                      phase_idx.remote[g], None, None, causal=False,
+                                                      softmax_scale=softmax_scale, deterministic=deterministic)
+            if rows is None:
+                dq = accumulate(dq, dq_g)
+            else:  # only the phase's rows change
+                if dq is None:
+                    dq = adapter.cast(adapter.zeros(tuple(int(x) for x in q.shape), q), dq_g)
+                dq = adapter.add_rows(dq, rows, 1, dq_g)
             dk_g, dv_g = adapter.rows_first(dk_g), adapter.rows_first(dv_g)
         pending.append((adapter.reduce_scatter(dk_g), adapter.reduce_scatter(dv_g)))
     dk_local = dv_local = None

@@ -94,6 +94,16 @@ class PaddleAdapter:
             shard = self.paddle.index_select(shard, local_to_shard, axis=0)
         return self.paddle.transpose(shard, [1, 0, 2, 3])
 
+    def index_rows(self, x, index, dim: int):
+        return self.paddle.index_select(x, index, axis=dim)
+
+    def put_rows(self, x, index, dim: int, src):  # in place (set_value), returns x
+        x[(slice(None),) * dim + (index,)] = src
+        return x
+
+    def add_rows(self, x, index, dim: int, src):  # in place, distinct indices, returns x
+        return x.index_add_(index, dim, src)
+
     def zeros(self, shape, like):
         return self.paddle.zeros(list(shape), dtype="float32").to(like.place)
 

@@ -39,6 +39,11 @@ The *local* phase (local rows against the same rows as keys) keeps the causal fo
 keys taken from one ascending subsequence, ``i >= j`` locally exactly when ``r_i >= r_j`` globally
 (Sq = Sk), so the diagonal needs no band and every column value just goes through ``L``
 (:func:`rewrite_local_indices`). The kernels then run their native causal path there.
+
+A remote phase (local rows against a gathered group's keys) usually concerns few rows -- those of
+split documents. Its indices are restricted to the local rows that see one of its keys
+(:func:`restrict_rows`, the same ``L`` step once more with that row subset), so its kernels, merges
+and dq updates touch only those rows.
 """
 from __future__ import annotations
 
@@ -597,8 +602,12 @@ class RankMasks(NamedTuple):
 
     ``local``: indices for local Q x local K (columns = ``rows``: a rank first attends to its own
     tokens, which need no communication), in the global (causal, C) form (``local_causal``).
-    ``remote[g]``: indices for local Q x gathered group g (columns = ``plan.group_positions(g)``,
-    own columns masked because the local phase already covered them).
+    ``remote[g]``: indices for the query rows ``remote_rows[g]`` x gathered group g (columns =
+    ``plan.group_positions(g)``, own columns masked because the local phase already covered them).
+    ``remote_rows[g]``: ascending local rows that see at least one key of group g (in any batch or
+    mask head); ``remote[g]`` is written in their coordinates (``seqlen_q = len(remote_rows[g])``),
+    the other local rows see nothing there. ``None`` = every local row (no gather needed); an empty
+    tuple (masks built by hand) means ``None`` for every group.
     ``local_work`` / ``remote_work[g]``: visible pairs of each phase (0 = the phase can be skipped).
     """
     rows: np.ndarray
@@ -608,6 +617,28 @@ class RankMasks(NamedTuple):
     remote_work: tuple[int, ...]
     num_columns: int          # C of the remote phases' (bidirectional) indices
     local_causal: bool = False  # the local phase's form (the global one; see the module docstring)
+    remote_rows: tuple[Optional[np.ndarray], ...] = ()
+
+    def phase_rows(self, group: int) -> Optional[np.ndarray]:
+        """``remote_rows[group]`` (``None`` = every local row)."""
+        return self.remote_rows[group] if self.remote_rows else None
+
+
+def restrict_rows(indices: np.ndarray, seqlen_q: int) -> tuple[Optional[np.ndarray], np.ndarray]:
+    """Drop the query rows that see no key from bidirectional (``causal=False``) indices.
+
+    Returns ``(rows, indices')``: ``rows`` = ascending rows that see a key in any batch or mask head
+    (:func:`semantics.rows_with_visible_keys`), ``indices'`` the same mask in their coordinates
+    (value ``x`` -> number of kept rows ``< x``: exact, as in :func:`rewrite_indices`, since a
+    sorted subsequence meets a band in one run and dropped rows see nothing). ``(None, indices)``
+    when every row is kept; a column masked for every row stays masked for every kept row.
+    """
+    keep = sem.rows_with_visible_keys(indices, False, seqlen_q).any(axis=(0, 1))
+    if keep.all():
+        return None, indices
+    rows = np.nonzero(keep)[0].astype(np.int64)
+    out = np.searchsorted(rows, np.asarray(indices, dtype=np.int64), side="left")
+    return rows, np.ascontiguousarray(out.astype(np.int32))
 
 
 def rewrite_local_indices(startend_row_indices: Any, causal: bool, local_rows: np.ndarray) -> np.ndarray:
@@ -637,18 +668,21 @@ def remote_positions(plan: ContextParallelPlan, rank: int) -> list[np.ndarray]:
 
 def local_masks(startend_row_indices: Any, causal: bool, plan: ContextParallelPlan,
                 rank: int) -> RankMasks:
-    """Rewrite the global indices for ``rank``: one local phase plus one per comm group."""
+    """Rewrite the global indices for ``rank``: one local phase plus one per comm group, each
+    remote phase restricted to the local rows that see its keys (:func:`restrict_rows`)."""
     idx, causal = explicit_indices(startend_row_indices, causal, plan.seqlen)
     if not 0 <= rank < plan.world_size:
         raise ValueError(f"rank: expected in [0, {plan.world_size}), found {rank}")
     rows = plan.local_rows(rank)
     local = rewrite_local_indices(idx, causal, rows)
-    remote, remote_work = [], []
+    remote, remote_rows, remote_work = [], [], []
     for pos in remote_positions(plan, rank):
-        remote.append(rewrite_indices(idx, causal, rows, pos, plan.seqlen))
-        remote_work.append(_pairs(remote[-1], rows.size))
+        subset, phase = restrict_rows(rewrite_indices(idx, causal, rows, pos, plan.seqlen), rows.size)
+        remote.append(phase)
+        remote_rows.append(subset)
+        remote_work.append(_pairs(phase, rows.size if subset is None else subset.size))
     return RankMasks(rows, local, tuple(remote), _pairs(local, rows.size, causal), tuple(remote_work),
-                     local_form(causal, idx.shape[3]), causal)
+                     local_form(causal, idx.shape[3]), causal, tuple(remote_rows))
 
 
 def gathered_indices(startend_row_indices: Any, causal: bool, plan: ContextParallelPlan,

@@ -97,6 +97,18 @@ class TorchAdapter:
             shard = shard.index_select(0, local_to_shard)
         return shard.permute(1, 0, 2, 3)
 
+    def index_rows(self, x, index, dim: int):
+        """The rows ``index`` (int64 device tensor) of dim ``dim`` (a copy)."""
+        return x.index_select(dim, index)
+
+    def put_rows(self, x, index, dim: int, src):
+        """``x[..., index, ...] = src`` along ``dim``, in place; returns ``x``."""
+        return x.index_copy_(dim, index, src)
+
+    def add_rows(self, x, index, dim: int, src):
+        """``x[..., index, ...] += src`` along ``dim`` (distinct indices), in place; returns ``x``."""
+        return x.index_add_(dim, index, src)
+
     def zeros(self, shape, like):
         return self.torch.zeros(tuple(shape), dtype=self.torch.float32, device=like.device)
 
