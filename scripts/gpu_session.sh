@@ -230,7 +230,29 @@ $(bench_ab 70 "--cases 4 --systems paddle_flashmask,fa4" d256_two_stages d256_on
 $(pack_logs 11)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11"
+call12() {
+  emit "call 12 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP with remote phases on their visible rows only (per-rank kernel profile); skipping test with do_bench-style timing + GPU timeline, default (GPU 0) vs key-major backward claims (GPU 1, then its oracle check); D=256 benchmark rows next to FA4 (GPU 0); precompile the GPU suite (GPU 1) [<= 9.5 min]" \
+    nvidia-h200-x2 590 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 120 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0,1 --chunk-sizes 1024 --comm-sms 4 --balance-tolerances 0.02,0.05 --profile > $OUT/cp_scaling.log 2>&1; tail -n 5 $OUT/cp_scaling.log
+( export CUDA_VISIBLE_DEVICES=0; PFM_GPU_REPORT=$OUT/skip.json timeout -s INT -k 10 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py > $OUT/skip.log 2>&1; timeout -s INT -k 10 150 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag cases4 > $OUT/bench_cases4.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_BWD_KEY_MAJOR=1; PFM_GPU_REPORT=$OUT/skip_key_major.json timeout -s INT -k 10 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py > $OUT/skip_km.log 2>&1; timeout -s INT -k 10 70 python3 tests/gpu/bwd_check.py --quick --json-name bwd_key_major.json > $OUT/bwd_km.log 2>&1; timeout -s INT -k 10 110 python3 tests/gpu/precompile.py --jobs 14 > $OUT/precompile.log 2>&1 ) &
+wait; tail -n 2 $OUT/skip.log $OUT/skip_km.log $OUT/bwd_km.log $OUT/precompile.log; grep -h -E "paddle_flashmask|fa4 " $OUT/bench_cases4.log | grep -v "^{"'"
+$(pack_logs 12)"
+}
+
+call13() {
+  emit "call 13 (session 5, right after call 12, same warm machine) - GPU suite at the session-5 defaults (GPU 1) || backward check with timings and determinism (GPU 0) [<= 8 min]" \
+    nvidia-h200-x2 480 '[".devtools"]' \
+"$PRELUDE"'
+( export CUDA_VISIBLE_DEVICES=1; PT=""; python3 -c "import pytest_timeout" 2>/dev/null && PT="--timeout 240"; timeout -s INT -k 20 420 python3 -m pytest -v -rfE --durations=15 -p no:cacheprovider $PT tests/gpu > $OUT/pytest_gpu.log 2>&1; echo "pytest exit $?" >> $OUT/pytest_gpu.log ) &
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 250 python3 tests/gpu/bwd_check.py --bench > $OUT/bwd_check.log 2>&1 ) &
+wait; tail -n 25 $OUT/pytest_gpu.log; tail -n 3 $OUT/bwd_check.log'"
+$(pack_logs 13)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -278,8 +300,19 @@ for i, call in enumerate(calls):
             errors.append(f"{name}: not under timeout: {line.strip()[:120]}")
     # the call's own time limits (limit + kill grace, summed) end before the run tool's limit,
     # leaving 15 s for sourcing/unpacking the DSL: our timeouts fire first, $OUT comes back
-    bounded = sum(int(n) + int(k or 0) for k, n in
-                  re.findall(r"(?<![-\w])timeout (?:-s \w+ )?(?:-k (\d+) )?(\d+)", cmd))
+    # lanes run side by side (consecutive `( ... ) &` lines up to a `wait`) count as the longest
+    def limits(text):
+        return sum(int(n) + int(k or 0) for k, n in
+                   re.findall(r"(?<![-\w])timeout (?:-s \w+ )?(?:-k (\d+) )?(\d+)", text))
+    bounded, lanes = 0, []
+    for line in cmd.splitlines():
+        if line.startswith("(") and line.rstrip().endswith("&"):
+            lanes.append(limits(line))
+            continue
+        if lanes and line.startswith("wait"):
+            bounded, lanes = bounded + max(lanes), []
+        bounded += limits(line)
+    bounded += sum(lanes)
     if bounded + 15 > call["timeout_s"]:
         errors.append(f"{name}: its timeouts add up to {bounded} s + 15 s staging > timeout_s {call['timeout_s']}")
     # the scripts exist and accept the flags we pass (their argparse source names each flag)
@@ -395,10 +428,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -86,6 +86,11 @@ class ShardMaps(NamedTuple):
     shard_src: Optional[np.ndarray]       # [comm_len] local row feeding each position; pad -> R
     local_to_shard: Optional[np.ndarray]  # [R] position of each local row; comm_len = not sent
     uncommunicated: bool = False
+    # The communicated positions that hold a local row (not padding) and that row: the backward
+    # adds the reduce-scattered dK/dV of those rows only into the local phase's, instead of
+    # expanding them to every local row first.
+    sent_positions: Optional[np.ndarray] = None  # [n_sent] positions in [0, comm_len)
+    sent_rows: Optional[np.ndarray] = None       # [n_sent] their local rows
 
 
 def shard_maps(plan: ContextParallelPlan, rank: int) -> ShardMaps:
@@ -98,7 +103,8 @@ def shard_maps(plan: ContextParallelPlan, rank: int) -> ShardMaps:
     if src.size == n_local and np.array_equal(src, np.arange(n_local)):
         return ShardMaps(None, None)
     return ShardMaps(np.where(real, src, n_local), local_to_shard,
-                     bool((local_to_shard == comm_len).any()))
+                     bool((local_to_shard == comm_len).any()),
+                     np.nonzero(real)[0].astype(np.int64), src[real].astype(np.int64))
 
 
 class DeviceMasks(NamedTuple):
@@ -125,7 +131,8 @@ def device_masks(plan: ContextParallelPlan, masks: RankMasks, rank: int, to_indi
                          tuple(to_rows(masks.phase_rows(g)) if a and masks.phase_rows(g) is not None
                                else None for g, a in enumerate(active)))
     host = shard_maps(plan, rank)
-    maps = ShardMaps(*(None if a is None else to_rows(a) for a in host[:2]), host.uncommunicated)
+    maps = ShardMaps(*(None if a is None else to_rows(a) for a in host[:2]), host.uncommunicated,
+                     *(None if a is None else to_rows(a) for a in host[3:]))
     return DeviceMasks(masks, phase, maps)
 
 
@@ -330,9 +337,12 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
         communicated rows ([comm_len (+ 1 zero row), B, Hk, D] -> [B, R, Hk, D]) plus the local
         phase's; zeros when no row sees this rank's keys."""
         if pending:
+            parts = [w[which].wait() for w in pending]
+            if local is not None and maps.sent_rows is not None:  # only the sent rows change
+                sent = adapter.index_rows(adapter.concat_rows(parts), maps.sent_positions, 0)
+                return adapter.add_rows(local, maps.sent_rows, 1, adapter.batch_first(sent))
             pad = [adapter.zeros_rows_first(1, like)] if maps.uncommunicated else []
-            sent = adapter.unpack_shard(adapter.concat_rows([w[which].wait() for w in pending] + pad),
-                                        maps.local_to_shard)
+            sent = adapter.unpack_shard(adapter.concat_rows(parts + pad), maps.local_to_shard)
             return sent if local is None else local + sent
         return adapter.zeros(tuple(int(x) for x in like.shape), like) if local is None else local
 
