@@ -778,3 +778,30 @@ def test_torch_cp_leaves_sms_to_collectives_only_while_they_fly(single_rank_grou
         want = [0] * len(seen)
     assert seen == want, (seen, masks.local_work, masks.remote_work)
     assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("max_segments", [0, 32])
+def test_row_maps_slices_and_index_kernels_agree(monkeypatch, max_segments):
+    """take/put/add of a row set: the slice path (few runs) and the index-kernel path (fragmented
+    sets, MAX_SEGMENTS exceeded) give the same tensors as plain indexing, empty sets included."""
+    torch = pytest.importorskip("torch")
+    from paddle_flashmask.distributed import engine, torch_cp
+
+    monkeypatch.setattr(engine, "MAX_SEGMENTS", max_segments)
+    adapter = object.__new__(torch_cp.TorchAdapter)
+    adapter.torch = torch
+    gen = np.random.default_rng(max_segments)
+    for rows in (np.array([], dtype=np.int64), np.arange(3, 9), np.array([0, 1, 2, 7, 8, 15]),
+                 np.sort(gen.choice(20, 11, replace=False))):
+        rmap = engine.row_map(rows, lambda a: torch.from_numpy(np.asarray(a, dtype=np.int64)))
+        assert (rmap.segments is None) == (max_segments == 0 and rows.size > 0)
+        x = torch.randn(2, 20, 3, 4)
+        idx = torch.from_numpy(rows)
+        assert torch.equal(engine.take_rows(adapter, x, rmap, 1), x[:, idx])
+        src = torch.randn(2, rows.size, 3, 4)
+        want = x.clone()
+        want[:, idx] = src
+        assert torch.equal(engine.put_rows(adapter, x.clone(), rmap, 1, src), want)
+        want = x.clone()
+        want[:, idx] += src
+        assert torch.allclose(engine.add_rows(adapter, x.clone(), rmap, 1, src), want)

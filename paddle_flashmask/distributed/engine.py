@@ -35,6 +35,61 @@ from ..ops import arguments, backend as backend_ops
 from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel, window_indices
 
 COMM_SMS_ENV = "PADDLE_FLASHMASK_CP_COMM_SMS"
+# A row set of at most this many contiguous runs is read and written with slices (plain copies at
+# memory bandwidth); a more fragmented one with index kernels (several times slower per byte).
+MAX_SEGMENTS = 32
+
+
+class RowMap(NamedTuple):
+    """Rows of a local tensor (ascending positions of a compact tensor) on the device.
+
+    ``index``: int64 device tensor of the rows, in compact order. ``segments``: the same as
+    contiguous runs ``(row, compact offset, length)``, or None when there are more than
+    :data:`MAX_SEGMENTS` (then the index kernels are used)."""
+    index: Any
+    segments: Optional[tuple[tuple[int, int, int], ...]]
+
+
+def row_segments(rows: np.ndarray) -> Optional[tuple[tuple[int, int, int], ...]]:
+    """Contiguous runs ``(row, offset, length)`` of ``rows`` in order; None past MAX_SEGMENTS."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0:
+        return ()
+    starts = np.concatenate([[0], np.nonzero(np.diff(rows) != 1)[0] + 1])
+    if starts.size > MAX_SEGMENTS:
+        return None
+    ends = np.concatenate([starts[1:], [rows.size]])
+    return tuple((int(rows[a]), int(a), int(b - a)) for a, b in zip(starts, ends))
+
+
+def row_map(rows: np.ndarray, to_rows) -> RowMap:
+    return RowMap(to_rows(np.asarray(rows, dtype=np.int64)), row_segments(rows))
+
+
+def take_rows(adapter, x, rows: RowMap, dim: int):
+    """``x``'s rows ``rows`` along ``dim``, in compact order (a new tensor)."""
+    if rows.segments is None:
+        return adapter.index_rows(x, rows.index, dim)
+    parts = [adapter.narrow(x, dim, r, n) for r, _, n in rows.segments]
+    return adapter.concat(parts or [adapter.narrow(x, dim, 0, 0)], dim)
+
+
+def put_rows(adapter, x, rows: RowMap, dim: int, src):
+    """``x[rows] = src`` along ``dim`` (``src`` compact), in place; returns ``x``."""
+    if rows.segments is None:
+        return adapter.put_rows(x, rows.index, dim, src)
+    for r, o, n in rows.segments:
+        x = adapter.assign_slice(x, dim, r, adapter.narrow(src, dim, o, n))
+    return x
+
+
+def add_rows(adapter, x, rows: RowMap, dim: int, src):
+    """``x[rows] += src`` along ``dim`` (``src`` compact), in place; returns ``x``."""
+    if rows.segments is None:
+        return adapter.add_rows(x, rows.index, dim, src)
+    for r, o, n in rows.segments:
+        x = adapter.add_slice(x, dim, r, adapter.narrow(src, dim, o, n))
+    return x
 
 
 class PendingCollective:
@@ -68,7 +123,7 @@ class PhaseIndices(NamedTuple):
     each remote phase's query rows (int64 local rows; None = every row)."""
     local: Any
     remote: tuple[Any, ...]
-    remote_rows: tuple[Any, ...] = ()
+    remote_rows: tuple[Optional[RowMap], ...] = ()
 
     def phase_rows(self, group: int) -> Any:
         return self.remote_rows[group] if self.remote_rows else None
@@ -115,7 +170,7 @@ class DeviceMasks(NamedTuple):
     """
     masks: RankMasks
     phase_idx: PhaseIndices
-    maps: ShardMaps  # device int64 index tensors (or None)
+    maps: ShardMaps  # device int64 index tensors (or None); the sent rows/positions as RowMaps
 
 
 def device_masks(plan: ContextParallelPlan, masks: RankMasks, rank: int, to_indices,
@@ -128,11 +183,12 @@ def device_masks(plan: ContextParallelPlan, masks: RankMasks, rank: int, to_indi
     active = [w > 0 for w in masks.remote_work]
     phase = PhaseIndices(to_indices(masks.local) if masks.local_work > 0 else None,
                          tuple(to_indices(m) if a else None for m, a in zip(masks.remote, active)),
-                         tuple(to_rows(masks.phase_rows(g)) if a and masks.phase_rows(g) is not None
-                               else None for g, a in enumerate(active)))
+                         tuple(row_map(masks.phase_rows(g), to_rows)
+                               if a and masks.phase_rows(g) is not None else None
+                               for g, a in enumerate(active)))
     host = shard_maps(plan, rank)
     maps = ShardMaps(*(None if a is None else to_rows(a) for a in host[:2]), host.uncommunicated,
-                     *(None if a is None else to_rows(a) for a in host[3:]))
+                     *(None if a is None else row_map(a, to_rows) for a in host[3:]))
     return DeviceMasks(masks, phase, maps)
 
 
@@ -191,8 +247,8 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
     _sizes(adapter, plan, rank, q, k, v, masks)
     pending = []
     if plan.comm_groups:  # the exported prefix [comm_len, B, Hk, D], a view when it is every row
-        k_shard = adapter.pack_shard(k, maps.shard_src)
-        v_shard = adapter.pack_shard(v, maps.shard_src)
+        k_shard = _pack_shard(adapter, k, maps, plan.comm_len)
+        v_shard = _pack_shard(adapter, v, maps, plan.comm_len)
         cs = plan.chunk_size
         pending = [(adapter.all_gather(adapter.rows(k_shard, s0 * cs, s1 * cs)),
                     adapter.all_gather(adapter.rows(v_shard, s0 * cs, s1 * cs)))
@@ -213,7 +269,7 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
         state.gathered.append((kg, vg))
         later_in_flight = g + 1 < len(pending)
         rows = phase_idx.phase_rows(g)
-        q_g = q if rows is None else adapter.index_rows(q, rows, 1)
+        q_g = q if rows is None else take_rows(adapter, q, rows, 1)
         out, lse, _ = backend_ops.run_fwd(backend, q_g, kg, vg, phase_idx.remote[g], None, causal=False,
                                           softmax_scale=softmax_scale,
                                           reserved_sms=reserved_sms if later_in_flight else 0)
@@ -222,6 +278,15 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
         acc.add_sink(learnable_sink)
     out, lse = acc.result()
     return adapter.cast(out, q), lse
+
+
+def _pack_shard(adapter, x, maps: ShardMaps, comm_len: int):
+    """The communicated prefix ``[comm_len, B, Hk, D]`` of the local rows ``x [B, R, Hk, D]``:
+    the sent rows at their positions, zeros at padding positions."""
+    if maps.shard_src is None:
+        return adapter.pack_shard(x, None)
+    sent = adapter.rows_first(take_rows(adapter, x, maps.sent_rows, 1))
+    return put_rows(adapter, adapter.zeros_rows_first(comm_len, x), maps.sent_positions, 0, sent)
 
 
 class _Merge:
@@ -262,7 +327,7 @@ class _Merge:
 
     def add(self, out, lse, rows=None) -> None:
         """Merge a phase's ``(out [B, n, H, Dv], lse [B, H, n])`` of the local rows ``rows``
-        (device int64 ``[n]``; None = every row)."""
+        (:class:`RowMap`; None = every row)."""
         a = self.a
         if rows is None:
             if self.out is None:  # first phase: taken as is
@@ -274,10 +339,10 @@ class _Merge:
             self.result()
             new_out, new_lse = out, lse
         else:
-            new_out, new_lse = self._merged(a.index_rows(self.out, rows, 1), a.index_rows(self.lse, rows, 2),
-                                            out, lse)
-        self.out = a.put_rows(self.out, rows, 1, a.cast(new_out, self.out))
-        self.lse = a.put_rows(self.lse, rows, 2, new_lse)
+            new_out, new_lse = self._merged(take_rows(a, self.out, rows, 1),
+                                            take_rows(a, self.lse, rows, 2), out, lse)
+        self.out = put_rows(a, self.out, rows, 1, a.cast(new_out, self.out))
+        self.lse = put_rows(a, self.lse, rows, 2, new_lse)
 
     def add_sink(self, sink) -> None:
         a = self.a
@@ -299,7 +364,7 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
     def accumulate(total, part):  # in the tensors' dtype: one rounding per phase, one pass
         return part if total is None else total + part
 
-    pending = []
+    pending, dq_rows = [], []  # dq of phases on row subsets: (rows, dq_g), added last
     # Remote groups first: each reduce-scatter overlaps the phases computed after it.
     for g, (s0, s1) in enumerate(plan.comm_groups):
         if masks.remote_work[g] == 0:  # nothing to send, but the collective must still run
@@ -311,17 +376,15 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
             state.gathered[g] = None  # free this group's K/V as soon as its backward is queued
             rows = phase_idx.phase_rows(g)
             dout_g, q_g, out_g, lse_g = (dout, q, out, lse) if rows is None else (
-                adapter.index_rows(dout, rows, 1), adapter.index_rows(q, rows, 1),
-                adapter.index_rows(out, rows, 1), adapter.index_rows(lse, rows, 2))
+                take_rows(adapter, dout, rows, 1), take_rows(adapter, q, rows, 1),
+                take_rows(adapter, out, rows, 1), take_rows(adapter, lse, rows, 2))
             dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout_g, q_g, kg, vg, out_g, lse_g,
                                                       phase_idx.remote[g], None, None, causal=False,
                                                       softmax_scale=softmax_scale, deterministic=deterministic)
             if rows is None:
                 dq = accumulate(dq, dq_g)
-            else:  # only the phase's rows change
-                if dq is None:
-                    dq = adapter.cast(adapter.zeros(tuple(int(x) for x in q.shape), q), dq_g)
-                dq = adapter.add_rows(dq, rows, 1, dq_g)
+            else:  # only the phase's rows change: added into the full dq at the end
+                dq_rows.append((rows, dq_g))
             dk_g, dv_g = adapter.rows_first(dk_g), adapter.rows_first(dv_g)
         pending.append((adapter.reduce_scatter(dk_g), adapter.reduce_scatter(dv_g)))
     dk_local = dv_local = None
@@ -331,6 +394,10 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                                                           softmax_scale=softmax_scale,
                                                           deterministic=deterministic)
         dq = accumulate(dq, dq_l)
+    for rows, dq_g in dq_rows:
+        if dq is None:
+            dq = adapter.cast(adapter.zeros(tuple(int(x) for x in q.shape), q), dq_g)
+        dq = add_rows(adapter, dq, rows, 1, dq_g)
 
     def key_grad(which: int, local, like):
         """dK (which = 0) or dV (1) of the local rows: the reduce-scattered part of the
@@ -339,8 +406,8 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
         if pending:
             parts = [w[which].wait() for w in pending]
             if local is not None and maps.sent_rows is not None:  # only the sent rows change
-                sent = adapter.index_rows(adapter.concat_rows(parts), maps.sent_positions, 0)
-                return adapter.add_rows(local, maps.sent_rows, 1, adapter.batch_first(sent))
+                sent = take_rows(adapter, adapter.concat_rows(parts), maps.sent_positions, 0)
+                return add_rows(adapter, local, maps.sent_rows, 1, adapter.batch_first(sent))
             pad = [adapter.zeros_rows_first(1, like)] if maps.uncommunicated else []
             sent = adapter.unpack_shard(adapter.concat_rows(parts + pad), maps.local_to_shard)
             return sent if local is None else local + sent

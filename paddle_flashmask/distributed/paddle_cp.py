@@ -104,6 +104,21 @@ class PaddleAdapter:
     def add_rows(self, x, index, dim: int, src):  # in place, distinct indices, returns x
         return x.index_add_(index, dim, src)
 
+    def narrow(self, x, dim: int, start: int, length: int):
+        return self.paddle.slice(x, axes=[dim], starts=[start], ends=[start + length])
+
+    def concat(self, parts, dim: int):
+        return parts[0].contiguous() if len(parts) == 1 else self.paddle.concat(parts, axis=dim)
+
+    def assign_slice(self, x, dim: int, start: int, src):  # in place (set_value), returns x
+        x[(slice(None),) * dim + (slice(start, start + int(src.shape[dim])),)] = src
+        return x
+
+    def add_slice(self, x, dim: int, start: int, src):  # in place (set_value), returns x
+        key = (slice(None),) * dim + (slice(start, start + int(src.shape[dim])),)
+        x[key] = x[key] + src
+        return x
+
     def zeros(self, shape, like):
         return self.paddle.zeros(list(shape), dtype="float32").to(like.place)
 

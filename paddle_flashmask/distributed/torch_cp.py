@@ -109,6 +109,20 @@ class TorchAdapter:
         """``x[..., index, ...] += src`` along ``dim`` (distinct indices), in place; returns ``x``."""
         return x.index_add_(dim, index, src)
 
+    def narrow(self, x, dim: int, start: int, length: int):  # a view
+        return x.narrow(dim, start, length)
+
+    def concat(self, parts, dim: int):  # one new contiguous tensor
+        return parts[0].contiguous() if len(parts) == 1 else self.torch.cat(parts, dim)
+
+    def assign_slice(self, x, dim: int, start: int, src):  # in place, returns x
+        x.narrow(dim, start, int(src.shape[dim])).copy_(src)
+        return x
+
+    def add_slice(self, x, dim: int, start: int, src):  # in place, returns x
+        x.narrow(dim, start, int(src.shape[dim])).add_(src)
+        return x
+
     def zeros(self, shape, like):
         return self.torch.zeros(tuple(shape), dtype=self.torch.float32, device=like.device)
 
