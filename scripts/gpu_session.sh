@@ -252,7 +252,19 @@ wait; tail -n 25 $OUT/pytest_gpu.log; tail -n 3 $OUT/bwd_check.log'"
 $(pack_logs 13)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13"
+call14() {
+  emit "call 14 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP with row sets as slices (per-rank profile); Nsight Compute of the 32K causal-document (GPU 0) and full (GPU 1) backward kernels [<= 7 min]" \
+    nvidia-h200-x2 420 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 120 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0,1 --chunk-sizes 1024 --comm-sms 4 --balance-tolerances 0.02 --profile > $OUT/cp_scaling.log 2>&1; tail -n 3 $OUT/cp_scaling.log
+NCU="--clock-control none -k regex:bwd_sm90 --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats"
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 200 ncu $NCU python3 bench/ncu_target.py --mask causal_document --batch 1 --seqlen 32768 > $OUT/ncu_bwd_causal_document_32k.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 200 ncu $NCU python3 bench/ncu_target.py --mask full --batch 1 --seqlen 32768 > $OUT/ncu_bwd_full_32k.log 2>&1 ) &
+wait; grep -h -E "Duration|Compute \(SM\) Throughput|Eligible Warps|Issued Warp|No Eligible" $OUT/ncu_*.log'"
+$(pack_logs 14)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13 call14"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -293,7 +305,7 @@ for i, call in enumerate(calls):
     for line in cmd.splitlines():
         for prog in re.finditer(r"(?:^|[;&|]\s*|\s)(python3|torchrun|nvidia-smi)\b", line):
             before = line[:prog.start(1)]
-            if re.search(r"timeout (-s \w+ )?(-k \d+ )?\d+\s+$", before):
+            if re.search(r"timeout (-s \w+ )?(-k \d+ )?\d+\s+(ncu [^|;&]*\s)?$", before):
                 continue
             if re.match(r'python3 -c "import [\w.]+"', line[prog.start(1):]):
                 continue
@@ -428,10 +440,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
