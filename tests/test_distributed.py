@@ -760,14 +760,19 @@ def test_torch_cp_leaves_sms_to_collectives_only_while_they_fly(single_rank_grou
     q, k, v = (torch.randn(1, s, 2, 8, generator=g) for _ in range(3))
     plan, masks = torch_cp.prepare(*mask, chunk_size=4, comm_groups=2)
     assert plan.comm_groups == ()  # a single rank needs no other rank's keys
-    seen = []
-    real_run_fwd = backend_ops.run_fwd
+    seen, seen_bwd = [], []
+    real_run_fwd, real_run_bwd = backend_ops.run_fwd, backend_ops.run_bwd
 
     def spy(*args, reserved_sms=0, **kwargs):
         seen.append(reserved_sms)
         return real_run_fwd(*args, reserved_sms=reserved_sms, **kwargs)
 
+    def spy_bwd(*args, reserved_sms=0, **kwargs):
+        seen_bwd.append(reserved_sms)
+        return real_run_bwd(*args, reserved_sms=reserved_sms, **kwargs)
+
     monkeypatch.setattr(engine.backend_ops, "run_fwd", spy)
+    monkeypatch.setattr(engine.backend_ops, "run_bwd", spy_bwd)
     ref = torch_cp.context_parallel_attention(q, k, v, plan, masks, backend="reference")
     assert seen and set(seen) == {0}
     seen.clear()
@@ -778,6 +783,15 @@ def test_torch_cp_leaves_sms_to_collectives_only_while_they_fly(single_rank_grou
         want = [0] * len(seen)
     assert seen == want, (seen, masks.local_work, masks.remote_work)
     assert torch.equal(out, ref)
+    # the backward: while a reduce-scatter flies (after the first remote phase), never before
+    q.requires_grad_(True)
+    torch_cp.context_parallel_attention(q, k, v, plan, masks, backend="reference",
+                                        comm_sms=8).sum().backward()
+    want_bwd = [0] * min(n_remote, 1) + [8] * max(n_remote - 1, 0) + (
+        [8 if n_remote else 0] if masks.local_work > 0 else [])
+    if not plan.comm_groups:
+        want_bwd = [0] * len(seen_bwd)
+    assert seen_bwd == want_bwd, (seen_bwd, masks.local_work, masks.remote_work)
 
 
 @pytest.mark.parametrize("max_segments", [0, 32])

@@ -216,3 +216,30 @@ def test_backward_row_ranges_switch(monkeypatch):
     assert not off.row_ranges and off != base and off.prepost == base.prepost
     monkeypatch.delenv(bwd.ROW_RANGES_ENV)
     assert interface.backward_config("bfloat16", 128, True, 1) == base
+
+
+def test_reserved_sms_shrink_the_persistent_backward(monkeypatch):
+    """flashmask_bwd(reserved_sms=N) compiles and launches the persistent backward with SMs - N
+    CTAs; a bad value is an error naming the argument."""
+    torch = pytest.importorskip("torch")
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)
+    api = HostApiHarness(monkeypatch)
+    seen = []
+    real = interface.compiled_backward
+    monkeypatch.setattr(interface, "compiled_backward",
+                        lambda config: seen.append(config.persistent_ctas) or real(config))
+    t = api.tensor
+    b, s, h, d = 1, 256, 2, 128
+    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, h, d)
+    grads = [t(b, s, h, d) for _ in range(3)]
+    for reserved in (0, 16):
+        interface.flashmask_bwd(q, k, v, out, dout, lse, *grads, None, causal=True,
+                                softmax_scale=0.1, stream=0, reserved_sms=reserved)
+    assert seen == [132, 116]
+    with pytest.raises(ValueError, match="reserved_sms"):
+        interface.flashmask_bwd(q, k, v, out, dout, lse, *grads, None, causal=True,
+                                softmax_scale=0.1, stream=0, reserved_sms=-1)

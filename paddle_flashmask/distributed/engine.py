@@ -222,10 +222,10 @@ def _sizes(adapter, plan: ContextParallelPlan, rank: int, q, k, v, masks: RankMa
 
 
 def comm_sms(requested: Optional[int]) -> int:
-    """SMs the forward leaves to the collectives while they are in flight: the argument, else env
-    ``PADDLE_FLASHMASK_CP_COMM_SMS``, else 0. The cute forward is persistent (one CTA per SM that
-    stays until the end), so an all-gather launched on NCCL's stream may find no free SM until
-    the phase it should overlap with is over."""
+    """SMs the forward and backward leave to the collectives while they are in flight: the
+    argument, else env ``PADDLE_FLASHMASK_CP_COMM_SMS``, else 0. The cute kernels are persistent
+    (one CTA per SM that stays until the end), so an all-gather or reduce-scatter launched on
+    NCCL's stream may find no free SM until the phase it should overlap with is over."""
     if requested is None:
         text = os.environ.get(COMM_SMS_ENV, "").strip()
         if not text:
@@ -356,8 +356,11 @@ class _Merge:
 
 def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: PhaseIndices,
                 maps: ShardMaps, state: CPState, dout, q, k, v, out, lse, learnable_sink, *,
-                softmax_scale: float, backend: Optional[str], deterministic: Optional[bool]):
-    """Returns ``(dq, dk, dv, dsink)``; dk/dv are summed over every rank's use of the local keys."""
+                softmax_scale: float, backend: Optional[str], deterministic: Optional[bool],
+                reserved_sms: int = 0):
+    """Returns ``(dq, dk, dv, dsink)``; dk/dv are summed over every rank's use of the local keys.
+    ``reserved_sms`` goes to every phase that runs while a reduce-scatter is in flight (the
+    persistent backward would otherwise hold every SM until it ends)."""
     cs = plan.chunk_size
     dq = None  # sum over phases
 
@@ -380,7 +383,8 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                 take_rows(adapter, out, rows, 1), take_rows(adapter, lse, rows, 2))
             dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout_g, q_g, kg, vg, out_g, lse_g,
                                                       phase_idx.remote[g], None, None, causal=False,
-                                                      softmax_scale=softmax_scale, deterministic=deterministic)
+                                                      softmax_scale=softmax_scale, deterministic=deterministic,
+                                                      reserved_sms=reserved_sms if pending else 0)
             if rows is None:
                 dq = accumulate(dq, dq_g)
             else:  # only the phase's rows change: added into the full dq at the end
@@ -392,7 +396,8 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
         dq_l, dk_local, dv_local, _ = backend_ops.run_bwd(backend, dout, q, k, v, out, lse, phase_idx.local,
                                                           None, None, causal=masks.local_causal,
                                                           softmax_scale=softmax_scale,
-                                                          deterministic=deterministic)
+                                                          deterministic=deterministic,
+                                                          reserved_sms=reserved_sms if pending else 0)
         dq = accumulate(dq, dq_l)
     for rows, dq_g in dq_rows:
         if dq is None:

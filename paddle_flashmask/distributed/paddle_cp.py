@@ -191,7 +191,8 @@ def _pylayer():
             dq, dk, dv, dsink = engine.cp_backward(
                 call["adapter"], call["plan"], call["masks"], call["phase_idx"], call["maps"],
                 ctx.state, dout.contiguous(), q, k, v, out, lse, sink, softmax_scale=call["scale"],
-                backend=call["backend"], deterministic=call["deterministic"])
+                backend=call["backend"], deterministic=call["deterministic"],
+                reserved_sms=call["comm_sms"])
             ctx.state = None
             # PyLayer: one gradient per Tensor input (the sink only when it was given).
             return (dq, dk, dv) if sink is None else (dq, dk, dv, dsink)

@@ -196,7 +196,8 @@ def _function():
             dq, dk, dv, dsink = engine.cp_backward(
                 call["adapter"], call["plan"], call["masks"], call["phase_idx"], call["maps"],
                 ctx.state, dout.contiguous(), q, k, v, out, lse, sink, softmax_scale=call["scale"],
-                backend=call["backend"], deterministic=call["deterministic"])
+                backend=call["backend"], deterministic=call["deterministic"],
+                reserved_sms=call["comm_sms"])
             ctx.state = None
             return dq, dk, dv, dsink, None
 
@@ -232,7 +233,8 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
     better their :func:`device_masks` (uploaded once, reused by every layer). Returns the local rows
     of the single-device output (and the LSE ``[B, H, R]`` with ``return_softmax_lse``).
     ``backend`` / ``deterministic`` as in ``paddle_flashmask.torch.flashmask_attention``.
-    ``comm_sms``: SMs the forward leaves free while K/V gathers are in flight (default: env
+    ``comm_sms``: SMs the forward (backward) leaves free while K/V gathers (dK/dV reduce-scatters)
+    are in flight (default: env
     ``PADDLE_FLASHMASK_CP_COMM_SMS``, else 0); see :func:`engine.comm_sms`.
     ``learnable_sink``'s gradient is this rank's share: sum it over the context-parallel ranks like
     any replicated parameter (DDP over the data x context group does).

@@ -272,12 +272,14 @@ def run_fwd(requested: Optional[str], q, k, v, startend_row_indices, learnable_s
 
 
 def run_bwd(requested: Optional[str], dout, q, k, v, out, lse, startend_row_indices, learnable_sink,
-            dlse, *, causal: bool, softmax_scale: float, deterministic: Optional[bool]):
+            dlse, *, causal: bool, softmax_scale: float, deterministic: Optional[bool],
+            reserved_sms: int = 0):
     """Backward on the backend chosen for ``requested``; returns ``(dq, dk, dv, dsink or None)``.
 
     ``dlse`` is the gradient reaching the returned LSE (None when the LSE was not returned);
     ``deterministic`` None means "resolve from env / framework flags" (:func:`resolve_deterministic`).
-    The reference backend is deterministic whatever is asked.
+    The reference backend is deterministic whatever is asked. ``reserved_sms``: as in
+    :func:`run_fwd` (the cute backward's persistent grid).
     """
     global _last_deterministic
     backend = choose_backend(requested, q, int(q.shape[3]), int(v.shape[3]))
@@ -304,7 +306,7 @@ def run_bwd(requested: Optional[str], dout, q, k, v, out, lse, startend_row_indi
                             glue.contiguous(out), dout, lse, dq, dk, dv, idx, causal=causal,
                             softmax_scale=softmax_scale, learnable_sink=sink, dsink=dsink,
                             deterministic=_last_deterministic,
-                            stream=glue.stream(q))
+                            stream=glue.stream(q), **({"reserved_sms": reserved_sms} if reserved_sms else {}))
     if dsink is not None:
         dsink = glue.cast(dsink, str(learnable_sink.dtype).split(".")[-1])
     return dq, dk, dv, dsink

@@ -433,11 +433,13 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
 def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any, dk: Any,
                   dv: Any, startend_row_indices: Any, *, causal: bool, softmax_scale: float,
                   learnable_sink: Any = None, dsink: Any = None, deterministic: bool = False,
-                  stream: int) -> None:
+                  stream: int, reserved_sms: int = 0) -> None:
     """FlashMask backward: dq/dk/dv (like q/k/v) and dsink (fp32 [H], iff a sink) in place.
 
     ``out``/``lse`` are the forward's outputs, ``dout`` like ``out``. ``deterministic=True`` orders
     the dQ accumulation so reruns are bit-identical. Zeros where nothing is visible.
+    ``reserved_sms``: SMs the persistent grid leaves free for kernels on other streams (context
+    parallelism's reduce-scatters), as in :func:`flashmask_fwd`.
     """
     problem, infos = _problem(q, k, v, startend_row_indices, causal, learnable_sink)
     dev = (2, problem.device)
@@ -455,9 +457,12 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
     if dsink is not None:
         infos["dsink"] = _convert(dsink, "dsink", "float32", (h,), dev, 4)
     _expect(math.isfinite(softmax_scale), "softmax_scale", "a finite float", softmax_scale)
+    sms = num_sms(problem.device)
+    _expect(isinstance(reserved_sms, int) and 0 <= reserved_sms < sms, "reserved_sms",
+            f"an int in [0, {sms})", reserved_sms)
     config = backward_config(problem.dtype, d, problem.causal, problem.num_columns, gqa=h != hk,
                              has_sink=problem.has_sink, deterministic=deterministic,
-                             num_sms=num_sms(problem.device))
+                             num_sms=sms - reserved_sms)
     from .flash_bwd_sm90 import workspace_shapes
 
     workspace, buffers = {}, []
