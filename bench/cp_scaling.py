@@ -10,7 +10,8 @@ A CP iteration's time is the slowest rank's; times are medians over ``--iters`` 
 only (fwd = 4·D·H·pairs, fwd+bwd = 3.5x fwd, DESIGN §7). Rank 0 writes JSON to ``$OUT`` (or
 ``--out``): plan balance, times, speed-up, throughput and the CP-vs-single-device error.
 ``--profile``: after all timed runs, one more fwd+bwd of the best configuration under
-``torch.profiler`` on every rank (JSON ``profile``: device time per kernel name, busy time, wall span).
+``torch.profiler`` on every rank (JSON ``profile``: device time per kernel name, busy time, wall span,
+the longest gaps in the compute kernels).
 """
 from __future__ import annotations
 
@@ -168,7 +169,20 @@ def profile_step(fn, use_cuda: bool, top: int = 20, name_len: int = 60) -> dict:
         entry[0] += e.time_range.elapsed_us() * 1e-6
         entry[1] += 1
     ranked = sorted(per_name.items(), key=lambda kv: -kv[1][0])
+    # where the compute (everything but the collectives) leaves the GPU idle, longest first
+    compute = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
+                     if "nccl" not in e.name.lower())
+    gaps, reach, last = [], None, None
+    for start, end, name in compute:
+        if reach is not None and start > reach:
+            gaps.append((start - reach, last, name))
+        if reach is None or end > reach:
+            reach, last = end, name
+    gaps.sort(key=lambda g: -g[0])
     return {"activities": [str(a).split(".")[-1].lower() for a in activities],
+            "compute_idle_s": sum(g[0] for g in gaps) * 1e-6,
+            "compute_idle_gaps": [{"us": round(g, 1), "after": a[:name_len], "before": b[:name_len]}
+                                  for g, a, b in gaps[:8]],
             "wall_span_s": wall, "device_events": len(events),
             "device_busy_s": _busy_seconds([(e.time_range.start, e.time_range.end) for e in events]),
             "kernel_time_sum_s": sum(t for t, _ in per_name.values()),

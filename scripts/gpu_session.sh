@@ -272,7 +272,18 @@ NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 180 python3 -m torch.distributed.run --n
 $(pack_logs 15)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13 call14 call15"
+call16() {
+  emit "call 16 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP (per-rank compute idle gaps) with NCCL's default protocol choice and with NCCL_PROTO=Simple; then the e2e training step (eager) on GPU 0 [<= 9.5 min]" \
+    nvidia-h200-x2 600 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 80 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0,1 --chunk-sizes 1024 --balance-tolerances 0.02 --profile > $OUT/cp_scaling.log 2>&1; tail -n 2 $OUT/cp_scaling.log
+NCCL_PROTO=Simple NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 80 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0,1 --chunk-sizes 1024 --balance-tolerances 0.02 --profile --out $OUT/cp_scaling_simple.json > $OUT/cp_scaling_simple.log 2>&1; tail -n 2 $OUT/cp_scaling_simple.log
+CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 20 250 python3 bench/e2e_step.py --impl-timeout 75 > $OUT/e2e.log 2>&1; tail -n 12 $OUT/e2e.log'"
+$(pack_logs 16)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13 call14 call15 call16"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -448,10 +459,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
