@@ -88,6 +88,8 @@ _SASS_SCRIPT = textwrap.dedent("""
         ("d256_causal_C1_one_stage", BwdConfig("bfloat16", 256, 256, True, 1, qdo_stages=1)),
         ("d256_bidir_C2_det_one_stage", BwdConfig("bfloat16", 256, 256, False, 2, deterministic=True,
                                                   qdo_stages=1)),
+        ("d128_causal_C1_det_2chains", BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True,
+                                                 rs_dkv=True, row_ranges=True, dq_chains=2)),
     ]:
         res = cc.compile_variant(cc.Variant(name, "bwd", cfg, True))
         if "error" in res:
@@ -173,3 +175,12 @@ def test_d256_stages_switch(monkeypatch):
     monkeypatch.setenv(m.D256_STAGES_ENV, "3")
     with pytest.raises(ValueError, match=m.D256_STAGES_ENV):
         interface.backward_config("bfloat16", 256, True, 1)
+
+
+def test_bwd_det_two_chains_variant(sass):
+    """Deterministic dQ in two chains: still the wgmma/TMA path, dQ through the bulk reduce-add
+    (no per-thread fp32 REDG), the semaphore hand-off's acquire loads / release stores."""
+    v = sass["d128_causal_C1_det_2chains"]
+    assert "error" not in v, v
+    assert v.get("HGMMA", 0) > 0 and v.get("UTMALDG", 0) > 0 and v.get("UBLKRED", 0) > 0
+    assert v.get("REDG", 0) == 0

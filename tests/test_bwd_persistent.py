@@ -62,3 +62,32 @@ def test_key_major_claim_order_switch(monkeypatch):
     assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).key_major
     with pytest.raises(ValueError, match="key_major"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, key_major=True)
+
+
+def test_det_dq_chains_switch_and_workspace(monkeypatch):
+    """env PADDLE_FLASHMASK_BWD_DET_CHAINS=2 gives the deterministic backward two dQ chains where
+    dQ is staged in smem (not D = 256 with two Q/dO stages, not without determinism); the dQ
+    accumulator and the semaphores get one row block per chain; bad values name the switch."""
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(bwd.DET_CHAINS_ENV, raising=False)
+    assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).dq_chains == 1
+    monkeypatch.setenv(bwd.DET_CHAINS_ENV, "2")
+    two = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    assert two.dq_chains == 2
+    assert interface.backward_config("bfloat16", 128, True, 1).dq_chains == 1
+    monkeypatch.setenv(bwd.D256_STAGES_ENV, "2")  # dQ by atomics: one chain
+    assert interface.backward_config("bfloat16", 256, True, 1, deterministic=True).dq_chains == 1
+    monkeypatch.delenv(bwd.D256_STAGES_ENV)
+    assert interface.backward_config("bfloat16", 256, True, 1, deterministic=True).dq_chains == 2
+    ws = bwd.workspace_shapes(two, 2, 300, 300, 4, 4)
+    assert ws["dq_accum"] == ((2, 8, 320, 128), "float32")
+    assert ws["semaphores"] == ((2, 8, 5), "int32")
+    assert two.prepost.dq_chains == 2
+    with pytest.raises(ValueError, match="dq_chains"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, dq_chains=2)  # not deterministic
+    with pytest.raises(ValueError, match="dq_chains"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, dq_chains=3)
+    monkeypatch.setenv(bwd.DET_CHAINS_ENV, "4")
+    with pytest.raises(ValueError, match=bwd.DET_CHAINS_ENV):
+        interface.backward_config("bfloat16", 128, True, 1, deterministic=True)

@@ -102,7 +102,8 @@ def variants(full: bool = False) -> list[Variant]:
         add(f"fwd {dtype} d{d} {_form_label(causal, c)}{extra}", "fwd", cfg, True)
 
     def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False, row_ranges=False,
-            gqa_in_cta=False, persistent=False, two_stages=False, key_major=False):
+            gqa_in_cta=False, persistent=False, two_stages=False, key_major=False,
+            det_chains=1):
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
@@ -113,11 +114,14 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, row_ranges=True)
         if two_stages:  # D = 256 with two Q/dO stages: dQ by per-thread atomics (env A/B switch)
             cfg = dataclasses.replace(cfg, qdo_stages=2)
+        if det_chains > 1:  # deterministic dQ in two chains (BwdConfig.dq_chains)
+            cfg = dataclasses.replace(cfg, dq_chains=det_chains)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " row-ranges" if row_ranges else "",
                          " gqa-in-cta" if gqa_in_cta else "",
                          " persistent" if persistent else "",
                          " key-major" if key_major else "",
+                         f" {det_chains}-chains" if det_chains > 1 else "",
                          " two-stages" if two_stages else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
@@ -159,6 +163,8 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)
     bwd("bfloat16", 128, True, 1, persistent=True)
     bwd("bfloat16", 128, True, 1, persistent=True, key_major=True)
+    bwd("bfloat16", 128, True, 1, det=True, det_chains=2)
+    bwd("bfloat16", 128, False, 4, gqa=True, det=True, gqa_in_cta=True, det_chains=2)
     bwd("bfloat16", 256, False, 4, gqa=True, gqa_in_cta=True, persistent=True)
     bwd("bfloat16", 128, False, 4, det=True)
     bwd("bfloat16", 128, True, 1, row_ranges=True)

@@ -106,6 +106,7 @@ class PrePostConfig:
     gqa: bool  # dk/dv arrive as fp32 per-query-head partials that must be summed per group
     has_sink: bool
     deterministic: bool
+    dq_chains: int = 1  # dQ accumulators per head (BwdConfig.dq_chains): rows h * chains + c
 
 
 class _Preprocess:
@@ -125,13 +126,15 @@ class _Preprocess:
         mLSE2 = rowmajor(lse2_ptr, (b, h, sqp))
         mDelta = rowmajor(delta_ptr, (b, h, sqp))
         # one CTA's 64 accumulator rows are contiguous: viewed as one flat block of 4-float chunks
-        mdQacc = vector_rows(dqacc_ptr, (b, h, n_blk), ROWS_PER_CTA * self.cfg.head_dim, _VEC_ACC)
+        chains = self.cfg.dq_chains
+        mdQacc = vector_rows(dqacc_ptr, (b, h * chains, n_blk), ROWS_PER_CTA * self.cfg.head_dim,
+                             _VEC_ACC)
         mSink = mDsinkPart = mSem = None
         if const_expr(self.cfg.has_sink):
             mSink = rowmajor(sink_ptr, (h,))
             mDsinkPart = rowmajor(dsink_part_ptr, (b, h, n_blk))
         if const_expr(self.cfg.deterministic):
-            mSem = rowmajor(sem_ptr, (b, h, n_blk))
+            mSem = rowmajor(sem_ptr, (b, h * chains, n_blk))
         self.kernel(mO, mdO, mLSE, mLSE2, mDelta, mdQacc, mSink, mDsinkPart, mSem).launch(
             grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
 
@@ -155,8 +158,10 @@ class _Preprocess:
 
         # zero this CTA's dQ-accumulator block (padding rows included): coalesced 16-byte stores
         zeros = cute.full(_VEC_ACC, 0.0, Float32)
-        for k in cutlass.range_constexpr(ROWS_PER_CTA * d // _VEC_ACC // _THREADS):
-            mdQacc[b, h, blk, tidx + k * _THREADS, None].store(zeros)
+        chains = self.cfg.dq_chains
+        for c in cutlass.range_constexpr(chains):
+            for k in cutlass.range_constexpr(ROWS_PER_CTA * d // _VEC_ACC // _THREADS):
+                mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].store(zeros)
 
         acc = Float32(0.0)
         lse = Float32(0.0)
@@ -187,8 +192,8 @@ class _Preprocess:
             mLSE2[b, h, row] = lse2
 
         if const_expr(self.cfg.deterministic):
-            if tidx == 0:
-                mSem[b, h, blk] = Int32(0)
+            if tidx < chains:
+                mSem[b, h * chains + tidx, blk] = Int32(0)
         if const_expr(self.cfg.has_sink):
             sink_part = cute.arch.warp_reduction_sum(sink_part)
             if lane == 0:
@@ -214,7 +219,8 @@ class _Postprocess:
                  stream):
         d, dv = self.cfg.head_dim, self.cfg.head_dim_v
         n_blk = cute.ceil_div(sq, ROWS_PER_CTA)
-        mdQacc = vector_rows(dqacc_ptr, (b, h, n_blk), ROWS_PER_CTA * d, _VEC_ACC)
+        mdQacc = vector_rows(dqacc_ptr, (b, h * self.cfg.dq_chains, n_blk), ROWS_PER_CTA * d,
+                             _VEC_ACC)
         mdQ = vector_rows(dq_ptr, (b, sq, h), d, _VEC_ACC)
         self.dq_kernel(mdQacc, mdQ, softmax_scale).launch(
             grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
@@ -244,9 +250,13 @@ class _Postprocess:
         chunks_per_row = d // _VEC_ACC  # static: the row/column split below is shifts or mul-hi
         n_chunks = ROWS_PER_CTA * chunks_per_row // _THREADS
         # the padded block is allocated, so every load is in bounds; issue all before any store
+        chains = self.cfg.dq_chains
         vals = []
         for k in cutlass.range_constexpr(n_chunks):
-            vals.append(mdQacc[b, h, blk, tidx + k * _THREADS, None].load())
+            vals.append(mdQacc[b, h * chains, blk, tidx + k * _THREADS, None].load())
+        for c in cutlass.range_constexpr(1, chains):  # the other chains, in a fixed order
+            for k in cutlass.range_constexpr(n_chunks):
+                vals[k] = vals[k] + mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].load()
         for k in cutlass.range_constexpr(n_chunks):
             chunk = tidx + k * _THREADS
             i = row0 + chunk // chunks_per_row

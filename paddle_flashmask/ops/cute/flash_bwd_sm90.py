@@ -18,7 +18,7 @@ for the whole CTA). No ``[S/tile, S/tile]`` table exists anywhere.
 
 dQ: the consumers stage each dQ tile (fp32) in padded shared memory and hand it, through two named
 barriers, to a dQ-writer warp of the producer warp group, which adds it to
-``dq_accum [B, H, Sq_pad, D]`` with ``cp.reduce.async.bulk.add.f32`` (one bulk op per row). D = 256
+``dq_accum [B, H * dq_chains, Sq_pad, D]`` with ``cp.reduce.async.bulk.add.f32`` (one bulk op per row). D = 256
 fits the staging buffer only with one Q/dO stage (the default there, ``qdo_stages``); with two the
 consumers instead issue fp32 ``red.global.add`` from registers (about half the speed on the H200).
 
@@ -113,6 +113,17 @@ def default_qdo_stages(head_dim: int) -> int:
     return 2 if head_dim != 256 or env_choice(D256_STAGES_ENV, ("1", "2")) == "2" else 1
 
 
+DET_CHAINS_ENV = "PADDLE_FLASHMASK_BWD_DET_CHAINS"
+
+
+def default_dq_chains(deterministic: bool) -> int:
+    """``BwdConfig.dq_chains`` wanted for a deterministic backward: 1 until the H200 A/B; env
+    ``PADDLE_FLASHMASK_BWD_DET_CHAINS=2`` asks for two (used where dQ is staged in smem)."""
+    from .launch_args import env_choice
+
+    return 2 if deterministic and env_choice(DET_CHAINS_ENV, ("1", "2")) == "2" else 1
+
+
 KEY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_KEY_MAJOR"
 
 
@@ -191,6 +202,12 @@ class BwdConfig:
     # *all* heads, not on the sawtooth of one head (a CPU simulation of 16 documents at 32K: 3 % of
     # tail idle -> 1 %).
     key_major: bool = False
+    # Deterministic mode's dQ chains: 1 = every key tile visiting a query tile adds into one fp32
+    # accumulator in decreasing key-tile order (each add waits for the previous one); 2 = even and
+    # odd key tiles keep separate chains and accumulators, summed in a fixed order by the
+    # postprocess, so each add waits for the tile two ahead: twice the slack for the chain's
+    # per-step latency (bulk-reduce completion + semaphore hand-off). Needs dQ staged in smem.
+    dq_chains: int = 1
     # Q/dO pipeline stages. 1 frees the smem that lets D = 256 stage dQ in fp32 smem and add it
     # with the bulk reduce (two stages leave it per-thread fp32 atomics); the host's default for
     # D = 256 since the H200 A/B (default_qdo_stages).
@@ -218,10 +235,25 @@ class BwdConfig:
                              f"{self.persistent_ctas} (deterministic={self.deterministic})")
         if self.key_major and not self.persistent_ctas:
             raise ValueError("key_major: expected only with a persistent grid (persistent_ctas > 0)")
+        if self.dq_chains not in (1, 2) or (self.dq_chains == 2 and not (
+                self.deterministic and self.dq_in_smem)):
+            raise ValueError(f"dq_chains: expected 1, or 2 with deterministic=True and dQ staged in "
+                             f"smem, found {self.dq_chains} (deterministic={self.deterministic})")
 
     @property
     def persistent(self) -> bool:
         return self.persistent_ctas > 0
+
+    @property
+    def dq_in_smem(self) -> bool:
+        """dQ goes through padded fp32 smem and the bulk reduce-add (it fits next to the operand
+        tiles), else per-thread fp32 ``red.global.add`` from registers (D = 256, two stages)."""
+        el = 2
+        operand_bytes = (self.qdo_stages * self.tile_m * (self.head_dim + self.head_dim_v) * el
+                         + self.tile_n * (self.head_dim + self.head_dim_v) * el
+                         + 2 * self.tile_n * self.tile_m * el)
+        dq_bytes = self.tile_m * (self.head_dim + _DQ_PAD) * 4
+        return operand_bytes + dq_bytes + 4096 <= 227 * 1024
 
     @property
     def dkv_partials(self) -> bool:
@@ -232,7 +264,7 @@ class BwdConfig:
     def prepost(self):
         from .flash_bwd_prepost import PrePostConfig
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
-                             self.has_sink, self.deterministic)
+                             self.has_sink, self.deterministic, self.dq_chains)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -306,12 +338,8 @@ class FlashMaskBwdSm90:
         # P^T and dS^T feed the dV/dK wgmma straight from registers (RS); P never touches smem
         self.rs_dkv = cfg.rs_dkv and self.sdp_atom == (2, 1, 1) and self.dkv_atom == (2, 1, 1)
         # dQ via padded fp32 smem + bulk reduce-add when it fits next to the operand tiles,
-        # else fp32 red.global.add from registers (D = 256)
-        el = 2
-        operand_bytes = (self.stages * self.tile_m * (self.d + self.dv) * el
-                         + self.tile_n * (self.d + self.dv) * el + 2 * self.tile_n * self.tile_m * el)
-        dq_bytes = self.tile_m * (self.d + _DQ_PAD) * 4
-        self.dq_bulk = operand_bytes + dq_bytes + 4096 <= 227 * 1024
+        # else fp32 red.global.add from registers (D = 256 with two Q/dO stages)
+        self.dq_bulk = cfg.dq_in_smem
         self.sdq_elems = self.tile_m * (self.d + _DQ_PAD) if self.dq_bulk else 4
 
     # ---- host side -------------------------------------------------------------------------------
@@ -353,7 +381,8 @@ class FlashMaskBwdSm90:
         mdO = rowmajor(do_ptr, (b, sq, h, dv))
         mLSE2 = rowmajor(lse2_ptr, (b, h, sqp))
         mDelta = rowmajor(delta_ptr, (b, h, sqp))
-        mdQacc = rowmajor(dqacc_ptr, (b, h, sqp, d))
+        chains = self.cfg.dq_chains  # head h's chain c accumulates at row h * chains + c
+        mdQacc = rowmajor(dqacc_ptr, (b, h * chains, sqp, d))
         kv_heads = h if const_expr(self.cfg.dkv_partials) else hk
         mdK = rowmajor(dk_ptr, (b, sk, kv_heads, d))
         mdV = rowmajor(dv_ptr, (b, sk, kv_heads, dv))
@@ -365,7 +394,7 @@ class FlashMaskBwdSm90:
             mSumMax = rowmajor(smax_ptr, (b, hm, nt, C))
             mIdx = rowmajor(idx_ptr, (b, hm, sk, C))
         if const_expr(self.cfg.deterministic):
-            mSem = rowmajor(sem_ptr, (b, h, sqp // tm))
+            mSem = rowmajor(sem_ptr, (b, h * chains, sqp // tm))
         mCounter = None  # next (key tile, head, batch) of the persistent grid
         if const_expr(self.cfg.persistent):
             mCounter = rowmajor(counter_ptr, (1,))
@@ -1036,7 +1065,8 @@ class FlashMaskBwdSm90:
         per row (2 rows per lane). Deterministic mode orders the adds with the semaphore here,
         off the consumers' critical path."""
         lane = tidx % 32
-        gdQacc_bh = mdQacc[b, h, None, None]
+        hc = self._dq_chain_head(h, n_blk)
+        gdQacc_bh = mdQacc[b, hc, None, None]
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
         for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
             if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
@@ -1049,7 +1079,7 @@ class FlashMaskBwdSm90:
                                          number_of_threads=_DQ_SYNC_THREADS)
                 if const_expr(self.cfg.deterministic):
                     # wait for our turn while the consumers are still computing this tile
-                    self._sem_wait(mSem, b, h, m_blk, wait_for, lane)
+                    self._sem_wait(mSem, b, hc, m_blk, wait_for, lane)
                     cute.arch.sync_warp()
                 cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
@@ -1064,7 +1094,7 @@ class FlashMaskBwdSm90:
                     cute.arch.cp_async_bulk_wait_group(0, read=False)
                     cute.arch.fence_acq_rel_gpu()
                     cute.arch.sync_warp()
-                    self._sem_release(mSem, b, h, m_blk, n_blk, seqlen_k, lane)
+                    self._sem_release(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem outlives the last reads
 
     @cute.jit
@@ -1084,6 +1114,8 @@ class FlashMaskBwdSm90:
         while base < num_n:
             cand = base + lane
             visits = cand < num_n
+            if const_expr(self.cfg.dq_chains == 2):  # the next visitor of the same chain
+                visits = visits & ((cand - n_blk) % 2 == 0)
             if cand < num_n:
                 bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hm, cand, seqlen_q)
                 skip = self._skipped(m_blk, cand * self.tile_n, bmax, bmin, seqlen_q, diag)
@@ -1096,6 +1128,12 @@ class FlashMaskBwdSm90:
             else:
                 base = base + 32
         return value
+
+    def _dq_chain_head(self, h, n_blk):
+        """Row of ``dq_accum`` / the semaphores holding key tile ``n_blk``'s chain of head ``h``."""
+        if const_expr(self.cfg.dq_chains == 1):
+            return h
+        return h * self.cfg.dq_chains + n_blk % self.cfg.dq_chains
 
     @cute.jit
     def _sem_wait(self, mSem, b, h, m_blk, target, ctid):
@@ -1171,13 +1209,13 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
     out = {
         "lse2": ((batch, num_heads, sqp), "float32"),
         "delta": ((batch, num_heads, sqp), "float32"),
-        "dq_accum": ((batch, num_heads, sqp, cfg.head_dim), "float32"),
+        "dq_accum": ((batch, num_heads * cfg.dq_chains, sqp, cfg.head_dim), "float32"),
     }
     if cfg.dkv_partials:
         out["dk_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim), "float32")
         out["dv_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim_v), "float32")
     if cfg.deterministic:
-        out["semaphores"] = ((batch, num_heads, nm), "int32")
+        out["semaphores"] = ((batch, num_heads * cfg.dq_chains, nm), "int32")
     if cfg.has_sink:
         out["dsink_part"] = ((batch, num_heads, nm), "float32")
     if cfg.persistent:
