@@ -293,7 +293,17 @@ wait; tail -n 2 $OUT/bwd_chains1.log $OUT/bwd_chains2.log'"
 $(pack_logs 17)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13 call14 call15 call16 call17"
+call18() {
+  emit "call 18 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with the lazy release, one chain (GPU 0) and two chains (GPU 1): every case vs the oracle, determinism, det/default timings [<= 5 min]" \
+    nvidia-h200-x2 300 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1; timeout -s INT -k 10 240 python3 tests/gpu/bwd_check.py --bench --json-name bwd_det_lazy.json > $OUT/bwd_lazy.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1 PADDLE_FLASHMASK_BWD_DET_CHAINS=2; timeout -s INT -k 10 240 python3 tests/gpu/bwd_check.py --bench --json-name bwd_det_lazy_chains2.json > $OUT/bwd_lazy2.log 2>&1 ) &
+wait; tail -n 2 $OUT/bwd_lazy.log $OUT/bwd_lazy2.log'"
+$(pack_logs 18)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13 call14 call15 call16 call17 call18"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -469,10 +479,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17|call18) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17|call18|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

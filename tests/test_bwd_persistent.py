@@ -91,3 +91,17 @@ def test_det_dq_chains_switch_and_workspace(monkeypatch):
     monkeypatch.setenv(bwd.DET_CHAINS_ENV, "4")
     with pytest.raises(ValueError, match=bwd.DET_CHAINS_ENV):
         interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+
+
+def test_det_lazy_release_switch(monkeypatch):
+    """env PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1: the deterministic backward publishes each
+    dQ add at the writer's next tile (dQ staged in smem only); never without determinism."""
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(bwd.LAZY_RELEASE_ENV, raising=False)
+    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).lazy_release
+    monkeypatch.setenv(bwd.LAZY_RELEASE_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).lazy_release
+    assert not interface.backward_config("bfloat16", 128, True, 1).lazy_release
+    with pytest.raises(ValueError, match="lazy_release"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, lazy_release=True)

@@ -114,6 +114,15 @@ def default_qdo_stages(head_dim: int) -> int:
 
 
 DET_CHAINS_ENV = "PADDLE_FLASHMASK_BWD_DET_CHAINS"
+LAZY_RELEASE_ENV = "PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE"
+
+
+def default_lazy_release(deterministic: bool) -> bool:
+    """``BwdConfig.lazy_release`` wanted: off until the H200 A/B; env
+    ``PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1`` (used where dQ is staged in smem)."""
+    from .launch_args import env_flag
+
+    return deterministic and env_flag(LAZY_RELEASE_ENV)
 
 
 def default_dq_chains(deterministic: bool) -> int:
@@ -208,6 +217,10 @@ class BwdConfig:
     # postprocess, so each add waits for the tile two ahead: twice the slack for the chain's
     # per-step latency (bulk-reduce completion + semaphore hand-off). Needs dQ staged in smem.
     dq_chains: int = 1
+    # Deterministic mode, dQ in smem: the dQ writer publishes a query tile's add (waits for its
+    # completion in global memory, then releases the semaphore) at its next tile, after freeing
+    # the staging buffer, instead of before: the completion wait no longer holds the consumers.
+    lazy_release: bool = False
     # Q/dO pipeline stages. 1 frees the smem that lets D = 256 stage dQ in fp32 smem and add it
     # with the bulk reduce (two stages leave it per-thread fp32 atomics); the host's default for
     # D = 256 since the H200 A/B (default_qdo_stages).
@@ -235,6 +248,9 @@ class BwdConfig:
                              f"{self.persistent_ctas} (deterministic={self.deterministic})")
         if self.key_major and not self.persistent_ctas:
             raise ValueError("key_major: expected only with a persistent grid (persistent_ctas > 0)")
+        if self.lazy_release and not (self.deterministic and self.dq_in_smem):
+            raise ValueError("lazy_release: expected only with deterministic=True and dQ staged in "
+                             "smem")
         if self.dq_chains not in (1, 2) or (self.dq_chains == 2 and not (
                 self.deterministic and self.dq_in_smem)):
             raise ValueError(f"dq_chains: expected 1, or 2 with deterministic=True and dQ staged in "
@@ -1068,6 +1084,7 @@ class FlashMaskBwdSm90:
         hc = self._dq_chain_head(h, n_blk)
         gdQacc_bh = mdQacc[b, hc, None, None]
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
+        released = Int32(-1)  # lazy release: the query tile whose add is still to be published
         for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
             if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
                 wait_for = Int32(0)
@@ -1077,6 +1094,11 @@ class FlashMaskBwdSm90:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # previous tile read out
                 cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY,
                                          number_of_threads=_DQ_SYNC_THREADS)
+                if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
+                    # publish the previous tile's add only now: its completion wait ran while
+                    # the consumers computed this tile, never between them and the free buffer
+                    if released >= 0:
+                        self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
                 if const_expr(self.cfg.deterministic):
                     # wait for our turn while the consumers are still computing this tile
                     self._sem_wait(mSem, b, hc, m_blk, wait_for, lane)
@@ -1090,12 +1112,23 @@ class FlashMaskBwdSm90:
                         sdQ.iterator + row * (self.d + _DQ_PAD), self.d * 4,
                         op=prims.CpReduceOp.ADD, type=prims.CpReduceType.F32)
                 cute.arch.cp_async_bulk_commit_group()
-                if const_expr(self.cfg.deterministic):
-                    cute.arch.cp_async_bulk_wait_group(0, read=False)
-                    cute.arch.fence_acq_rel_gpu()
-                    cute.arch.sync_warp()
-                    self._sem_release(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
+                if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
+                    released = m_blk
+                elif const_expr(self.cfg.deterministic):
+                    self._publish_add(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
+        if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
+            if released >= 0:
+                self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem outlives the last reads
+
+    @cute.jit
+    def _publish_add(self, mSem, b, hc, m_blk, n_blk, seqlen_k, lane):
+        """Deterministic mode: wait until this warp's bulk adds are complete in global memory,
+        then release query tile ``m_blk`` to the next key tile of the chain."""
+        cute.arch.cp_async_bulk_wait_group(0, read=False)
+        cute.arch.fence_acq_rel_gpu()
+        cute.arch.sync_warp()
+        self._sem_release(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
 
     @cute.jit
     def _sem_wait_value(self, m_blk, n_blk, b, hm, mSumMin, mSumMax, seqlen_q, seqlen_k, diag,
