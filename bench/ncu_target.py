@@ -27,6 +27,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seqlen", type=int, default=8192)
     p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--deterministic", action="store_true", help="the deterministic backward")
     args = p.parse_args()
     from paddle_flashmask.ops.cute import interface
 
@@ -42,7 +43,8 @@ def main() -> None:
         interface.flashmask_fwd(q, k, v, out, lse, idx, causal=mask.causal,
                                 softmax_scale=D ** -0.5, stream=stream)
         interface.flashmask_bwd(q, k, v, out, do, lse, *grads, idx, causal=mask.causal,
-                                softmax_scale=D ** -0.5, stream=stream)
+                                softmax_scale=D ** -0.5, stream=stream,
+                                deterministic=args.deterministic)
     torch.cuda.synchronize()
     print("done", args.mask)
 

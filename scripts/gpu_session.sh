@@ -303,7 +303,18 @@ wait; tail -n 2 $OUT/bwd_lazy.log $OUT/bwd_lazy2.log'"
 $(pack_logs 18)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13 call14 call15 call16 call17 call18"
+call19() {
+  emit "call 19 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; Nsight Compute of the deterministic (GPU 0) and default (GPU 1) backward, full attention B=2 S=8K: where the deterministic one waits [<= 4 min]" \
+    nvidia-h200-x2 240 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+NCU="--clock-control none -k regex:bwd_sm90 --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics regex:smsp__warp_issue_stalled_.*_per_warp_active.pct"
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 180 ncu $NCU python3 bench/ncu_target.py --mask full --batch 2 --deterministic > $OUT/ncu_bwd_full_det.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 180 ncu $NCU python3 bench/ncu_target.py --mask full --batch 2 > $OUT/ncu_bwd_full_default.log 2>&1 ) &
+wait; grep -h -E "Duration|Compute \(SM\) Throughput|Eligible Warps|Issued Warp|Stall|stall" $OUT/ncu_*.log | head -40'"
+$(pack_logs 19)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13 call14 call15 call16 call17 call18 call19"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -479,10 +490,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17|call18) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17|call18|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
