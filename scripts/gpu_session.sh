@@ -184,28 +184,6 @@ pack_logs() {
   printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz \$(ls *.log *.png 2>/dev/null) && rm -f *.log *.png && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
 }
 
-call8() {
-  emit "call 8 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP with the native causal local phase (locality planner: chunk 2048/1024, equal counts or not, 0/4 SMs to NCCL, 2 %/5 % balance tolerance); then the 8K/32K causal A/B, session 3 forward config vs the default, next to FA4 (one GPU each) [<= 9.5 min]" \
-    nvidia-h200-x2 570 '[".cutedsl/b", ".devtools", ".whl"]' \
-"$PRELUDE
-$PEERS"'
-NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 180 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 1,0 --chunk-sizes 2048,1024 --comm-sms 0,4 --balance-tolerances 0.02,0.05 > $OUT/cp_scaling.log 2>&1; tail -n 20 $OUT/cp_scaling.log'"
-$(bench_ab 110 "--cases 0,1 --masks full,causal,causal_document --systems paddle_flashmask,fa4" default s3config \
-    "PADDLE_FLASHMASK_FWD_D128_TILE_N=112 PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP=0")
-$(pack_logs 8)"
-}
-
-call9() {
-  emit "call 9 (session 5, right after call 8, same warm machine) - D=256 backward with one Q/dO stage (dQ by bulk reduce): every D=256 case vs the oracle + determinism, then the D=256 benchmark rows with and without it next to FA4 [<= 6 min]" \
-    nvidia-h200-x2 400 '[".devtools"]' \
-"$PRELUDE
-$PEERS"'
-timeout -s INT -k 10 70 python3 tests/gpu/bwd_check.py --d256-stages 1 --only d256_causal_window_sink,d256_full --json-name bwd_d256_one_stage.json 2>&1 | tail -n 4'"
-$(bench_ab 80 "--cases 4 --systems paddle_flashmask,fa4" d256_two_stages d256_one_stage \
-    "PADDLE_FLASHMASK_BWD_D256_STAGES=1")
-$(pack_logs 9)"
-}
-
 call10() {
   emit "call 10 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP (native causal local phase, locality planner variants); skipping test with the caching workspace pool (GPU 0) || D=256 one-stage backward vs oracle (GPU 1); the 8K/32K causal A/B (session 3 forward config) and the D=256 one-stage A/B next to FA4 [<= 9.5 min]" \
     nvidia-h200-x2 570 '[".cutedsl/b", ".devtools", ".whl"]' \
@@ -283,23 +261,28 @@ CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 20 250 python3 bench/e2e_step.py --impl
 $(pack_logs 16)"
 }
 
+# the backward check with timings side by side, one per GPU of an x2 machine: $1 timeout, $2 / $4
+# tags of GPU 0 / GPU 1, $3 / $5 their env assignments (may be empty)
+bwd_check_ab() {
+  printf '%s\n' \
+    "( export CUDA_VISIBLE_DEVICES=0 $3; timeout -s INT -k 10 $1 python3 tests/gpu/bwd_check.py --bench --json-name bwd_$2.json > \$OUT/bwd_$2.log 2>&1 ) &" \
+    "( export CUDA_VISIBLE_DEVICES=1 $5; timeout -s INT -k 10 $1 python3 tests/gpu/bwd_check.py --bench --json-name bwd_$4.json > \$OUT/bwd_$4.log 2>&1 ) &" \
+    "wait; tail -n 2 \$OUT/bwd_$2.log \$OUT/bwd_$4.log"
+}
+
 call17() {
   emit "call 17 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with two dQ chains (GPU 1) vs one (GPU 0): every case vs the oracle, determinism, det/default timings [<= 5 min]" \
     nvidia-h200-x2 300 '[".cutedsl/b", ".devtools"]' \
-"$PRELUDE"'
-( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 240 python3 tests/gpu/bwd_check.py --bench --json-name bwd_det_chains1.json > $OUT/bwd_chains1.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_BWD_DET_CHAINS=2; timeout -s INT -k 10 240 python3 tests/gpu/bwd_check.py --bench --json-name bwd_det_chains2.json > $OUT/bwd_chains2.log 2>&1 ) &
-wait; tail -n 2 $OUT/bwd_chains1.log $OUT/bwd_chains2.log'"
+"$PRELUDE
+$(bwd_check_ab 240 det_chains1 "" det_chains2 PADDLE_FLASHMASK_BWD_DET_CHAINS=2)
 $(pack_logs 17)"
 }
 
 call18() {
   emit "call 18 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with the lazy release, one chain (GPU 0) and two chains (GPU 1): every case vs the oracle, determinism, det/default timings [<= 5 min]" \
     nvidia-h200-x2 300 '[".cutedsl/b", ".devtools"]' \
-"$PRELUDE"'
-( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1; timeout -s INT -k 10 240 python3 tests/gpu/bwd_check.py --bench --json-name bwd_det_lazy.json > $OUT/bwd_lazy.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1 PADDLE_FLASHMASK_BWD_DET_CHAINS=2; timeout -s INT -k 10 240 python3 tests/gpu/bwd_check.py --bench --json-name bwd_det_lazy_chains2.json > $OUT/bwd_lazy2.log 2>&1 ) &
-wait; tail -n 2 $OUT/bwd_lazy.log $OUT/bwd_lazy2.log'"
+"$PRELUDE
+$(bwd_check_ab 240 det_lazy PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1 det_lazy_chains2 "PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1 PADDLE_FLASHMASK_BWD_DET_CHAINS=2")
 $(pack_logs 18)"
 }
 
@@ -314,7 +297,7 @@ wait; grep -h -E "Duration|Compute \(SM\) Throughput|Eligible Warps|Issued Warp|
 $(pack_logs 19)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call8 call9 call10 call11 call12 call13 call14 call15 call16 call17 call18 call19"
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -490,10 +473,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call8|call9|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -76,19 +76,21 @@ def take_rows(adapter, x, rows: RowMap, dim: int):
 
 def put_rows(adapter, x, rows: RowMap, dim: int, src):
     """``x[rows] = src`` along ``dim`` (``src`` compact), in place; returns ``x``."""
-    if rows.segments is None:
-        return adapter.put_rows(x, rows.index, dim, src)
-    for r, o, n in rows.segments:
-        x = adapter.assign_slice(x, dim, r, adapter.narrow(src, dim, o, n))
-    return x
+    return _write_rows(adapter, x, rows, dim, src, adapter.put_rows, adapter.assign_slice)
 
 
 def add_rows(adapter, x, rows: RowMap, dim: int, src):
     """``x[rows] += src`` along ``dim`` (``src`` compact), in place; returns ``x``."""
+    return _write_rows(adapter, x, rows, dim, src, adapter.add_rows, adapter.add_slice)
+
+
+def _write_rows(adapter, x, rows: RowMap, dim: int, src, by_index, by_slice):
+    """One in-place write of ``src`` into ``x``'s rows: ``by_index(x, index, dim, src)`` for a
+    fragmented set, else ``by_slice(x, dim, start, part)`` per contiguous run."""
     if rows.segments is None:
-        return adapter.add_rows(x, rows.index, dim, src)
+        return by_index(x, rows.index, dim, src)
     for r, o, n in rows.segments:
-        x = adapter.add_slice(x, dim, r, adapter.narrow(src, dim, o, n))
+        x = by_slice(x, dim, r, adapter.narrow(src, dim, o, n))
     return x
 
 
