@@ -56,6 +56,8 @@ def parse_args(argv=None):
                    help="planner strategies to compare (plan_context_parallel strategy=)")
     p.add_argument("--work-models", default="pairs",
                    help="planner work models to compare: pairs (exact visible pairs), tiles (computed tiles)")
+    p.add_argument("--remote-penalties", default="0",
+                   help="comma list of planner remote_penalty values (extra weight of remote pairs)")
     p.add_argument("--balance-tolerances", default="0.02",
                    help="load slack the locality planner may spend for less communication")
     p.add_argument("--chunk-sizes", default=None,
@@ -253,13 +255,16 @@ def main(argv=None) -> dict:
 
     work_models = [x.strip() for x in str(args.work_models).split(",")]
     tolerances = [float(x) for x in str(args.balance_tolerances).split(",")]
+    penalties = [float(x) for x in str(args.remote_penalties).split(",")]
     chunk_sizes = [int(x) for x in str(args.chunk_sizes or args.chunk_size).split(",")]
 
-    def make_plan(strategy, equal, groups, work_model="pairs", chunk_size=None, tolerance=None):
+    def make_plan(strategy, equal, groups, work_model="pairs", chunk_size=None, tolerance=None,
+                  penalty=None):
         return torch_cp.prepare(mask.startend_row_indices, mask.causal,
                                 chunk_size=chunk_size or chunk_sizes[0], comm_groups=groups,
                                 strategy=strategy, equal_chunks=equal, work_model=work_model,
-                                balance_tolerance=tolerances[0] if tolerance is None else tolerance)
+                                balance_tolerance=tolerances[0] if tolerance is None else tolerance,
+                                remote_penalty=penalties[0] if penalty is None else penalty)
 
     pairs = int(sem.count_visible_pairs(*mask).sum()) * h
     fwd_flops = 4 * d * pairs  # pairs already summed over heads
@@ -291,11 +296,12 @@ def main(argv=None) -> dict:
     variants = []
     sms_list = [int(x) for x in str(args.comm_sms).split(",")]
     # planner strategy, equal chunk counts, all-gather granularity and SMs left to NCCL
-    for strategy, equal, groups, sms, model, cs, tol in (
-            (st, eq, g, m, wm, c, tl) for st in strategies for eq in equal_list for g in groups_list
-            for m in sms_list for wm in work_models for c in chunk_sizes for tl in tolerances):
+    for strategy, equal, groups, sms, model, cs, tol, pen in (
+            (st, eq, g, m, wm, c, tl, pn) for st in strategies for eq in equal_list for g in groups_list
+            for m in sms_list for wm in work_models for c in chunk_sizes for tl in tolerances
+            for pn in penalties):
         t0 = time.perf_counter()
-        plan_g, masks_g = make_plan(strategy, equal, groups, model, cs, tol)
+        plan_g, masks_g = make_plan(strategy, equal, groups, model, cs, tol, pen)
         plan_s = time.perf_counter() - t0
         local = [torch_cp.shard_sequence(x, plan_g, rank).requires_grad_() for x in (q, k, v)]
         dout_local = torch_cp.shard_sequence(dout, plan_g, rank)
@@ -332,6 +338,7 @@ def main(argv=None) -> dict:
         variants.append({"strategy": strategy, "equal_chunks": equal, "plan_seconds": plan_s,
                          "comm_groups_requested": groups,
                          "work_model": model, "chunk_size": cs, "balance_tolerance": tol,
+                         "remote_penalty": pen,
                          "rank_local_phase_fwd_bwd_s": every,
                          "plan": {k: report[k] for k in ("rank_work", "imbalance", "rank_num_chunks",
                                                          "comm_slots", "gathered_tokens_per_rank",
@@ -344,7 +351,7 @@ def main(argv=None) -> dict:
                                      "fwd_bwd": single_fb["median_s"] / cp_fb["median_s"]}})
     best = max(variants, key=lambda x: x["speedup"]["fwd_bwd"])
     plan, masks = make_plan(best["strategy"], best["equal_chunks"], groups_list[0], best["work_model"],
-                            best["chunk_size"], best["balance_tolerance"])
+                            best["chunk_size"], best["balance_tolerance"], best["remote_penalty"])
     report = balance_report(plan)
     # the best plan's assignment in the kernels' unit (pairs of computed 128x128 tiles)
     tile_work = chunk_work(*mask, s, plan.chunk_size, plan.num_chunks, work_model="tiles") \
@@ -374,7 +381,8 @@ def main(argv=None) -> dict:
     profile = None
     if args.profile:  # after every timed run, so the numbers above are untouched
         plan_p, masks_p = make_plan(best["strategy"], best["equal_chunks"], best["comm_groups_requested"],
-                                    best["work_model"], best["chunk_size"], best["balance_tolerance"])
+                                    best["work_model"], best["chunk_size"], best["balance_tolerance"],
+                                    best["remote_penalty"])
         local_p = [torch_cp.shard_sequence(x, plan_p, rank).requires_grad_() for x in (q, k, v)]
         dout_p = torch_cp.shard_sequence(dout, plan_p, rank)
         dev_p = torch_cp.device_masks(plan_p, masks_p, device)
@@ -394,7 +402,8 @@ def main(argv=None) -> dict:
         every = [None] * world
         dist.all_gather_object(every, mine)
         profile = {"config": {k: best[k] for k in ("strategy", "equal_chunks", "comm_groups", "comm_sms",
-                                                   "work_model", "chunk_size", "balance_tolerance")},
+                                                   "work_model", "chunk_size", "balance_tolerance",
+                                                   "remote_penalty")},
                    "ranks": every}
 
     result = {

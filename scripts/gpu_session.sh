@@ -297,7 +297,15 @@ wait; grep -h -E "Duration|Compute \(SM\) Throughput|Eligible Warps|Issued Warp|
 $(pack_logs 19)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19"
+call20() {
+  emit "call 20 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP with the planner's remote-pair penalty 0 / 0.35 (equal and unequal chunk counts), per-rank profile [<= 3 min]" \
+    nvidia-h200-x2 200 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 150 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 1,0 --chunk-sizes 1024 --remote-penalties 0,0.35 --profile > $OUT/cp_scaling.log 2>&1; tail -n 2 $OUT/cp_scaling.log'"
+$(pack_logs 20)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -473,10 +481,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -819,3 +819,36 @@ def test_row_maps_slices_and_index_kernels_agree(monkeypatch, max_segments):
         want = x.clone()
         want[:, idx] += src
         assert torch.allclose(engine.add_rows(adapter, x.clone(), rmap, 1, src), want)
+
+
+def test_remote_penalty_balances_weighted_work():
+    """plan_context_parallel(remote_penalty=p) lowers the most loaded rank's work with remote
+    pairs weighted 1 + p (never raises it), keeps every chunk owned once and equal counts; p = 0
+    gives the plan without the pass; a bad value names the argument."""
+    from paddle_flashmask.distributed import planner as pl
+
+    s = 8192
+    gen = np.random.default_rng(3)
+    docs = []
+    while sum(docs) < s:
+        docs.append(int(gen.integers(300, 2500)))
+    docs[-1] -= sum(docs) - s
+    mask = mb.causal_document_mask(docs, s)
+    for equal in (True, False):
+        base = pl.plan_context_parallel(*mask, 2, chunk_size=256, equal_chunks=equal, comm_groups=1)
+        weighted = pl.plan_context_parallel(*mask, 2, chunk_size=256, equal_chunks=equal,
+                                            comm_groups=1, remote_penalty=0.5)
+        pw = pl.chunk_pair_work(*mask, s, 256, base.num_chunks)
+
+        def peak(plan):
+            owner = pl._owners(plan.rank_chunks, plan.num_chunks)
+            return pl.remote_weighted_loads(pw, owner, 2, 0.5).max()
+
+        assert peak(weighted) <= peak(base)
+        assert sorted(c for r in weighted.rank_chunks for c in r) == list(range(base.num_chunks))
+        if equal:
+            assert len({len(r) for r in weighted.rank_chunks}) == 1
+    assert pl.plan_context_parallel(*mask, 2, chunk_size=256, remote_penalty=0.0).rank_chunks == \
+        pl.plan_context_parallel(*mask, 2, chunk_size=256).rank_chunks
+    with pytest.raises(ValueError, match="remote_penalty"):
+        pl.plan_context_parallel(*mask, 2, chunk_size=256, remote_penalty=-1)

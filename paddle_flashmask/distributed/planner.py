@@ -232,7 +232,8 @@ def plan_context_parallel(startend_row_indices: Any, causal: bool, world_size: i
                           equal_chunks: bool = True, comm_groups: int = 2,
                           work_model: str = "pairs", improve: bool = True,
                           strategy: str = "locality",
-                          balance_tolerance: float = 0.02) -> ContextParallelPlan:
+                          balance_tolerance: float = 0.02,
+                          remote_penalty: float = 0.0) -> ContextParallelPlan:
     """Balance the query rows of one sequence over ``world_size`` ranks by the mask's exact work.
 
     Args:
@@ -254,6 +255,10 @@ def plan_context_parallel(startend_row_indices: Any, causal: bool, world_size: i
         document masks this keeps documents whole on one rank, so only the chunks of split
         documents are communicated. ``"lpt"``: balance only.
       balance_tolerance: the load slack ``max / mean - 1`` that ``"locality"`` may spend.
+      remote_penalty: > 0 weights each rank's *remote* pairs (rows it owns against keys another
+        rank owns) by ``1 + remote_penalty`` and then exchanges chunks to lower the most loaded
+        rank's weighted work (:func:`balance_remote`): a remote phase runs on a gathered subset
+        of rows in its own kernel calls and costs more per pair than the local phase.
     """
     if startend_row_indices is None and seqlen is None:
         raise ValueError("seqlen: required when startend_row_indices is None")
@@ -281,6 +286,8 @@ def plan_context_parallel(startend_row_indices: Any, causal: bool, world_size: i
         raise ValueError(f"strategy: expected 'locality' or 'lpt', found {strategy!r}")
     if not 0.0 <= float(balance_tolerance) < 1.0:
         raise ValueError(f"balance_tolerance: expected a float in [0, 1), found {balance_tolerance!r}")
+    if not 0.0 <= float(remote_penalty) <= 10.0:
+        raise ValueError(f"remote_penalty: expected a float in [0, 10], found {remote_penalty!r}")
     pair_work = chunk_pair_work(startend_row_indices, causal, seqlen, chunk_size, num_chunks)
     work = pair_work.sum(axis=1) if work_model == "pairs" else \
         chunk_work(startend_row_indices, causal, seqlen, chunk_size, num_chunks, work_model)
@@ -298,6 +305,9 @@ def plan_context_parallel(startend_row_indices: Any, causal: bool, world_size: i
         buckets = min((improve_locality(work, needs, chunk_len, start, bound, allow_moves=not equal_chunks)
                        for start in starts),
                       key=lambda b: _locality_key(work, needs, chunk_len, b, bound))
+    if remote_penalty > 0:
+        buckets = balance_remote(pair_work, buckets, float(remote_penalty), needs, chunk_len,
+                                 allow_moves=not equal_chunks)
     rank_chunks = tuple(tuple(sorted(b)) for b in buckets)
     owner = _owners(rank_chunks, num_chunks)
     # key chunk j is exported when the rows of some chunk owned elsewhere see it
@@ -379,6 +389,62 @@ def improve_assignment(work: np.ndarray, buckets: list[list[int]], allow_moves: 
             buckets[a][i], buckets[b][j] = buckets[b][j], buckets[a][i]
         else:
             buckets[b].append(buckets[a].pop(i))
+    return buckets
+
+
+def remote_weighted_loads(pair_work: np.ndarray, owner: np.ndarray, world_size: int,
+                          penalty: float) -> np.ndarray:
+    """float64 ``[world_size]``: each rank's pairs, those against another rank's keys counted
+    ``1 + penalty`` times (``pair_work[i, j]``: pairs of row chunk i against key chunk j)."""
+    remote = owner[:, None] != owner[None, :]
+    per_chunk = (np.asarray(pair_work, dtype=np.float64) * (1.0 + penalty * remote)).sum(axis=1)
+    return np.bincount(owner, weights=per_chunk, minlength=world_size)
+
+
+def balance_remote(pair_work: np.ndarray, buckets: list[list[int]], penalty: float,
+                   needs: np.ndarray, chunk_len: np.ndarray, allow_moves: bool = False,
+                   max_rounds: Optional[int] = None) -> list[list[int]]:
+    """Local search on :func:`remote_weighted_loads`: each round applies the swap (or move) of
+    chunks between the most loaded rank and another one that lowers the most loaded rank's
+    weighted work the most (ties: less communication); stops when none does. Deterministic."""
+    n, world = int(pair_work.shape[0]), len(buckets)
+    buckets = [list(b) for b in buckets]
+    length = np.asarray(chunk_len, dtype=np.int64)
+
+    def key_of(owner):
+        loads = remote_weighted_loads(pair_work, owner, world, penalty)
+        return float(loads.max()), int(_rank_comm(needs, owner, length, world).sum())
+
+    owner = _owners(buckets, n)
+    key = key_of(owner)
+    for _ in range(max_rounds or 2 * n):
+        loads = remote_weighted_loads(pair_work, owner, world, penalty)
+        a = int(np.argmax(loads))
+        best = None
+        for b in range(world):
+            if b == a:
+                continue
+            candidates = [(i, j) for i in buckets[a] for j in buckets[b]]
+            if allow_moves and len(buckets[a]) > 1:
+                candidates += [(i, None) for i in buckets[a]]
+            for i, j in candidates:
+                trial = owner.copy()
+                trial[i] = b
+                if j is not None:
+                    trial[j] = a
+                k = key_of(trial)
+                if k < key and (best is None or k < best[0]):
+                    best = (k, b, i, j)
+        if best is None:
+            break
+        key, b, i, j = best
+        owner[i] = b
+        buckets[a].remove(i)
+        buckets[b].append(i)
+        if j is not None:
+            owner[j] = a
+            buckets[b].remove(j)
+            buckets[a].append(j)
     return buckets
 
 
