@@ -350,8 +350,9 @@ def main(argv=None) -> dict:
                          "speedup": {"fwd": single_f["median_s"] / cp_f["median_s"],
                                      "fwd_bwd": single_fb["median_s"] / cp_fb["median_s"]}})
     best = max(variants, key=lambda x: x["speedup"]["fwd_bwd"])
-    plan, masks = make_plan(best["strategy"], best["equal_chunks"], groups_list[0], best["work_model"],
-                            best["chunk_size"], best["balance_tolerance"], best["remote_penalty"])
+    plan, masks = make_plan(best["strategy"], best["equal_chunks"], best["comm_groups_requested"],
+                            best["work_model"], best["chunk_size"], best["balance_tolerance"],
+                            best["remote_penalty"])
     report = balance_report(plan)
     # the best plan's assignment in the kernels' unit (pairs of computed 128x128 tiles)
     tile_work = chunk_work(*mask, s, plan.chunk_size, plan.num_chunks, work_model="tiles") \
@@ -380,24 +381,19 @@ def main(argv=None) -> dict:
 
     profile = None
     if args.profile:  # after every timed run, so the numbers above are untouched
-        plan_p, masks_p = make_plan(best["strategy"], best["equal_chunks"], best["comm_groups_requested"],
-                                    best["work_model"], best["chunk_size"], best["balance_tolerance"],
-                                    best["remote_penalty"])
-        local_p = [torch_cp.shard_sequence(x, plan_p, rank).requires_grad_() for x in (q, k, v)]
-        dout_p = torch_cp.shard_sequence(dout, plan_p, rank)
-        dev_p = torch_cp.device_masks(plan_p, masks_p, device)
+        dev_masks = torch_cp.device_masks(plan, masks, device)  # the best configuration's plan
 
         def cp_step():
-            out = torch_cp.context_parallel_attention(*local_p, plan_p, dev_p, backend=args.backend,
+            out = torch_cp.context_parallel_attention(*local, plan, dev_masks, backend=args.backend,
                                                       comm_sms=best["comm_sms"])
-            return torch.autograd.grad(out, local_p, dout_p)
+            return torch.autograd.grad(out, local, dout_local)
 
         cp_step()  # warm (same shapes as the timed runs: nothing to compile)
         dist.barrier()
-        mine = {"rank": rank, "local_rows": int(masks_p.rows.size),
-                "phase_pairs": [masks_p.local_work, *masks_p.remote_work],
-                "remote_phase_rows": [int(masks_p.rows.size if r is None else r.size)
-                                      for r in map(masks_p.phase_rows, range(len(masks_p.remote)))],
+        mine = {"rank": rank, "local_rows": int(masks.rows.size),
+                "phase_pairs": [masks.local_work, *masks.remote_work],
+                "remote_phase_rows": [int(masks.rows.size if r is None else r.size)
+                                      for r in map(masks.phase_rows, range(len(masks.remote)))],
                 **profile_step(cp_step, use_cuda)}
         every = [None] * world
         dist.all_gather_object(every, mine)

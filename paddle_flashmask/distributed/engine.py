@@ -122,7 +122,7 @@ def plan_for_rank(startend_row_indices: Any, causal: bool, world_size: int, rank
 
 class PhaseIndices(NamedTuple):
     """Device tensors of a rank's rewritten indices, one per phase (None = phase skipped), and of
-    each remote phase's query rows (int64 local rows; None = every row)."""
+    each remote phase's query rows (a :class:`RowMap`; None = every row)."""
     local: Any
     remote: tuple[Any, ...]
     remote_rows: tuple[Optional[RowMap], ...] = ()
@@ -135,12 +135,11 @@ class ShardMaps(NamedTuple):
     """Row maps between the local rows and the communicated prefix of the padded K/V shard
     (``plan.comm_len`` rows; numpy, host side).
 
-    Both are None when that prefix *is* the local rows (every chunk exported and full, equal
+    All are None when that prefix *is* the local rows (every chunk exported and full, equal
     counts): then packing and unpacking are free views. A local row that is not communicated (no
     other rank sees it) maps to row ``comm_len`` of the unpacked dK/dV, a zero row
     (``uncommunicated``): its gradient comes from the local phase alone.
     """
-    shard_src: Optional[np.ndarray]       # [comm_len] local row feeding each position; pad -> R
     local_to_shard: Optional[np.ndarray]  # [R] position of each local row; comm_len = not sent
     uncommunicated: bool = False
     # The communicated positions that hold a local row (not padding) and that row: the backward
@@ -158,9 +157,8 @@ def shard_maps(plan: ContextParallelPlan, rank: int) -> ShardMaps:
     local_to_shard = np.full(n_local, comm_len, dtype=np.int64)
     local_to_shard[src[real]] = np.nonzero(real)[0]
     if src.size == n_local and np.array_equal(src, np.arange(n_local)):
-        return ShardMaps(None, None)
-    return ShardMaps(np.where(real, src, n_local), local_to_shard,
-                     bool((local_to_shard == comm_len).any()),
+        return ShardMaps(None)
+    return ShardMaps(local_to_shard, bool((local_to_shard == comm_len).any()),
                      np.nonzero(real)[0].astype(np.int64), src[real].astype(np.int64))
 
 
@@ -189,8 +187,9 @@ def device_masks(plan: ContextParallelPlan, masks: RankMasks, rank: int, to_indi
                                if a and masks.phase_rows(g) is not None else None
                                for g, a in enumerate(active)))
     host = shard_maps(plan, rank)
-    maps = ShardMaps(*(None if a is None else to_rows(a) for a in host[:2]), host.uncommunicated,
-                     *(None if a is None else row_map(a, to_rows) for a in host[3:]))
+    maps = ShardMaps(None if host.local_to_shard is None else to_rows(host.local_to_shard),
+                     host.uncommunicated,
+                     *(None if a is None else row_map(a, to_rows) for a in host[2:]))
     return DeviceMasks(masks, phase, maps)
 
 
@@ -285,8 +284,8 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
 def _pack_shard(adapter, x, maps: ShardMaps, comm_len: int):
     """The communicated prefix ``[comm_len, B, Hk, D]`` of the local rows ``x [B, R, Hk, D]``:
     the sent rows at their positions, zeros at padding positions."""
-    if maps.shard_src is None:
-        return adapter.pack_shard(x, None)
+    if maps.sent_rows is None:  # the prefix is every local row, in order
+        return adapter.rows_first(x)
     sent = adapter.rows_first(take_rows(adapter, x, maps.sent_rows, 1))
     return put_rows(adapter, adapter.zeros_rows_first(comm_len, x), maps.sent_positions, 0, sent)
 

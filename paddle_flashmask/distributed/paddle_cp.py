@@ -69,14 +69,6 @@ class PaddleAdapter:
     def rows(self, x, lo: int, hi: int):
         return x[lo:hi]
 
-    def pack_shard(self, x, shard_src):
-        p = self.paddle
-        x = p.transpose(x, [1, 0, 2, 3])
-        if shard_src is None:
-            return x.contiguous()
-        x = p.concat([x, p.zeros([1] + list(x.shape[1:]), dtype=x.dtype)], axis=0)  # row R = padding
-        return p.index_select(x, shard_src, axis=0)
-
     def batch_first(self, x):
         return self.paddle.transpose(x, [1, 0, 2, 3]).contiguous()
 

@@ -71,14 +71,6 @@ class TorchAdapter:
     def rows(self, x, lo: int, hi: int):
         return x[lo:hi]
 
-    def pack_shard(self, x, shard_src):
-        """[B, R, H, D] -> [shard_len, B, H, D]; a view when ``shard_src`` is None (and B == 1)."""
-        x = x.permute(1, 0, 2, 3)
-        if shard_src is None:
-            return x.contiguous()
-        x = self.torch.cat([x, x.new_zeros((1,) + tuple(x.shape[1:]))], dim=0)  # row R = padding
-        return x.index_select(0, shard_src)
-
     def batch_first(self, x):  # [N, B, H, D] -> [B, N, H, D] (no copy when B == 1)
         return x.permute(1, 0, 2, 3).contiguous()
 

@@ -16,13 +16,11 @@ the framework's current CUDA stream (an int handle). This module
 """
 from __future__ import annotations
 
-import dataclasses
-
 import functools
 import importlib
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 import cuda.bindings.driver as cu
@@ -335,7 +333,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                     rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta, persistent_ctas=persistent_ctas,
                     qdo_stages=qdo_stages, key_major=key_major)
     if cfg.dq_in_smem:  # chains and the lazy release live in the smem-staged dQ path
-        cfg = dataclasses.replace(cfg, dq_chains=dq_chains, lazy_release=lazy_release)
+        cfg = replace(cfg, dq_chains=dq_chains, lazy_release=lazy_release)
     return cfg
 
 
