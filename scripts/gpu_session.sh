@@ -305,7 +305,19 @@ NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 150 python3 -m torch.distributed.run --n
 $(pack_logs 20)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20"
+call21() {
+  emit "call 21 (session 6, right after call 5a on nvidia-h200-x2) - stage part b; dQ converted in the main backward kernel (BwdConfig.fused_dq): a smoke case first, then every case vs the oracle + determinism with it (GPU 0) || the skipping test with it, then without (GPU 1); then the backward bench A/B off / on, one GPU each [<= 9 min]" \
+    nvidia-h200-x2 560 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 5 90 python3 tests/gpu/bwd_check.py --fused-dq --only causal_doc_C1 --json-name bwd_fused_smoke.json > $OUT/bwd_fused_smoke.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_fused_smoke.log; [ $rc = 0 ] || exit 7
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 240 python3 tests/gpu/bwd_check.py --fused-dq --bench --json-name bwd_fused_dq.json > $OUT/bwd_fused.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; for f in 1 0; do PADDLE_FLASHMASK_BWD_FUSED_DQ=$f PFM_GPU_REPORT=$OUT/skip_fused$f.json timeout -s INT -k 10 110 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_fused$f.log 2>&1; done ) &
+wait; tail -n 2 $OUT/bwd_fused.log $OUT/skip_fused1.log $OUT/skip_fused0.log'"
+$(bench_ab 110 "--cases 0,1 --masks full,causal,causal_document,document --systems paddle_flashmask" fused0 fused1 PADDLE_FLASHMASK_BWD_FUSED_DQ=1)
+$(pack_logs 21)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -481,10 +493,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -14,6 +14,7 @@ poisoned with NaN / garbage before each run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -90,7 +91,7 @@ def _chosen(choice, default):
 
 class Runner:
     def __init__(self, torch, bwd_mod, cute_rt, row_ranges=None, rs_dkv=None, gqa_in_cta=None,
-                 persistent=None, d256_stages=None):
+                 persistent=None, d256_stages=None, fused_dq=None):
         self.torch = torch
         self.bwd = bwd_mod
         self.rt = cute_rt
@@ -101,6 +102,7 @@ class Runner:
         self.gqa_in_cta = gqa_in_cta  # BwdConfig.gqa_in_cta on GQA cases (--gqa-in-cta)
         self.persistent = persistent  # BwdConfig.persistent_ctas = SMs unless det (--persistent)
         self.d256_stages = d256_stages  # BwdConfig.qdo_stages of D = 256 cases (--d256-stages)
+        self.fused_dq = fused_dq  # BwdConfig.fused_dq where it applies (--fused-dq)
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def get(self, cfg):
@@ -145,6 +147,9 @@ class Runner:
                             row_ranges=_chosen(self.row_ranges, bwd.default_row_ranges(cols)),
                             qdo_stages=self.d256_stages if self.d256_stages and p["d"] == 256
                             else bwd.default_qdo_stages(p["d"]))
+        if (_chosen(self.fused_dq, bwd.default_fused_dq()) and cfg.persistent and cfg.dq_in_smem
+                and cfg.conv_rows):
+            cfg = dataclasses.replace(cfg, fused_dq=True)
         fn, compile_s = self.get(cfg)
         b, sq, sk, h, hk = p["b"], p["sq"], p["sk"], p["h"], p["hk"]
         nan = float("nan")
@@ -296,6 +301,9 @@ def main():
                          "(BwdConfig.gqa_in_cta)")
     ap.add_argument("--d256-stages", type=int, choices=(1, 2), default=None,
                     help="Q/dO stages of the D = 256 cases (1: dQ by bulk reduce from smem)")
+    ap.add_argument("--fused-dq", action="store_true", default=None,
+                    help="BwdConfig.fused_dq where it applies (default: the product's default)")
+    ap.add_argument("--no-fused-dq", dest="fused_dq", action="store_false")
     ap.add_argument("--json-name", default="bwd_check.json",
                     help="file name of the JSON report under $OUT")
     args = ap.parse_args()
@@ -305,7 +313,7 @@ def main():
 
     runner = Runner(torch, bwd_mod, cute_rt, row_ranges=args.row_ranges, rs_dkv=args.rs_dkv,
                     gqa_in_cta=args.gqa_in_cta, persistent=args.persistent,
-                    d256_stages=args.d256_stages)
+                    d256_stages=args.d256_stages, fused_dq=args.fused_dq)
     cases = CASES_QUICK if args.quick else CASES_FULL
     if args.only:
         cases = [c for c in CASES_FULL if c[0] in args.only.split(",")]

@@ -103,7 +103,7 @@ def variants(full: bool = False) -> list[Variant]:
 
     def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False, row_ranges=False,
             gqa_in_cta=False, persistent=False, two_stages=False, key_major=False,
-            det_chains=1):
+            det_chains=1, fused_dq=False):
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
@@ -116,17 +116,22 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, qdo_stages=2)
         if det_chains > 1:  # deterministic dQ in two chains (BwdConfig.dq_chains)
             cfg = dataclasses.replace(cfg, dq_chains=det_chains)
+        if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
+            cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
+                                      fused_dq=True)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " row-ranges" if row_ranges else "",
                          " gqa-in-cta" if gqa_in_cta else "",
                          " persistent" if persistent else "",
                          " key-major" if key_major else "",
                          f" {det_chains}-chains" if det_chains > 1 else "",
-                         " two-stages" if two_stages else ""])
+                         " two-stages" if two_stages else "",
+                         " fused-dq" if fused_dq else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
-        add(f"bwd-post {dtype} d{d}{extra}", "bwd_post", pre, False)
+        if pre.has_post:
+            add(f"bwd-post {dtype} d{d}{extra}", "bwd_post", pre, False)
 
     for c in (1, 2, 4):
         add(f"tile-summary C{c}", "summary", SummaryConfig(128, c), False)
@@ -171,6 +176,10 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, 4, det=True, row_ranges=True)
     bwd("bfloat16", 256, True, 1, two_stages=True)
     bwd("bfloat16", 256, False, 4, gqa=True, two_stages=True)
+    bwd("bfloat16", 128, True, 1, fused_dq=True)
+    bwd("bfloat16", 128, True, None, fused_dq=True)
+    bwd("float16", 64, False, 2, gqa=True, sink=True, fused_dq=True)
+    bwd("bfloat16", 256, True, 1, gqa=True, gqa_in_cta=True, fused_dq=True)
     return out
 
 

@@ -6,6 +6,9 @@ Preprocess (one CTA of 256 threads per 64 query rows of one (batch, head)):
     rows past Sq get ``+inf`` so the main kernel's ``exp2(S * scale_log2 - lse2)`` is exactly 0 there
     (never ``exp(-inf + inf) = NaN``),
   * zeroes the fp32 dQ accumulator rows (and the deterministic-mode semaphores),
+  * with ``fused_dq`` (``BwdConfig.fused_dq``): ``pending[b, h, blk]`` = the number of key tiles
+    whose walk keeps this query tile (``bwd_tiles``, the main kernel's own predicate), one key tile
+    per thread per pass, counted with warp ballots; where it is 0 the CTA zeroes the tile's dq rows,
   * with a learnable sink: per-CTA partial of ``dsink[h] = -sum_i exp(sink_h - LSE_i) * delta_i``,
     written to ``dsink_part[b, h, block]`` (reduced in a fixed order by the postprocess, so dsink is
     deterministic without atomics).
@@ -37,12 +40,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Optional
 
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 import cuda.bindings.driver as cuda
+
+from . import bwd_tiles
 
 ROWS_PER_CTA = 64  # must equal the main kernel's tile_m: the semaphore/dsink grids use it
 _THREADS = 256
@@ -107,6 +113,18 @@ class PrePostConfig:
     has_sink: bool
     deterministic: bool
     dq_chains: int = 1  # dQ accumulators per head (BwdConfig.dq_chains): rows h * chains + c
+    # BwdConfig.fused_dq: the preprocess counts each query tile's visiting key tiles (with the
+    # main kernel's mask form and key tile) and writes dq zeros where there are none; the
+    # postprocess leaves dq to the main kernel.
+    fused_dq: bool = False
+    causal: bool = False
+    num_columns: Optional[int] = None
+    tile_n: int = 0
+
+    @property
+    def has_post(self) -> bool:
+        """Whether the postprocess has anything to do (dq, GQA dk/dv partials or dsink)."""
+        return not self.fused_dq or self.gqa or self.has_sink
 
 
 class _Preprocess:
@@ -117,7 +135,10 @@ class _Preprocess:
     def __call__(self, o_ptr: cute.Pointer, do_ptr: cute.Pointer, lse_ptr: cute.Pointer,
                  lse2_ptr: cute.Pointer, delta_ptr: cute.Pointer, dqacc_ptr: cute.Pointer,
                  sink_ptr: Optional[cute.Pointer], dsink_part_ptr: Optional[cute.Pointer],
-                 sem_ptr: Optional[cute.Pointer], b: Int32, sq: Int32, h: Int32, stream):
+                 sem_ptr: Optional[cute.Pointer], pending_ptr: Optional[cute.Pointer],
+                 dq_ptr: Optional[cute.Pointer], smin_ptr: Optional[cute.Pointer],
+                 smax_ptr: Optional[cute.Pointer], b: Int32, sq: Int32, h: Int32, sk: Int32,
+                 hm: Int32, stream):
         n_blk = cute.ceil_div(sq, ROWS_PER_CTA)
         sqp = n_blk * ROWS_PER_CTA
         mO = vector_rows(o_ptr, (b, sq, h), self.cfg.head_dim_v, _VEC_IN)
@@ -135,13 +156,24 @@ class _Preprocess:
             mDsinkPart = rowmajor(dsink_part_ptr, (b, h, n_blk))
         if const_expr(self.cfg.deterministic):
             mSem = rowmajor(sem_ptr, (b, h * chains, n_blk))
-        self.kernel(mO, mdO, mLSE, mLSE2, mDelta, mdQacc, mSink, mDsinkPart, mSem).launch(
+        visits = None
+        if const_expr(self.cfg.fused_dq):
+            mSumMin = mSumMax = None
+            if const_expr(self.cfg.num_columns is not None):
+                nt = cute.ceil_div(sk, self.cfg.tile_n)
+                mSumMin = rowmajor(smin_ptr, (b, hm, nt, self.cfg.num_columns))
+                mSumMax = rowmajor(smax_ptr, (b, hm, nt, self.cfg.num_columns))
+            visits = SimpleNamespace(mPending=rowmajor(pending_ptr, (b, h, n_blk)),
+                                     mdQ=vector_rows(dq_ptr, (b, sq, h), self.cfg.head_dim,
+                                                     _VEC_ACC),
+                                     mSumMin=mSumMin, mSumMax=mSumMax, sk=sk, hm=hm)
+        self.kernel(mO, mdO, mLSE, mLSE2, mDelta, mdQacc, mSink, mDsinkPart, mSem, visits).launch(
             grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mLSE2: cute.Tensor,
                mDelta: cute.Tensor, mdQacc: cute.Tensor, mSink: Optional[cute.Tensor],
-               mDsinkPart: Optional[cute.Tensor], mSem: Optional[cute.Tensor]):
+               mDsinkPart: Optional[cute.Tensor], mSem: Optional[cute.Tensor], visits):
         tidx, _, _ = cute.arch.thread_idx()
         blk, h, b = cute.arch.block_idx()
         warp = tidx // 32
@@ -155,6 +187,9 @@ class _Preprocess:
 
         smem = cutlass.utils.SmemAllocator()
         s_part = smem.allocate_tensor(Float32, cute.make_layout(n_warps), 16)
+        s_count = None  # fused_dq: per-warp visitor counts
+        if const_expr(self.cfg.fused_dq):
+            s_count = smem.allocate_tensor(Int32, cute.make_layout(n_warps), 16)
 
         # zero this CTA's dQ-accumulator block (padding rows included): coalesced 16-byte stores
         zeros = cute.full(_VEC_ACC, 0.0, Float32)
@@ -204,6 +239,48 @@ class _Preprocess:
                 for w in cutlass.range_constexpr(n_warps):
                     total += s_part[w]
                 mDsinkPart[b, h, blk] = total
+        if const_expr(self.cfg.fused_dq):
+            self._count_visits(visits, s_count, b, h, blk, sq, warp, lane, tidx)
+
+    @cute.jit
+    def _count_visits(self, visits, s_count, b, h, blk, sq, warp, lane, tidx):
+        """``fused_dq``: how many key tiles will add to this query tile's dQ (the main kernel's
+        walk predicate, one key tile per thread per pass), into ``pending[b, h, blk]``; a tile
+        nobody visits gets its dq rows zeroed here, as nobody else writes them."""
+        cfg = self.cfg
+        sk = visits.sk
+        n_warps = _THREADS // 32
+        hm = bwd_tiles.mask_head(h, visits.mdQ.shape[2], visits.hm, cfg.num_columns)
+        diag = sk - sq
+        count = Int32(0)  # the same in every lane: the warp's visitors so far
+        num_n = cute.ceil_div(sk, cfg.tile_n)
+        for base in cutlass.range(0, num_n, _THREADS, unroll=1):
+            n = base + tidx
+            visit = n < num_n
+            if n < num_n:
+                bmax, bmin = bwd_tiles.tile_bands(cfg.num_columns, cfg.causal, visits.mSumMin,
+                                                  visits.mSumMax, b, hm, n, sq)
+                skip = bwd_tiles.query_tile_skipped(blk, ROWS_PER_CTA, n * cfg.tile_n, bmax, bmin,
+                                                    sq, cfg.causal, diag)
+                visit = visit & (skip == False)  # noqa: E712  (DSL boolean)
+            count += cute.arch.popc(cute.arch.vote_ballot_sync(visit))
+        if lane == 0:
+            s_count[warp] = count
+        cute.arch.barrier()
+        total = Int32(0)
+        for w in cutlass.range_constexpr(n_warps):
+            total += s_count[w]
+        if tidx == 0:
+            visits.mPending[b, h, blk] = total
+        if total == 0:
+            chunks_per_row = cfg.head_dim // _VEC_ACC
+            zeros = cute.full(_VEC_ACC, 0.0, Float32)
+            for k in cutlass.range_constexpr(ROWS_PER_CTA * chunks_per_row // _THREADS):
+                chunk = tidx + k * _THREADS
+                i = blk * ROWS_PER_CTA + chunk // chunks_per_row
+                if i < sq:
+                    visits.mdQ[b, i, h, chunk % chunks_per_row, None].store(
+                        zeros.to(visits.mdQ.element_type))
 
 
 class _Postprocess:
@@ -221,9 +298,10 @@ class _Postprocess:
         n_blk = cute.ceil_div(sq, ROWS_PER_CTA)
         mdQacc = vector_rows(dqacc_ptr, (b, h * self.cfg.dq_chains, n_blk), ROWS_PER_CTA * d,
                              _VEC_ACC)
-        mdQ = vector_rows(dq_ptr, (b, sq, h), d, _VEC_ACC)
-        self.dq_kernel(mdQacc, mdQ, softmax_scale).launch(
-            grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
+        if const_expr(not self.cfg.fused_dq):  # else the main kernel wrote dq
+            mdQ = vector_rows(dq_ptr, (b, sq, h), d, _VEC_ACC)
+            self.dq_kernel(mdQacc, mdQ, softmax_scale).launch(
+                grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
         if const_expr(self.cfg.gqa):
             mdKpart = vector_rows(dk_part_ptr, (b, sk, h), d, _VEC_ACC)
             mdVpart = vector_rows(dv_part_ptr, (b, sk, h), dv, _VEC_ACC)
@@ -319,10 +397,14 @@ def compile_preprocess(cfg: PrePostConfig):
     sem|None, B, Sq, H, stream)`` over raw device pointers (``cute.runtime.make_ptr``)."""
     dt = _dsl_dtype(cfg.dtype)
     f32 = lambda: _placeholder(Float32, 16)  # noqa: E731
+    fused = cfg.fused_dq
+    summary = fused and cfg.num_columns is not None
     args = [_placeholder(dt, 16), _placeholder(dt, 16), f32(), f32(), f32(), f32(),
             f32() if cfg.has_sink else None, f32() if cfg.has_sink else None,
             _placeholder(Int32, 4) if cfg.deterministic else None,
-            Int32(1), Int32(64), Int32(1), cuda.CUstream(0)]
+            _placeholder(Int32, 4) if fused else None, _placeholder(dt, 16) if fused else None,
+            _placeholder(Int32, 4) if summary else None, _placeholder(Int32, 4) if summary else None,
+            Int32(1), Int32(64), Int32(1), Int32(64), Int32(1), cuda.CUstream(0)]
     return cute.compile(_Preprocess(cfg), *args)
 
 

@@ -59,8 +59,9 @@ import cuda.bindings.driver as cuda
 
 from paddle_flashmask import semantics
 
+from . import bwd_tiles
 from . import mask as fm_mask
-from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, rowmajor
+from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, rowmajor, vector_rows
 from . import tile_scheduler as sched
 from .launch_args import check_variant_call, gmem_ptr
 
@@ -75,6 +76,13 @@ _BAR_DQ_FULL = 4  # consumers -> dQ writer warp: dQ tile staged in smem
 _BAR_DQ_EMPTY = 5  # dQ writer warp -> consumers: smem dQ buffer free again
 _DQ_SYNC_THREADS = 256 + 32
 _DQ_PAD = 8  # fp32 padding per dQ smem row: conflict-free 8-byte stores from the wgmma layout
+_BAR_CONV_FULL = 6  # dQ writer warp -> converter warps: a finished query tile in the slot
+_BAR_CONV_EMPTY = 7  # converter warps -> dQ writer warp: the slot was read
+_BAR_CONV_BUF = 8  # converter warps: the conversion buffer was read out
+_CONV_SYNC_THREADS = 32 + 64
+_CONV_THREADS = 64  # producer-group warps 2 and 3
+_SMEM_BYTES = 227 * 1024  # the H100/H200 opt-in maximum per CTA
+_CONV_VEC = 4  # fp32 elements per 16-byte smem read of the fused dQ conversion
 
 
 def default_tile_n(head_dim: int) -> int:
@@ -131,6 +139,17 @@ def default_dq_chains(deterministic: bool) -> int:
     from .launch_args import env_choice
 
     return 2 if deterministic and env_choice(DET_CHAINS_ENV, ("1", "2")) == "2" else 1
+
+
+FUSED_DQ_ENV = "PADDLE_FLASHMASK_BWD_FUSED_DQ"
+
+
+def default_fused_dq() -> bool:
+    """``BwdConfig.fused_dq`` wanted where it applies (persistent grid, dQ staged in smem): off
+    until the H200 A/B; env ``PADDLE_FLASHMASK_BWD_FUSED_DQ=1``."""
+    from .launch_args import env_flag
+
+    return env_flag(FUSED_DQ_ENV)
 
 
 KEY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_KEY_MAJOR"
@@ -225,6 +244,13 @@ class BwdConfig:
     # with the bulk reduce (two stages leave it per-thread fp32 atomics); the host's default for
     # D = 256 since the H200 A/B (default_qdo_stages).
     qdo_stages: int = 2
+    # dQ leaves the main kernel in the input dtype (no postprocess pass over the fp32
+    # accumulator): the preprocess sets each query tile's count of key tiles that will add to it;
+    # the dQ writer counts each of its adds down once it is complete in global memory, and hands
+    # the tile whose count reaches 0 to the producer group's two idle warps, which bulk-copy its
+    # fp32 rows into smem, scale, cast and store them while the consumers go on. Persistent grid,
+    # dQ staged in smem, not deterministic. The host's choice: default_fused_dq.
+    fused_dq: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -255,21 +281,40 @@ class BwdConfig:
                 self.deterministic and self.dq_in_smem)):
             raise ValueError(f"dq_chains: expected 1, or 2 with deterministic=True and dQ staged in "
                              f"smem, found {self.dq_chains} (deterministic={self.deterministic})")
+        if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
+            raise ValueError(f"fused_dq: expected only with a persistent grid (persistent_ctas > "
+                             f"0, so not deterministic) and dQ staged in smem with room for the "
+                             f"conversion buffer, found persistent_ctas={self.persistent_ctas}, "
+                             f"dq_in_smem={self.dq_in_smem}, conv_rows={self.conv_rows}")
 
     @property
     def persistent(self) -> bool:
         return self.persistent_ctas > 0
 
-    @property
-    def dq_in_smem(self) -> bool:
-        """dQ goes through padded fp32 smem and the bulk reduce-add (it fits next to the operand
-        tiles), else per-thread fp32 ``red.global.add`` from registers (D = 256, two stages)."""
+    def _staged_bytes(self) -> int:
+        """Shared memory of the operand tiles, the fp32 dQ staging buffer and 4 KB of barriers
+        and alignment."""
         el = 2
         operand_bytes = (self.qdo_stages * self.tile_m * (self.head_dim + self.head_dim_v) * el
                          + self.tile_n * (self.head_dim + self.head_dim_v) * el
                          + 2 * self.tile_n * self.tile_m * el)
-        dq_bytes = self.tile_m * (self.head_dim + _DQ_PAD) * 4
-        return operand_bytes + dq_bytes + 4096 <= 227 * 1024
+        return operand_bytes + self.tile_m * (self.head_dim + _DQ_PAD) * 4 + 4096
+
+    @property
+    def dq_in_smem(self) -> bool:
+        """dQ goes through padded fp32 smem and the bulk reduce-add (it fits next to the operand
+        tiles), else per-thread fp32 ``red.global.add`` from registers (D = 256, two stages)."""
+        return self._staged_bytes() <= _SMEM_BYTES
+
+    @property
+    def conv_rows(self) -> int:
+        """fp32 rows of the ``fused_dq`` conversion buffer: the most of 32 / 16 / 8 that fit next
+        to everything else (0: none fits). A query tile is converted in ``tile_m / conv_rows``
+        bulk copies."""
+        for rows in (32, 16, 8):
+            if self._staged_bytes() + rows * self.head_dim * 4 <= _SMEM_BYTES:
+                return rows
+        return 0
 
     @property
     def dkv_partials(self) -> bool:
@@ -279,8 +324,12 @@ class BwdConfig:
     @property
     def prepost(self):
         from .flash_bwd_prepost import PrePostConfig
+        fused = {}
+        if self.fused_dq:  # the preprocess counts visits with this kernel's mask form and tile
+            fused = dict(fused_dq=True, causal=self.causal, num_columns=self.num_columns,
+                         tile_n=self.tile_n)
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
-                             self.has_sink, self.deterministic, self.dq_chains)
+                             self.has_sink, self.deterministic, self.dq_chains, **fused)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -357,6 +406,7 @@ class FlashMaskBwdSm90:
         # else fp32 red.global.add from registers (D = 256 with two Q/dO stages)
         self.dq_bulk = cfg.dq_in_smem
         self.sdq_elems = self.tile_m * (self.d + _DQ_PAD) if self.dq_bulk else 4
+        self.conv_rows = cfg.conv_rows if cfg.fused_dq else 0
 
     # ---- host side -------------------------------------------------------------------------------
     def _mmas(self):
@@ -388,7 +438,8 @@ class FlashMaskBwdSm90:
                  smin_ptr: Optional[cute.Pointer], smax_ptr: Optional[cute.Pointer],
                  idx_ptr: Optional[cute.Pointer], sem_ptr: Optional[cute.Pointer],
                  b: Int32, sq: Int32, sk: Int32, h: Int32, hk: Int32, hm: Int32,
-                 softmax_scale: Float32, stream, counter_ptr: Optional[cute.Pointer] = None):
+                 softmax_scale: Float32, stream, counter_ptr: Optional[cute.Pointer] = None,
+                 pending_ptr: Optional[cute.Pointer] = None, dq_ptr: Optional[cute.Pointer] = None):
         d, dv, tm, tn = self.d, self.dv, self.tile_m, self.tile_n
         sqp = cute.ceil_div(sq, tm) * tm
         mQ = rowmajor(q_ptr, (b, sq, h, d))
@@ -414,6 +465,10 @@ class FlashMaskBwdSm90:
         mCounter = None  # next (key tile, head, batch) of the persistent grid
         if const_expr(self.cfg.persistent):
             mCounter = rowmajor(counter_ptr, (1,))
+        mPending = mdQout = None  # fused_dq: adds still to come per query tile; dq itself
+        if const_expr(self.cfg.fused_dq):
+            mPending = rowmajor(pending_ptr, (b, h, sqp // tm))
+            mdQout = vector_rows(dq_ptr, (b, sq, h), d, _CONV_VEC)
         self._layouts()
         tiled_sdp, tiled_dk, tiled_dv, tiled_dq = self._mmas()
         # [B, S, H, D] -> (S, D, H, B) views for TMA
@@ -447,6 +502,9 @@ class FlashMaskBwdSm90:
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdS_layout)], 1024]
             sdQ: cute.struct.Align[cute.struct.MemRange[Float32, self.sdq_elems], 128]
             tile_slot: cute.struct.MemRange[Int32, 1 if self.cfg.persistent else 0]
+            mbar_conv: cute.struct.MemRange[cutlass.Int64, 1 if self.conv_rows else 0]
+            conv_slot: cute.struct.MemRange[Int32, 1 if self.conv_rows else 0]
+            sConv: cute.struct.Align[cute.struct.MemRange[Float32, self.conv_rows * self.d], 128]
 
         self.storage = Storage
         # one CTA per (key tile, query head), or per (key tile, KV head) walking its group
@@ -457,20 +515,16 @@ class FlashMaskBwdSm90:
         self.kernel(tQ, tK, tV, tdO, tma_q, tma_k, tma_v, tma_do, mLSE2, mDelta, mdQacc, mdK, mdV,
                     mSumMin, mSumMax, mIdx, mSem, tiled_sdp, tiled_dk, tiled_dv, tiled_dq,
                     self.sQ_layout, self.sdO_layout, self.sK_layout, self.sV_layout,
-                    self.sP_layout, self.sdS_layout, scale_log2, softmax_scale, mCounter).launch(
+                    self.sP_layout, self.sdS_layout, scale_log2, softmax_scale, mCounter,
+                    mPending, mdQout).launch(
             grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1)
 
     # ---- mask helpers (all rules come from paddle_flashmask.semantics) ---------------------------
     def _tile_bands(self, mSumMin, mSumMax, b, hm, n_blk, seqlen_q):
         """(band_max, band_min) of this CTA's key tile; plain attention uses a band starting at Sq,
         which masks nothing inside the sequence, so the same predicates apply."""
-        if const_expr(self.cfg.num_columns is None):
-            none = semantics.Bands(seqlen_q, None, None, None)
-            return none, none
-        C = self.cfg.num_columns
-        bmax = semantics.band_bounds([mSumMax[b, hm, n_blk, c] for c in range(C)], self.cfg.causal)
-        bmin = semantics.band_bounds([mSumMin[b, hm, n_blk, c] for c in range(C)], self.cfg.causal)
-        return bmax, bmin
+        return bwd_tiles.tile_bands(self.cfg.num_columns, self.cfg.causal, mSumMin, mSumMax, b,
+                                    hm, n_blk, seqlen_q)
 
     def _tile_heads(self, y, num_h, mK, mIdx):
         """(h, hk, hm, group) of a CTA whose grid y coordinate is ``y``: the first query head it
@@ -511,11 +565,12 @@ class FlashMaskBwdSm90:
                 hmj = self._mask_head(h + j, grid.num_h, grid.mIdx)
                 bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hmj, n_blk,
                                               grid.seqlen_q)
-                self._dq_writer(sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h + j, hmj,
-                                n_blk, n0, num_m, grid.seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
+                self._dq_writer(grid, sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h + j,
+                                hmj, n_blk, n0, num_m, grid.seqlen_q, seqlen_k, diag, bmax, bmin,
+                                tidx)
         else:
-            self._dq_writer(sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h, hm, n_blk, n0,
-                            num_m, grid.seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
+            self._dq_writer(grid, sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h, hm, n_blk,
+                            n0, num_m, grid.seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
 
     # ---- persistent grid (BwdConfig.persistent_ctas) ------------------------------------------
     def _num_y(self, grid):
@@ -606,6 +661,8 @@ class FlashMaskBwdSm90:
             self._dq_write_heads(grid, h, hm, group, b, n_blk, n_blk * self.tile_n, num_m,
                                  seqlen_k, diag, bmax, bmin, sdQ, mdQacc, mSem, tidx)
             t = self._next_tile(grid, pipe_kv, kv_state)
+        if const_expr(self.conv_rows):
+            self._hand_over(grid.conv_slot, Int32(-1), cute.arch.lane_idx())  # converters exit
 
     @cute.jit
     def _consume_tiles(self, ops, grid, ctid, num_m, seqlen_k, diag, sdQ, pipe_q, pipe_do,
@@ -637,10 +694,9 @@ class FlashMaskBwdSm90:
 
     def _mask_head(self, h, num_h, mIdx):
         """Mask head of query head ``h`` (Hm divides H); ``h`` itself for plain attention."""
-        hm = h
-        if const_expr(self.cfg.num_columns is not None):
-            hm = h // (num_h // mIdx.shape[1])
-        return hm
+        if const_expr(self.cfg.num_columns is None):
+            return h
+        return bwd_tiles.mask_head(h, num_h, mIdx.shape[1], self.cfg.num_columns)
 
     @cute.jit
     def _load_key_vals(self, key_vals, tScS, mIdx, b, hm, n0, seqlen_k):
@@ -652,10 +708,8 @@ class FlashMaskBwdSm90:
                     key_vals[r, c] = mIdx[b, hm, key_row, c]
 
     def _skipped(self, m_blk, n0, bmax, bmin, seqlen_q, diag):
-        row_begin = m_blk * self.tile_m
-        row_end = cutlass.min(row_begin + self.tile_m, seqlen_q)
-        return semantics.tile_fully_masked(row_begin, row_end, n0, bmax, bmin, self.cfg.causal,
-                                           diag)
+        return bwd_tiles.query_tile_skipped(m_blk, self.tile_m, n0, bmax, bmin, seqlen_q,
+                                            self.cfg.causal, diag)
 
     @cute.jit
     def _m_range(self, n0, bmax, bmin, seqlen_q, diag, num_m):
@@ -699,7 +753,8 @@ class FlashMaskBwdSm90:
                sdO_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
                sdS_layout: cute.ComposedLayout, scale_log2: Float32, softmax_scale: Float32,
-               mCounter: Optional[cute.Tensor]):
+               mCounter: Optional[cute.Tensor], mPending: Optional[cute.Tensor],
+               mdQout: Optional[cute.Tensor]):
         cfg = self.cfg
         tidx, _, _ = cute.arch.thread_idx()
         bx, h, b = cute.arch.block_idx()
@@ -741,6 +796,9 @@ class FlashMaskBwdSm90:
         pipe_kv = pipeline.PipelineTmaAsync.create(
             barrier_storage=st.mbar_kv.data_ptr(), num_stages=1, producer_group=producer,
             consumer_group=kv_consumers, tx_count=self.kv_bytes, defer_sync=True)
+        if const_expr(self.conv_rows):
+            if tidx == 0:
+                cute.arch.mbarrier_init(st.mbar_conv.data_ptr(), 1)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -757,8 +815,12 @@ class FlashMaskBwdSm90:
         s_slot = None  # the persistent grid's current tile, written by the producer
         if const_expr(cfg.persistent):
             s_slot = st.tile_slot.get_tensor(cute.make_layout((1,)))
+        conv_slot = None  # fused_dq: the query tile the dQ writer hands to the converter warps
+        if const_expr(self.conv_rows):
+            conv_slot = st.conv_slot.get_tensor(cute.make_layout((1,)))
         grid = SimpleNamespace(mCounter=mCounter, s_slot=s_slot, num_h=num_h, mK=mK, mIdx=mIdx,
-                               mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q)
+                               mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q,
+                               mPending=mPending, conv_slot=conv_slot)
 
         bmax = bmin = None  # the persistent grid's roles take each tile's bands per tile
         if const_expr(not cfg.persistent):
@@ -797,6 +859,12 @@ class FlashMaskBwdSm90:
                     else:
                         self._dq_write_heads(grid, h, hm, group, b, n_blk, n0, num_m, seqlen_k,
                                              diag, bmax, bmin, sdQ, mdQacc, mSem, tidx)
+            if const_expr(self.conv_rows):
+                if warp_idx >= 2:
+                    sConv = cute.make_tensor(st.sConv.data_ptr(), cute.make_layout(
+                        (self.conv_rows * self.d // _CONV_VEC, _CONV_VEC)))
+                    self._convert_tiles(sConv, st.mbar_conv.data_ptr(), conv_slot, mdQacc, mdQout,
+                                        num_m, softmax_scale, tidx - 64)
         else:
             # ------------------------------------------------------------ consumer warp groups
             cute.arch.setmaxregister_increase(240)
@@ -1074,7 +1142,7 @@ class FlashMaskBwdSm90:
         return state
 
     @cute.jit
-    def _dq_writer(self, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
+    def _dq_writer(self, grid, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
                    seqlen_q, seqlen_k, diag, bmax, bmin, tidx):
         """Producer-WG warp 1: for each visited query tile, take the dQ tile the consumers staged
         in padded fp32 smem and add it to ``dq_accum`` with one ``cp.reduce.async.bulk .add.f32``
@@ -1085,6 +1153,7 @@ class FlashMaskBwdSm90:
         gdQacc_bh = mdQacc[b, hc, None, None]
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
         released = Int32(-1)  # lazy release: the query tile whose add is still to be published
+        counted = Int32(-1)  # fused_dq: the query tile whose add is still to be counted down
         for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
             if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
                 wait_for = Int32(0)
@@ -1099,6 +1168,10 @@ class FlashMaskBwdSm90:
                     # the consumers computed this tile, never between them and the free buffer
                     if released >= 0:
                         self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
+                if const_expr(self.conv_rows):
+                    # the previous tile's add completes while the consumers compute this one
+                    if counted >= 0:
+                        self._count_add(grid, b, hc, counted, num_m, lane)
                 if const_expr(self.cfg.deterministic):
                     # wait for our turn while the consumers are still computing this tile
                     self._sem_wait(mSem, b, hc, m_blk, wait_for, lane)
@@ -1116,9 +1189,13 @@ class FlashMaskBwdSm90:
                     released = m_blk
                 elif const_expr(self.cfg.deterministic):
                     self._publish_add(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
+                counted = m_blk
         if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
             if released >= 0:
                 self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
+        if const_expr(self.conv_rows):
+            if counted >= 0:
+                self._count_add(grid, b, hc, counted, num_m, lane)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem outlives the last reads
 
     @cute.jit
@@ -1129,6 +1206,77 @@ class FlashMaskBwdSm90:
         cute.arch.fence_acq_rel_gpu()
         cute.arch.sync_warp()
         self._sem_release(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
+
+    @cute.jit
+    def _count_add(self, grid, b, h, m_blk, num_m, lane):
+        """``fused_dq``: once this warp's bulk adds are complete in global memory, count query
+        tile ``m_blk``'s pending adds down by one; the add that reaches 0 was the last, and the
+        tile goes to the converter warps."""
+        cute.arch.cp_async_bulk_wait_group(0, read=False)
+        cute.arch.fence_proxy("async.global")  # the async-proxy adds before the generic release
+        left = Int32(0)
+        if lane == 0:
+            ptr = grid.mPending.iterator + cute.crd2idx((b, h, m_blk), grid.mPending.layout)
+            left = cute.arch.atomic_add(ptr, Int32(-1), sem="acq_rel", scope="gpu")
+        left = cute.arch.shuffle_sync(left, 0)
+        if left == 1:
+            self._hand_over(grid.conv_slot, (b * grid.num_h + h) * num_m + m_blk, lane)
+
+    @cute.jit
+    def _hand_over(self, conv_slot, item, lane):
+        """dQ writer -> converter warps: one finished query tile (linear (b, h, m) index), or -1
+        for the end. Waits only while the converters have not taken the previous one yet."""
+        cute.arch.barrier(barrier_id=_BAR_CONV_EMPTY, number_of_threads=_CONV_SYNC_THREADS)
+        if lane == 0:
+            conv_slot[0] = item
+        cute.arch.barrier_arrive(barrier_id=_BAR_CONV_FULL, number_of_threads=_CONV_SYNC_THREADS)
+
+    @cute.jit
+    def _convert_tiles(self, sConv, mbar, conv_slot, mdQacc, mdQout, num_m, softmax_scale, ctid):
+        """``fused_dq`` converter warps (producer group warps 2 and 3, ``ctid`` 0..63): for each
+        finished query tile the dQ writer hands over, bulk-copy its fp32 accumulator rows into
+        smem ``conv_rows`` at a time, and store them scaled, in the input dtype, into dq. The
+        writer's acquire (its count-down) happens before the hand-over, so the rows are final."""
+        rows = self.conv_rows
+        chunks_per_row = self.d // _CONV_VEC
+        num_h = mdQout.shape[2]
+        seqlen_q = mdQout.shape[1]
+        phase = Int32(0)
+        cute.arch.barrier_arrive(barrier_id=_BAR_CONV_EMPTY, number_of_threads=_CONV_SYNC_THREADS)
+        cute.arch.barrier(barrier_id=_BAR_CONV_FULL, number_of_threads=_CONV_SYNC_THREADS)
+        item = conv_slot[0]
+        while item >= 0:
+            # the slot is read: the writer may post the next tile while this one is converted
+            cute.arch.barrier_arrive(barrier_id=_BAR_CONV_EMPTY,
+                                     number_of_threads=_CONV_SYNC_THREADS)
+            m_blk = item % num_m
+            rest = item // num_m
+            h = rest % num_h
+            b = rest // num_h
+            gdQ = mdQacc[b, h, None, None]
+            for part in cutlass.range_constexpr(self.tile_m // rows):
+                r0 = m_blk * self.tile_m + part * rows
+                if ctid == 0:
+                    # generic acquire before the async-proxy reads; the buffer's generic reads
+                    # (previous part) before its async-proxy overwrite
+                    cute.arch.fence_proxy("async.global")
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    cute.arch.mbarrier_arrive_and_expect_tx(mbar, rows * self.d * 4)
+                    prims.cp_async_bulk_shared_cluster_global(
+                        sConv.iterator, gdQ.iterator + cute.crd2idx((r0, 0), gdQ.layout), mbar,
+                        rows * self.d * 4)
+                cute.arch.mbarrier_wait(mbar, phase)
+                phase = phase ^ 1
+                for k in cutlass.range_constexpr(rows * chunks_per_row // _CONV_THREADS):
+                    chunk = ctid + k * _CONV_THREADS
+                    row = r0 + chunk // chunks_per_row
+                    if row < seqlen_q:
+                        mdQout[b, row, h, chunk % chunks_per_row, None].store(
+                            (sConv[chunk, None].load() * softmax_scale).to(mdQout.element_type))
+                # every read of the buffer is done before the next bulk copy overwrites it
+                cute.arch.barrier(barrier_id=_BAR_CONV_BUF, number_of_threads=_CONV_THREADS)
+            cute.arch.barrier(barrier_id=_BAR_CONV_FULL, number_of_threads=_CONV_SYNC_THREADS)
+            item = conv_slot[0]
 
     @cute.jit
     def _sem_wait_value(self, m_blk, n_blk, b, hm, mSumMin, mSumMax, seqlen_q, seqlen_k, diag,
@@ -1224,6 +1372,8 @@ def compile_backward(cfg: BwdConfig):
              cuda.CUstream(0)]
     if cfg.persistent:
         args.append(_placeholder(Int32, 4))  # the persistent grid's tile counter
+    if cfg.fused_dq:  # the pending-add counts and dq itself
+        args += [_placeholder(Int32, 4), _placeholder(dt, 16)]
     return cute.compile(FlashMaskBwdSm90(cfg), *args)
 
 
@@ -1233,7 +1383,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
 
     ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]``, ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
     preprocess), ``dk_part``/``dv_part`` fp32 ``[B, Sk, H, D]`` only for GQA, ``semaphores`` int32
-    ``[B, H, Sq_pad/64]`` only when deterministic, ``dsink_part`` fp32 ``[B, H, Sq_pad/64]`` only with
+    ``[B, H, Sq_pad/64]`` only when deterministic, ``dq_pending`` int32 ``[B, H, Sq_pad/64]`` only
+    with ``fused_dq``, ``dsink_part`` fp32 ``[B, H, Sq_pad/64]`` only with
     a sink, summary int32 ``[B, Hm, ceil(Sk/tile_n), C]`` (from ``semantics.tile_summary`` /
     the summary kernel with ``tile_n = cfg.tile_n``).
     """
@@ -1253,6 +1404,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         out["dsink_part"] = ((batch, num_heads, nm), "float32")
     if cfg.persistent:
         out["tile_counter"] = ((1,), "int32")  # zeroed by the wrapper before each launch
+    if cfg.fused_dq:
+        out["dq_pending"] = ((batch, num_heads, nm), "int32")  # set by the preprocess
     return out
 
 
@@ -1277,7 +1430,7 @@ class CompiledBackward:
         self.config = config
         self.pre = compile_preprocess(config.prepost)
         self.main = compile_backward(config)
-        self.post = compile_postprocess(config.prepost)
+        self.post = compile_postprocess(config.prepost) if config.prepost.has_post else None
 
     def __call__(self, q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, col_min,
                  col_max, learnable_sink, dsink, workspace: dict, softmax_scale: float,
@@ -1300,10 +1453,14 @@ class CompiledBackward:
         ptr = gmem_ptr
 
         f32 = Float32
+        fused = cfg.fused_dq
+        pending = ptr(ws.get("dq_pending"), Int32, 4)
+        summary = (ptr(col_min, Int32, 4), ptr(col_max, Int32, 4)) if fused else (None, None)
         self.pre(ptr(out, dt), ptr(dout, dt), ptr(lse, f32, 4), ptr(ws["lse2"], f32),
                  ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32),
                  ptr(learnable_sink, f32, 4), ptr(ws.get("dsink_part"), f32),
-                 ptr(ws.get("semaphores"), Int32, 4), Int32(b), Int32(sq), Int32(h), stream)
+                 ptr(ws.get("semaphores"), Int32, 4), pending, ptr(dq, dt) if fused else None,
+                 *summary, Int32(b), Int32(sq), Int32(h), Int32(sk), Int32(hm), stream)
         dk_main = ws["dk_part"] if cfg.dkv_partials else dk
         dv_main = ws["dv_part"] if cfg.dkv_partials else dv
         if sk > 0:
@@ -1311,12 +1468,16 @@ class CompiledBackward:
             if cfg.persistent:  # the persistent grid claims tiles from 0
                 sched.reset_counter(ws["tile_counter"], stream)
                 extra = (ptr(ws["tile_counter"], Int32, 4),)
+            if fused:
+                extra += (pending, ptr(dq, dt))
             self.main(ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt), ptr(ws["lse2"], f32),
                       ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32), ptr(dk_main, kv_dt),
                       ptr(dv_main, kv_dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
                       ptr(startend_row_indices, Int32, 4), ptr(ws.get("semaphores"), Int32, 4),
                       Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
                       Float32(softmax_scale), stream, *extra)
+        if self.post is None:
+            return  # dq came from the main kernel (or the preprocess): nothing left to reduce
         self.post(ptr(ws["dq_accum"], f32), ptr(dq, dt), ptr(ws.get("dk_part"), f32),
                   ptr(ws.get("dv_part"), f32), ptr(dk, dt) if cfg.dkv_partials else None,
                   ptr(dv, dt) if cfg.dkv_partials else None, ptr(ws.get("dsink_part"), f32),

@@ -307,9 +307,9 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                     num_sms: int = 132):
     """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
-    from .flash_bwd_sm90 import (default_dq_chains, default_gqa_in_cta, default_key_major,
-                                 default_lazy_release, default_persistent_ctas, default_qdo_stages,
-                                 default_row_ranges, default_rs_dkv)
+    from .flash_bwd_sm90 import (default_dq_chains, default_fused_dq, default_gqa_in_cta,
+                                 default_key_major, default_lazy_release, default_persistent_ctas,
+                                 default_qdo_stages, default_row_ranges, default_rs_dkv)
 
     row_ranges = default_row_ranges(num_columns)
     persistent_ctas = default_persistent_ctas(bool(deterministic), num_sms)
@@ -319,13 +319,14 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                             default_qdo_stages(head_dim),
                             persistent_ctas > 0 and default_key_major(),
                             default_dq_chains(bool(deterministic)),
-                            default_lazy_release(bool(deterministic)))
+                            default_lazy_release(bool(deterministic)),
+                            persistent_ctas > 0 and default_fused_dq())
 
 
 @functools.lru_cache(maxsize=256)
 def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
-                     dq_chains, lazy_release):
+                     dq_chains, lazy_release, fused_dq):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -334,6 +335,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                     qdo_stages=qdo_stages, key_major=key_major)
     if cfg.dq_in_smem:  # chains and the lazy release live in the smem-staged dQ path
         cfg = replace(cfg, dq_chains=dq_chains, lazy_release=lazy_release)
+    if fused_dq and cfg.dq_in_smem and cfg.conv_rows:  # where the conversion buffer fits
+        cfg = replace(cfg, fused_dq=True)
     return cfg
 
 
@@ -385,7 +388,8 @@ def compiled_backward(config):
     bundle.config = config
     bundle.pre = compiled_kernel("flash_bwd_pre", config.prepost)
     bundle.main = compiled_kernel("flash_bwd_sm90", config)
-    bundle.post = compiled_kernel("flash_bwd_post", config.prepost)
+    bundle.post = (compiled_kernel("flash_bwd_post", config.prepost) if config.prepost.has_post
+                   else None)
     return bundle
 
 

@@ -1,0 +1,108 @@
+"""dQ converted inside the main backward kernel (BwdConfig.fused_dq), on the CPU: the config rule,
+the smem budget of the conversion buffer, the workspace, the visit count's predicate, and the host
+API up to the launches (real sm_90a compile; the DSL's argument packing checks the new arguments).
+The numbers themselves are checked on the H200 (bench/bwd_check.py, tests/gpu)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from paddle_flashmask import mask_builders as mb
+from paddle_flashmask import semantics
+from paddle_flashmask.ops.cute import bwd_tiles
+from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+
+
+def test_config_rule_buffer_rows_and_workspace(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(bwd.FUSED_DQ_ENV, raising=False)
+    monkeypatch.delenv(bwd.D256_STAGES_ENV, raising=False)
+    monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)
+    assert not interface.backward_config("bfloat16", 128, True, 1).fused_dq
+    monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")
+    on = interface.backward_config("bfloat16", 128, True, 1)
+    assert on.fused_dq and on.persistent and on.conv_rows == 32
+    # one Q/dO stage at D = 256 leaves room for 8 fp32 rows of 256
+    d256 = interface.backward_config("bfloat16", 256, False, 2, gqa=True)
+    assert d256.fused_dq and d256.conv_rows == 8
+    # deterministic: no persistent grid, so no fused dQ
+    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).fused_dq
+    # two Q/dO stages at D = 256: dQ is added by atomics from registers, nothing to fuse into
+    monkeypatch.setenv(bwd.D256_STAGES_ENV, "2")
+    assert not interface.backward_config("bfloat16", 256, True, 1).fused_dq
+    monkeypatch.setenv(bwd.PERSISTENT_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1).fused_dq
+    with pytest.raises(ValueError, match="fused_dq"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, fused_dq=True)  # not persistent
+    with pytest.raises(ValueError, match="fused_dq"):
+        bwd.BwdConfig("bfloat16", 256, 256, True, 1, persistent_ctas=132, fused_dq=True)
+    ws = bwd.workspace_shapes(on, 2, 300, 280, 4, 4)
+    assert ws["dq_pending"] == ((2, 4, 5), "int32")
+    assert "dq_pending" not in bwd.workspace_shapes(bwd.BwdConfig("bfloat16", 128, 128, True, 1),
+                                                    2, 300, 280, 4, 4)
+    # the preprocess counts with the main kernel's mask form and key tile; the postprocess only
+    # runs for what is left (GQA partials, dsink)
+    pre = on.prepost
+    assert pre.fused_dq and pre.causal and pre.num_columns == 1 and pre.tile_n == on.tile_n
+    assert not pre.has_post
+    assert bwd.BwdConfig("bfloat16", 128, 128, True, 1, has_sink=True, persistent_ctas=132,
+                         fused_dq=True).prepost.has_post
+    assert bwd.BwdConfig("bfloat16", 128, 128, True, 1).prepost.has_post
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_visit_counts_sum_to_the_computed_tiles(causal):
+    """Counting, per query tile, the key tiles that ``bwd_tiles.query_tile_skipped`` keeps (what
+    the preprocess does on the GPU) gives every computed tile of ``semantics`` exactly once, on
+    random documents with Sq != Sk."""
+    rng = np.random.default_rng()
+    sk = int(rng.integers(700, 1400))
+    sq = sk - int(rng.integers(0, 200)) if causal else int(rng.integers(500, 1500))
+    cuts = np.sort(rng.choice(np.arange(1, sk), size=5, replace=False))
+    lengths = np.diff(np.concatenate([[0], cuts, [sk]])).tolist()
+    builder = mb.causal_document_mask if causal else mb.document_mask
+    idx = np.asarray(builder(lengths, sk).startend_row_indices)
+    # a document mask is written for Sq = Sk: clip its row indices to Sq
+    idx = np.minimum(idx, sq).astype(np.int32)
+    tile_m, tile_n = 64, 128
+    summary = semantics.tile_summary(idx, tile_n)
+    smin, smax = summary.col_min, summary.col_max
+    diag = sk - sq
+    num_n = -(-sk // tile_n)
+    visits = [sum(not bool(bwd_tiles.query_tile_skipped(
+        m, tile_m, n * tile_n,
+        *bwd_tiles.tile_bands(idx.shape[-1], causal, smin, smax, 0, 0, n, sq), sq, causal, diag))
+        for n in range(num_n)) for m in range(-(-sq // tile_m))]
+    counts = semantics.computed_tile_counts(idx, causal, sq, tile_m, tile_n)
+    assert sum(visits) == counts["partial"] + counts["full"]
+    assert 0 < sum(visits) < len(visits) * num_n
+
+
+@pytest.mark.parametrize("sink", [False, True])
+def test_host_api_passes_counts_and_dq_and_skips_the_postprocess(monkeypatch, sink):
+    torch = pytest.importorskip("torch")
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")
+    monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)
+    api = HostApiHarness(monkeypatch, num_sms=132)
+    t = api.tensor
+    b, s, h, d = 1, 300, 4, 128
+    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, h, d)
+    extra = {}
+    if sink:
+        extra = dict(learnable_sink=t(h, dtype=torch.float32), dsink=t(h, dtype=torch.float32))
+    interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, h, d),
+                            t(b, s, h, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
+                            softmax_scale=0.1, stream=0, **extra)
+    expected = ["flash_bwd_pre", "flash_bwd_sm90"] + (["flash_bwd_post"] if sink else [])
+    assert api.launched[-len(expected):] == expected
+    assert api.launched[-len(expected) - 1] != "flash_bwd_post"
+    main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
+    assert len(main_args) == 24  # the 21 of every variant + tile counter, counts, dq
+    pre_args = [args for name, args in api.launch_args if name == "flash_bwd_pre"][-1]
+    assert pre_args[9] is not None and pre_args[10] is not None  # counts, dq
+    assert pre_args[11] is not None and pre_args[12] is not None  # the tile summary
+    assert (1, h, 5) in api.scratch  # dq_pending
