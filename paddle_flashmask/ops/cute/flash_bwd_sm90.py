@@ -862,7 +862,7 @@ class FlashMaskBwdSm90:
             if const_expr(self.conv_rows):
                 if warp_idx >= 2:
                     sConv = cute.make_tensor(st.sConv.data_ptr(), cute.make_layout(
-                        (self.conv_rows * self.d // _CONV_VEC, _CONV_VEC)))
+                        (self.conv_rows * self.d // _CONV_VEC, _CONV_VEC), stride=(_CONV_VEC, 1)))
                     self._convert_tiles(sConv, st.mbar_conv.data_ptr(), conv_slot, mdQacc, mdQout,
                                         num_m, softmax_scale, tidx - 64)
         else:
