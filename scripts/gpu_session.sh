@@ -317,7 +317,18 @@ $(bench_ab 110 "--cases 0,1 --masks full,causal,causal_document,document --syste
 $(pack_logs 21)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21"
+call22() {
+  emit "call 22 (session 6, right after call 5a on nvidia-h200-x2) - stage part b; fused dQ with its count-down lag (BwdConfig.dq_count_lag): every case vs the oracle + determinism + bench at lag 2, then the skipping test at lag 3 (GPU 0) || the skipping test without fused dQ, at lag 1, at lag 2, without again (GPU 1, one after the other) [<= 6 min]" \
+    nvidia-h200-x2 360 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+skip() { PFM_GPU_REPORT=$OUT/skip_$1.json timeout -s INT -k 10 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_$1.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG=2; timeout -s INT -k 10 200 python3 tests/gpu/bwd_check.py --fused-dq --bench --json-name bwd_fused_lag2.json > $OUT/bwd_fused_lag2.log 2>&1; PADDLE_FLASHMASK_BWD_FUSED_DQ=1 PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG=3 skip lag3 ) &
+( export CUDA_VISIBLE_DEVICES=1; PADDLE_FLASHMASK_BWD_FUSED_DQ=0 skip off_a; PADDLE_FLASHMASK_BWD_FUSED_DQ=1 PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG=1 skip lag1; PADDLE_FLASHMASK_BWD_FUSED_DQ=1 PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG=2 skip lag2; PADDLE_FLASHMASK_BWD_FUSED_DQ=0 skip off_b ) &
+wait; tail -n 1 $OUT/bwd_fused_lag2.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json'"
+$(pack_logs 22)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -493,10 +504,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -149,7 +149,7 @@ class Runner:
                             else bwd.default_qdo_stages(p["d"]))
         if (_chosen(self.fused_dq, bwd.default_fused_dq()) and cfg.persistent and cfg.dq_in_smem
                 and cfg.conv_rows):
-            cfg = dataclasses.replace(cfg, fused_dq=True)
+            cfg = dataclasses.replace(cfg, fused_dq=True, dq_count_lag=bwd.default_dq_count_lag())
         fn, compile_s = self.get(cfg)
         b, sq, sk, h, hk = p["b"], p["sq"], p["sk"], p["h"], p["hk"]
         nan = float("nan")

@@ -152,6 +152,16 @@ def default_fused_dq() -> bool:
     return env_flag(FUSED_DQ_ENV)
 
 
+DQ_COUNT_LAG_ENV = "PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG"
+
+
+def default_dq_count_lag() -> int:
+    """``BwdConfig.dq_count_lag``: 2; env ``PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG`` = 1, 2 or 3."""
+    from .launch_args import env_choice
+
+    return int(env_choice(DQ_COUNT_LAG_ENV, ("1", "2", "3")) or 2)
+
+
 KEY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_KEY_MAJOR"
 
 
@@ -251,6 +261,9 @@ class BwdConfig:
     # fp32 rows into smem, scale, cast and store them while the consumers go on. Persistent grid,
     # dQ staged in smem, not deterministic. The host's choice: default_fused_dq.
     fused_dq: bool = False
+    # fused_dq: an add is counted down when the dQ writer is this many tiles further (its
+    # completion wait then overlaps as many consumer iterations); 1..3.
+    dq_count_lag: int = 2
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -281,6 +294,8 @@ class BwdConfig:
                 self.deterministic and self.dq_in_smem)):
             raise ValueError(f"dq_chains: expected 1, or 2 with deterministic=True and dQ staged in "
                              f"smem, found {self.dq_chains} (deterministic={self.deterministic})")
+        if self.dq_count_lag not in (1, 2, 3):
+            raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
         if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
             raise ValueError(f"fused_dq: expected only with a persistent grid (persistent_ctas > "
                              f"0, so not deterministic) and dQ staged in smem with room for the "
@@ -558,19 +573,22 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _dq_write_heads(self, grid, h, hm, group, b, n_blk, n0, num_m, seqlen_k, diag, bmax, bmin,
-                        sdQ, mdQacc, mSem, tidx):
-        """dQ writer warp: the dQ tiles of the CTA's query head(s), in the consumers' order."""
+                        sdQ, mdQacc, mSem, tidx, p1, p2, p3):
+        """dQ writer warp: the dQ tiles of the CTA's query head(s), in the consumers' order;
+        ``p1..p3`` (returned advanced): ``fused_dq``'s adds not yet counted down, newest first."""
         if const_expr(self.cfg.gqa_in_cta):
             for j in cutlass.range(group, unroll=1):
                 hmj = self._mask_head(h + j, grid.num_h, grid.mIdx)
                 bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hmj, n_blk,
                                               grid.seqlen_q)
-                self._dq_writer(grid, sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h + j,
-                                hmj, n_blk, n0, num_m, grid.seqlen_q, seqlen_k, diag, bmax, bmin,
-                                tidx)
+                p1, p2, p3 = self._dq_writer(grid, sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax,
+                                             b, h + j, hmj, n_blk, n0, num_m, grid.seqlen_q,
+                                             seqlen_k, diag, bmax, bmin, tidx, p1, p2, p3)
         else:
-            self._dq_writer(grid, sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h, hm, n_blk,
-                            n0, num_m, grid.seqlen_q, seqlen_k, diag, bmax, bmin, tidx)
+            p1, p2, p3 = self._dq_writer(grid, sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h,
+                                         hm, n_blk, n0, num_m, grid.seqlen_q, seqlen_k, diag, bmax,
+                                         bmin, tidx, p1, p2, p3)
+        return p1, p2, p3
 
     # ---- persistent grid (BwdConfig.persistent_ctas) ------------------------------------------
     def _num_y(self, grid):
@@ -652,17 +670,26 @@ class FlashMaskBwdSm90:
         total = self._num_tiles(grid, seqlen_k, mdQacc.shape[0])
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         t = self._next_tile(grid, pipe_kv, kv_state)
+        # fused_dq: adds issued but not yet counted down (linear (b, h, m) items, newest first);
+        # they carry over from one tile to the next, so no tile ends waiting for its last add
+        p1 = p2 = p3 = Int32(-1)
         while t < total:
             pipe_kv.consumer_release(kv_state)
             kv_state.advance()
             n_blk, y, b = self._tile_of(t, grid, seqlen_k)
             h, hk, hm, group = self._tile_heads(y, grid.num_h, grid.mK, grid.mIdx)
             bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
-            self._dq_write_heads(grid, h, hm, group, b, n_blk, n_blk * self.tile_n, num_m,
-                                 seqlen_k, diag, bmax, bmin, sdQ, mdQacc, mSem, tidx)
+            p1, p2, p3 = self._dq_write_heads(grid, h, hm, group, b, n_blk, n_blk * self.tile_n,
+                                              num_m, seqlen_k, diag, bmax, bmin, sdQ, mdQacc,
+                                              mSem, tidx, p1, p2, p3)
             t = self._next_tile(grid, pipe_kv, kv_state)
         if const_expr(self.conv_rows):
-            self._hand_over(grid.conv_slot, Int32(-1), cute.arch.lane_idx())  # converters exit
+            lane = cute.arch.lane_idx()
+            cute.arch.cp_async_bulk_wait_group(0, read=False)
+            for pending in (p3, p2, p1):
+                if pending >= 0:
+                    self._count_add(grid, pending, lane)
+            self._hand_over(grid.conv_slot, Int32(-1), lane)  # the converters exit
 
     @cute.jit
     def _consume_tiles(self, ops, grid, ctid, num_m, seqlen_k, diag, sdQ, pipe_q, pipe_do,
@@ -857,8 +884,10 @@ class FlashMaskBwdSm90:
                         self._dq_write_tiles(grid, pipe_kv, sdQ, mdQacc, mSem, num_m, seqlen_k,
                                              diag, tidx)
                     else:
+                        none = Int32(-1)  # fused_dq (the only user of p1..p3) is persistent
                         self._dq_write_heads(grid, h, hm, group, b, n_blk, n0, num_m, seqlen_k,
-                                             diag, bmax, bmin, sdQ, mdQacc, mSem, tidx)
+                                             diag, bmax, bmin, sdQ, mdQacc, mSem, tidx, none,
+                                             none, none)
             if const_expr(self.conv_rows):
                 if warp_idx >= 2:
                     sConv = cute.make_tensor(st.sConv.data_ptr(), cute.make_layout(
@@ -1143,17 +1172,18 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _dq_writer(self, grid, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
-                   seqlen_q, seqlen_k, diag, bmax, bmin, tidx):
+                   seqlen_q, seqlen_k, diag, bmax, bmin, tidx, p1, p2, p3):
         """Producer-WG warp 1: for each visited query tile, take the dQ tile the consumers staged
         in padded fp32 smem and add it to ``dq_accum`` with one ``cp.reduce.async.bulk .add.f32``
         per row (2 rows per lane). Deterministic mode orders the adds with the semaphore here,
-        off the consumers' critical path."""
+        off the consumers' critical path. ``fused_dq``: ``p1..p3`` are the adds not yet counted
+        down (newest first; returned advanced); each is counted down ``dq_count_lag`` tiles after
+        its issue, so its completion wait overlaps that many consumer iterations."""
         lane = tidx % 32
         hc = self._dq_chain_head(h, n_blk)
         gdQacc_bh = mdQacc[b, hc, None, None]
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
         released = Int32(-1)  # lazy release: the query tile whose add is still to be published
-        counted = Int32(-1)  # fused_dq: the query tile whose add is still to be counted down
         for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
             if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
                 wait_for = Int32(0)
@@ -1169,9 +1199,12 @@ class FlashMaskBwdSm90:
                     if released >= 0:
                         self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
                 if const_expr(self.conv_rows):
-                    # the previous tile's add completes while the consumers compute this one
-                    if counted >= 0:
-                        self._count_add(grid, b, hc, counted, num_m, lane)
+                    # the add issued dq_count_lag tiles ago is complete by now (or soon)
+                    lag = self.cfg.dq_count_lag
+                    oldest = p1 if const_expr(lag == 1) else (p2 if const_expr(lag == 2) else p3)
+                    if oldest >= 0:
+                        cute.arch.cp_async_bulk_wait_group(lag - 1, read=False)
+                        self._count_add(grid, oldest, lane)
                 if const_expr(self.cfg.deterministic):
                     # wait for our turn while the consumers are still computing this tile
                     self._sem_wait(mSem, b, hc, m_blk, wait_for, lane)
@@ -1189,14 +1222,18 @@ class FlashMaskBwdSm90:
                     released = m_blk
                 elif const_expr(self.cfg.deterministic):
                     self._publish_add(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
-                counted = m_blk
+                if const_expr(self.conv_rows):
+                    lag = self.cfg.dq_count_lag
+                    if const_expr(lag >= 3):
+                        p3 = p2
+                    if const_expr(lag >= 2):
+                        p2 = p1
+                    p1 = (b * grid.num_h + hc) * num_m + m_blk
         if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
             if released >= 0:
                 self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
-        if const_expr(self.conv_rows):
-            if counted >= 0:
-                self._count_add(grid, b, hc, counted, num_m, lane)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem outlives the last reads
+        return p1, p2, p3
 
     @cute.jit
     def _publish_add(self, mSem, b, hc, m_blk, n_blk, seqlen_k, lane):
@@ -1208,19 +1245,20 @@ class FlashMaskBwdSm90:
         self._sem_release(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
 
     @cute.jit
-    def _count_add(self, grid, b, h, m_blk, num_m, lane):
-        """``fused_dq``: once this warp's bulk adds are complete in global memory, count query
-        tile ``m_blk``'s pending adds down by one; the add that reaches 0 was the last, and the
-        tile goes to the converter warps."""
-        cute.arch.cp_async_bulk_wait_group(0, read=False)
+    def _count_add(self, grid, item, lane):
+        """``fused_dq``: count the pending adds of query tile ``item`` (linear (b, h, m) index of
+        the ``[B, H, Sq_pad / tile_m]`` counts) down by one, once the caller waited for this
+        add's completion in global memory; the add that reaches 0 was the last, and the tile
+        goes to the converter warps."""
         cute.arch.fence_proxy("async.global")  # the async-proxy adds before the generic release
+        cute.arch.sync_warp()  # every lane waited for its own rows' adds
         left = Int32(0)
         if lane == 0:
-            ptr = grid.mPending.iterator + cute.crd2idx((b, h, m_blk), grid.mPending.layout)
-            left = cute.arch.atomic_add(ptr, Int32(-1), sem="acq_rel", scope="gpu")
+            left = cute.arch.atomic_add(grid.mPending.iterator + item, Int32(-1), sem="acq_rel",
+                                        scope="gpu")
         left = cute.arch.shuffle_sync(left, 0)
         if left == 1:
-            self._hand_over(grid.conv_slot, (b * grid.num_h + h) * num_m + m_blk, lane)
+            self._hand_over(grid.conv_slot, item, lane)
 
     @cute.jit
     def _hand_over(self, conv_slot, item, lane):
@@ -1267,7 +1305,7 @@ class FlashMaskBwdSm90:
                         rows * self.d * 4)
                 cute.arch.mbarrier_wait(mbar, phase)
                 phase = phase ^ 1
-                for k in cutlass.range_constexpr(rows * chunks_per_row // _CONV_THREADS):
+                for k in cutlass.range(rows * chunks_per_row // _CONV_THREADS, unroll=1):
                     chunk = ctid + k * _CONV_THREADS
                     row = r0 + chunk // chunks_per_row
                     if row < seqlen_q:
