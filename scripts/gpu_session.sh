@@ -328,7 +328,23 @@ wait; tail -n 1 $OUT/bwd_fused_lag2.log; timeout 30 python3 scripts/skip_summary
 $(pack_logs 22)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22"
+call23() {
+  emit "call 23 (session 6, right after call 5a on nvidia-h200-x2) - stage part b; fused dQ with the converter queue and double-buffered copies, relaxed count-down: a smoke case, then every case vs the oracle + determinism + bench (GPU 0) || skipping test off / on / off / on (GPU 1); then the benchmark off then on (GPU 0) and on then off (GPU 1) [<= 8 min]" \
+    nvidia-h200-x2 540 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+skip() { PFM_GPU_REPORT=$OUT/skip_$1.json timeout -s INT -k 10 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_$1.log 2>&1; }
+bench() { PADDLE_FLASHMASK_BWD_FUSED_DQ=$1 timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document,document --systems paddle_flashmask --tag $2 > $OUT/bench_$2.log 2>&1; }
+timeout -s INT -k 5 90 python3 tests/gpu/bwd_check.py --fused-dq --only causal_doc_C1 --json-name bwd_fused_smoke.json > $OUT/smoke.log 2>&1 || { tail -n 3 $OUT/smoke.log; exit 7; }
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 200 python3 tests/gpu/bwd_check.py --fused-dq --bench --json-name bwd_fused_queue.json > $OUT/bwd_fused.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; for r in off_a on_a off_b on_b; do PADDLE_FLASHMASK_BWD_FUSED_DQ=$([ ${r%_?} = on ] && echo 1 || echo 0) skip $r; done ) &
+wait; tail -n 1 $OUT/bwd_fused.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json
+( export CUDA_VISIBLE_DEVICES=0; bench 0 g0_off; bench 1 g0_on ) &
+( export CUDA_VISIBLE_DEVICES=1; bench 1 g1_on; bench 0 g1_off ) &
+wait; grep -H -E "paddle_flashmask " $OUT/bench_*.log'"
+$(pack_logs 23)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -504,10 +520,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

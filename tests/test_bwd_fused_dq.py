@@ -22,10 +22,10 @@ def test_config_rule_buffer_rows_and_workspace(monkeypatch):
     assert not interface.backward_config("bfloat16", 128, True, 1).fused_dq
     monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")
     on = interface.backward_config("bfloat16", 128, True, 1)
-    assert on.fused_dq and on.persistent and on.conv_rows == 32
-    # one Q/dO stage at D = 256 leaves room for 8 fp32 rows of 256
+    assert on.fused_dq and on.persistent and on.conv_rows == 16
+    # one Q/dO stage at D = 256 leaves room for two buffers of 4 fp32 rows of 256
     d256 = interface.backward_config("bfloat16", 256, False, 2, gqa=True)
-    assert d256.fused_dq and d256.conv_rows == 8
+    assert d256.fused_dq and d256.conv_rows == 4
     # deterministic: no persistent grid, so no fused dQ
     assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).fused_dq
     # two Q/dO stages at D = 256: dQ is added by atomics from registers, nothing to fuse into

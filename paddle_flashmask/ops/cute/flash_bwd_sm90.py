@@ -76,11 +76,9 @@ _BAR_DQ_FULL = 4  # consumers -> dQ writer warp: dQ tile staged in smem
 _BAR_DQ_EMPTY = 5  # dQ writer warp -> consumers: smem dQ buffer free again
 _DQ_SYNC_THREADS = 256 + 32
 _DQ_PAD = 8  # fp32 padding per dQ smem row: conflict-free 8-byte stores from the wgmma layout
-_BAR_CONV_FULL = 6  # dQ writer warp -> converter warps: a finished query tile in the slot
-_BAR_CONV_EMPTY = 7  # converter warps -> dQ writer warp: the slot was read
-_BAR_CONV_BUF = 8  # converter warps: the conversion buffer was read out
-_CONV_SYNC_THREADS = 32 + 64
+_BAR_CONV_BUF = 6  # converter warps: the queue slot / a conversion buffer was read out
 _CONV_THREADS = 64  # producer-group warps 2 and 3
+_CONV_QUEUE = 8  # finished query tiles the dQ writer can queue for the converter warps
 _SMEM_BYTES = 227 * 1024  # the H100/H200 opt-in maximum per CTA
 _CONV_VEC = 4  # fp32 elements per 16-byte smem read of the fused dQ conversion
 
@@ -323,11 +321,11 @@ class BwdConfig:
 
     @property
     def conv_rows(self) -> int:
-        """fp32 rows of the ``fused_dq`` conversion buffer: the most of 32 / 16 / 8 that fit next
-        to everything else (0: none fits). A query tile is converted in ``tile_m / conv_rows``
-        bulk copies."""
-        for rows in (32, 16, 8):
-            if self._staged_bytes() + rows * self.head_dim * 4 <= _SMEM_BYTES:
+        """fp32 rows of each of the two ``fused_dq`` conversion buffers: the most of 16 / 8 / 4
+        that fit next to everything else (0: none fits). A query tile is converted in
+        ``tile_m / conv_rows`` bulk copies, the next one in flight while one is converted."""
+        for rows in (16, 8, 4):
+            if self._staged_bytes() + 2 * rows * self.head_dim * 4 <= _SMEM_BYTES:
                 return rows
         return 0
 
@@ -517,9 +515,14 @@ class FlashMaskBwdSm90:
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdS_layout)], 1024]
             sdQ: cute.struct.Align[cute.struct.MemRange[Float32, self.sdq_elems], 128]
             tile_slot: cute.struct.MemRange[Int32, 1 if self.cfg.persistent else 0]
-            mbar_conv: cute.struct.MemRange[cutlass.Int64, 1 if self.conv_rows else 0]
-            conv_slot: cute.struct.MemRange[Int32, 1 if self.conv_rows else 0]
-            sConv: cute.struct.Align[cute.struct.MemRange[Float32, self.conv_rows * self.d], 128]
+            # fused_dq: the two conversion buffers' bulk-copy barriers, the writer -> converter
+            # queue (full / empty barriers, items, the writer's next index), the buffers
+            mbar_conv: cute.struct.MemRange[cutlass.Int64, 2 if self.conv_rows else 0]
+            mbar_queue: cute.struct.MemRange[cutlass.Int64, 2 * _CONV_QUEUE if self.conv_rows
+                                             else 0]
+            conv_slot: cute.struct.MemRange[Int32, _CONV_QUEUE + 1 if self.conv_rows else 0]
+            sConv: cute.struct.Align[cute.struct.MemRange[Float32, 2 * self.conv_rows * self.d],
+                                     128]
 
         self.storage = Storage
         # one CTA per (key tile, query head), or per (key tile, KV head) walking its group
@@ -689,7 +692,7 @@ class FlashMaskBwdSm90:
             for pending in (p3, p2, p1):
                 if pending >= 0:
                     self._count_add(grid, pending, lane)
-            self._hand_over(grid.conv_slot, Int32(-1), lane)  # the converters exit
+            self._hand_over(grid, Int32(-1), lane)  # the converters exit
 
     @cute.jit
     def _consume_tiles(self, ops, grid, ctid, num_m, seqlen_k, diag, sdQ, pipe_q, pipe_do,
@@ -823,9 +826,17 @@ class FlashMaskBwdSm90:
         pipe_kv = pipeline.PipelineTmaAsync.create(
             barrier_storage=st.mbar_kv.data_ptr(), num_stages=1, producer_group=producer,
             consumer_group=kv_consumers, tx_count=self.kv_bytes, defer_sync=True)
+        conv_slot = queue = conv_mbar = None  # fused_dq: the dQ writer -> converter warps queue
         if const_expr(self.conv_rows):
+            conv_slot = st.conv_slot.get_tensor(cute.make_layout((_CONV_QUEUE + 1,)))
+            queue = st.mbar_queue.data_ptr()
+            conv_mbar = st.mbar_conv.data_ptr()
             if tidx == 0:
-                cute.arch.mbarrier_init(st.mbar_conv.data_ptr(), 1)
+                for i in cutlass.range_constexpr(2):
+                    cute.arch.mbarrier_init(conv_mbar + i, 1)
+                for i in cutlass.range_constexpr(2 * _CONV_QUEUE):
+                    cute.arch.mbarrier_init(queue + i, 1)
+            conv_slot[_CONV_QUEUE] = 0  # the writer's queue count (every thread writes 0)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -842,12 +853,9 @@ class FlashMaskBwdSm90:
         s_slot = None  # the persistent grid's current tile, written by the producer
         if const_expr(cfg.persistent):
             s_slot = st.tile_slot.get_tensor(cute.make_layout((1,)))
-        conv_slot = None  # fused_dq: the query tile the dQ writer hands to the converter warps
-        if const_expr(self.conv_rows):
-            conv_slot = st.conv_slot.get_tensor(cute.make_layout((1,)))
         grid = SimpleNamespace(mCounter=mCounter, s_slot=s_slot, num_h=num_h, mK=mK, mIdx=mIdx,
                                mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q,
-                               mPending=mPending, conv_slot=conv_slot)
+                               mPending=mPending, conv_slot=conv_slot, queue=queue)
 
         bmax = bmin = None  # the persistent grid's roles take each tile's bands per tile
         if const_expr(not cfg.persistent):
@@ -890,10 +898,11 @@ class FlashMaskBwdSm90:
                                              none, none)
             if const_expr(self.conv_rows):
                 if warp_idx >= 2:
+                    chunks = self.conv_rows * self.d // _CONV_VEC  # 16-byte chunks per buffer
                     sConv = cute.make_tensor(st.sConv.data_ptr(), cute.make_layout(
-                        (self.conv_rows * self.d // _CONV_VEC, _CONV_VEC), stride=(_CONV_VEC, 1)))
-                    self._convert_tiles(sConv, st.mbar_conv.data_ptr(), conv_slot, mdQacc, mdQout,
-                                        num_m, softmax_scale, tidx - 64)
+                        (chunks, _CONV_VEC, 2), stride=(_CONV_VEC, 1, chunks * _CONV_VEC)))
+                    self._convert_tiles(sConv, conv_mbar, conv_slot, queue, mdQacc,
+                                        mdQout, num_m, softmax_scale, tidx - 64)
         else:
             # ------------------------------------------------------------ consumer warp groups
             cute.arch.setmaxregister_increase(240)
@@ -1250,71 +1259,104 @@ class FlashMaskBwdSm90:
         the ``[B, H, Sq_pad / tile_m]`` counts) down by one, once the caller waited for this
         add's completion in global memory; the add that reaches 0 was the last, and the tile
         goes to the converter warps."""
-        cute.arch.fence_proxy("async.global")  # the async-proxy adds before the generic release
+        # Relaxed: the caller's wait_group (without .read) returned, so these adds are complete
+        # at L2, where the converter's bulk copy reads them. An acq_rel atomic is a MEMBAR.GPU,
+        # which also waits for this warp's newest adds still in flight (H200: full attention
+        # 44.5 -> 48.4 ms at 32K).
+        cute.arch.fence_proxy("async.global")
         cute.arch.sync_warp()  # every lane waited for its own rows' adds
         left = Int32(0)
         if lane == 0:
-            left = cute.arch.atomic_add(grid.mPending.iterator + item, Int32(-1), sem="acq_rel",
+            left = cute.arch.atomic_add(grid.mPending.iterator + item, Int32(-1), sem="relaxed",
                                         scope="gpu")
         left = cute.arch.shuffle_sync(left, 0)
         if left == 1:
-            self._hand_over(grid.conv_slot, item, lane)
+            self._hand_over(grid, item, lane)
 
     @cute.jit
-    def _hand_over(self, conv_slot, item, lane):
+    def _hand_over(self, grid, item, lane):
         """dQ writer -> converter warps: one finished query tile (linear (b, h, m) index), or -1
-        for the end. Waits only while the converters have not taken the previous one yet."""
-        cute.arch.barrier(barrier_id=_BAR_CONV_EMPTY, number_of_threads=_CONV_SYNC_THREADS)
+        for the end, through a queue of ``_CONV_QUEUE`` slots (full / empty mbarriers); the
+        writer waits only when that many tiles wait for conversion."""
+        # locals: a subscript store through ``grid`` inside the ``if`` below would make the DSL
+        # carry the namespace out of it
+        conv_slot, queue = grid.conv_slot, grid.queue
+        count = conv_slot[_CONV_QUEUE]  # items handed over so far (only this warp writes it)
+        slot = count % _CONV_QUEUE
+        cute.arch.mbarrier_wait(queue + (slot + _CONV_QUEUE), ((count // _CONV_QUEUE) & 1) ^ 1)
         if lane == 0:
-            conv_slot[0] = item
-        cute.arch.barrier_arrive(barrier_id=_BAR_CONV_FULL, number_of_threads=_CONV_SYNC_THREADS)
+            conv_slot[slot] = item
+            conv_slot[_CONV_QUEUE] = count + 1
+            cute.arch.mbarrier_arrive(queue + slot)
+        cute.arch.sync_warp()
 
     @cute.jit
-    def _convert_tiles(self, sConv, mbar, conv_slot, mdQacc, mdQout, num_m, softmax_scale, ctid):
+    def _convert_tiles(self, sConv, mbar, conv_slot, queue, mdQacc, mdQout, num_m, softmax_scale,
+                       ctid):
         """``fused_dq`` converter warps (producer group warps 2 and 3, ``ctid`` 0..63): for each
-        finished query tile the dQ writer hands over, bulk-copy its fp32 accumulator rows into
-        smem ``conv_rows`` at a time, and store them scaled, in the input dtype, into dq. The
-        writer's acquire (its count-down) happens before the hand-over, so the rows are final."""
+        finished query tile the dQ writer queues, bulk-copy its fp32 accumulator rows into smem
+        ``conv_rows`` at a time (two buffers: the next copy is in flight while one is converted)
+        and store them scaled, in the input dtype, into dq. The tile is final: every add to it
+        completed before its count reached 0."""
         rows = self.conv_rows
+        parts = self.tile_m // rows
+        part_bytes = rows * self.d * 4
         chunks_per_row = self.d // _CONV_VEC
         num_h = mdQout.shape[2]
         seqlen_q = mdQout.shape[1]
-        phase = Int32(0)
-        cute.arch.barrier_arrive(barrier_id=_BAR_CONV_EMPTY, number_of_threads=_CONV_SYNC_THREADS)
-        cute.arch.barrier(barrier_id=_BAR_CONV_FULL, number_of_threads=_CONV_SYNC_THREADS)
-        item = conv_slot[0]
+        phase0 = Int32(0)  # the two buffers' bulk-copy barrier phases
+        phase1 = Int32(0)
+        count = Int32(0)  # queue items taken
+        item = Int32(0)
         while item >= 0:
-            # the slot is read: the writer may post the next tile while this one is converted
-            cute.arch.barrier_arrive(barrier_id=_BAR_CONV_EMPTY,
-                                     number_of_threads=_CONV_SYNC_THREADS)
-            m_blk = item % num_m
-            rest = item // num_m
-            h = rest % num_h
-            b = rest // num_h
-            gdQ = mdQacc[b, h, None, None]
-            for part in cutlass.range_constexpr(self.tile_m // rows):
-                r0 = m_blk * self.tile_m + part * rows
+            slot = count % _CONV_QUEUE
+            cute.arch.mbarrier_wait(queue + slot, (count // _CONV_QUEUE) & 1)
+            item = conv_slot[slot]
+            cute.arch.barrier(barrier_id=_BAR_CONV_BUF, number_of_threads=_CONV_THREADS)
+            if ctid == 0:  # every converter thread read the slot: free it
+                cute.arch.mbarrier_arrive(queue + (slot + _CONV_QUEUE))
+            count += 1
+            if item >= 0:
+                m_blk = item % num_m
+                rest = item // num_m
+                h = rest % num_h
+                b = rest // num_h
+                gdQ = mdQacc[b, h, None, None]
+                row0 = m_blk * self.tile_m
                 if ctid == 0:
-                    # generic acquire before the async-proxy reads; the buffer's generic reads
-                    # (previous part) before its async-proxy overwrite
-                    cute.arch.fence_proxy("async.global")
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    cute.arch.mbarrier_arrive_and_expect_tx(mbar, rows * self.d * 4)
-                    prims.cp_async_bulk_shared_cluster_global(
-                        sConv.iterator, gdQ.iterator + cute.crd2idx((r0, 0), gdQ.layout), mbar,
-                        rows * self.d * 4)
-                cute.arch.mbarrier_wait(mbar, phase)
-                phase = phase ^ 1
-                for k in cutlass.range(rows * chunks_per_row // _CONV_THREADS, unroll=1):
-                    chunk = ctid + k * _CONV_THREADS
-                    row = r0 + chunk // chunks_per_row
-                    if row < seqlen_q:
-                        mdQout[b, row, h, chunk % chunks_per_row, None].store(
-                            (sConv[chunk, None].load() * softmax_scale).to(mdQout.element_type))
-                # every read of the buffer is done before the next bulk copy overwrites it
-                cute.arch.barrier(barrier_id=_BAR_CONV_BUF, number_of_threads=_CONV_THREADS)
-            cute.arch.barrier(barrier_id=_BAR_CONV_FULL, number_of_threads=_CONV_SYNC_THREADS)
-            item = conv_slot[0]
+                    cute.arch.fence_proxy("async.global")  # the count-down before the copies
+                    self._conv_load(sConv, mbar, gdQ, row0, 0, part_bytes)
+                for part in cutlass.range_constexpr(parts):
+                    buf = part % 2
+                    if const_expr(part + 1 < parts):
+                        if ctid == 0:  # buffer (part + 1) % 2 was read out before the last barrier
+                            self._conv_load(sConv, mbar, gdQ, row0 + (part + 1) * rows,
+                                            (part + 1) % 2, part_bytes)
+                    if const_expr(buf == 0):
+                        cute.arch.mbarrier_wait(mbar, phase0)
+                        phase0 = phase0 ^ 1
+                    else:
+                        cute.arch.mbarrier_wait(mbar + 1, phase1)
+                        phase1 = phase1 ^ 1
+                    r0 = row0 + part * rows
+                    for k in cutlass.range(rows * chunks_per_row // _CONV_THREADS, unroll=1):
+                        chunk = ctid + k * _CONV_THREADS
+                        row = r0 + chunk // chunks_per_row
+                        if row < seqlen_q:
+                            mdQout[b, row, h, chunk % chunks_per_row, None].store(
+                                (sConv[chunk, None, buf].load() * softmax_scale).to(
+                                    mdQout.element_type))
+                    # the buffer is read out before a later bulk copy overwrites it
+                    cute.arch.barrier(barrier_id=_BAR_CONV_BUF, number_of_threads=_CONV_THREADS)
+
+    @cute.jit
+    def _conv_load(self, sConv, mbar, gdQ, row, buf, part_bytes):
+        """One bulk copy of ``conv_rows`` fp32 accumulator rows into conversion buffer ``buf``."""
+        cute.arch.fence_proxy("async.shared", space="cta")  # its generic reads before the copy
+        cute.arch.mbarrier_arrive_and_expect_tx(mbar + buf, part_bytes)
+        prims.cp_async_bulk_shared_cluster_global(
+            sConv[None, None, buf].iterator, gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
+            mbar + buf, part_bytes)
 
     @cute.jit
     def _sem_wait_value(self, m_blk, n_blk, b, hm, mSumMin, mSumMax, seqlen_q, seqlen_k, diag,
