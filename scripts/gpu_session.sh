@@ -344,7 +344,16 @@ wait; grep -H -E "paddle_flashmask " $OUT/bench_*.log'"
 $(pack_logs 23)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23"
+call24() {
+  emit "call 24 (session 6, right after call 5a on nvidia-h200-x2) - stage part b; CP with NCCL held to 4 / 2 CTAs (NCCL_MAX_CTAS) so that the SMs the persistent kernels leave free (--comm-sms) are enough for the collectives to overlap them [<= 6 min]" \
+    nvidia-h200-x2 360 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+cprun() { NCCL_MAX_CTAS=$1 NCCL_MIN_CTAS=1 timeout -s INT -k 20 160 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0 --chunk-sizes 1024 --comm-sms $2 --profile --out $OUT/cp_ctas$1.json > $OUT/cp_ctas$1.log 2>&1; tail -n 4 $OUT/cp_ctas$1.log; }
+cprun 4 0,4,8; cprun 2 2,4'"
+$(pack_logs 24)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -520,10 +529,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
