@@ -353,7 +353,22 @@ cprun 4 0,4,8; cprun 2 2,4'"
 $(pack_logs 24)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24"
+call25() {
+  emit "call 25 (session 6, right after call 5a on nvidia-h200-x2) - stage part b; vector dK/dV stores (BwdConfig.vector_dkv): every case vs the oracle + determinism + bench with them (GPU 0) || skipping test on / off / on / off (GPU 1); then the benchmark on then off (GPU 0) and off then on (GPU 1) [<= 8 min]" \
+    nvidia-h200-x2 540 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+skip() { PFM_GPU_REPORT=$OUT/skip_$1.json timeout -s INT -k 10 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_$1.log 2>&1; }
+bench() { PADDLE_FLASHMASK_BWD_VECTOR_DKV=$1 timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document,document --systems paddle_flashmask --tag $2 > $OUT/bench_$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 200 python3 tests/gpu/bwd_check.py --bench --json-name bwd_vector_dkv.json > $OUT/bwd_vector.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; for r in on_a off_a on_b off_b; do PADDLE_FLASHMASK_BWD_VECTOR_DKV=$([ ${r%_?} = on ] && echo 1 || echo 0) skip $r; done ) &
+wait; tail -n 1 $OUT/bwd_vector.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json
+( export CUDA_VISIBLE_DEVICES=0; bench 1 g0_on; bench 0 g0_off ) &
+( export CUDA_VISIBLE_DEVICES=1; bench 0 g1_off; bench 1 g1_on ) &
+wait; grep -H -E "paddle_flashmask " $OUT/bench_*.log | sed "s/.*bench_//"'"
+$(pack_logs 25)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -529,10 +544,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -146,7 +146,8 @@ class Runner:
                             persistent_ctas=self.sms if persistent and not deterministic else 0,
                             row_ranges=_chosen(self.row_ranges, bwd.default_row_ranges(cols)),
                             qdo_stages=self.d256_stages if self.d256_stages and p["d"] == 256
-                            else bwd.default_qdo_stages(p["d"]))
+                            else bwd.default_qdo_stages(p["d"]),
+                            vector_dkv=bwd.default_vector_dkv())
         if (_chosen(self.fused_dq, bwd.default_fused_dq()) and cfg.persistent and cfg.dq_in_smem
                 and cfg.conv_rows):
             cfg = dataclasses.replace(cfg, fused_dq=True, dq_count_lag=bwd.default_dq_count_lag())

@@ -150,6 +150,16 @@ def default_fused_dq() -> bool:
     return env_flag(FUSED_DQ_ENV)
 
 
+VECTOR_DKV_ENV = "PADDLE_FLASHMASK_BWD_VECTOR_DKV"
+
+
+def default_vector_dkv() -> bool:
+    """``BwdConfig.vector_dkv``: on; env ``PADDLE_FLASHMASK_BWD_VECTOR_DKV=0`` for the A/B."""
+    from .launch_args import env_flag
+
+    return env_flag(VECTOR_DKV_ENV, default="1")
+
+
 DQ_COUNT_LAG_ENV = "PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG"
 
 
@@ -262,6 +272,10 @@ class BwdConfig:
     # fused_dq: an add is counted down when the dQ writer is this many tiles further (its
     # completion wait then overlaps as many consumer iterations); 1..3.
     dq_count_lag: int = 2
+    # dK/dV epilogue: the output's strides are declared multiples of the row, so each thread's
+    # two adjacent columns leave as one vector store (False: one 2-byte store per element, the
+    # session-5 SASS, kept for the A/B; env PADDLE_FLASHMASK_BWD_VECTOR_DKV=0).
+    vector_dkv: bool = True
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -379,6 +393,18 @@ def _acc_to_operand_a(acc: cute.Tensor, frag_a: cute.Tensor):
                     frag_a[(c, hh, g), 0, kb] = acc[(c, hh, 2 * kb + g), 0, 0]
 
 
+def _rowmajor_rows(ptr: cute.Pointer, shape: tuple) -> cute.Tensor:
+    """``rowmajor`` with every dynamic stride declared a multiple of the static row length, so
+    the DSL knows a thread's adjacent elements of a row are aligned together (vector stores)."""
+    row = shape[-1]
+    strides = [1]
+    for extent in reversed(shape[1:]):
+        step = strides[0] * extent
+        strides.insert(0, step if isinstance(step, int) else cute.assume(step, divby=row))
+    strides[0] = cute.assume(cutlass.Int64(strides[1]) * shape[1], divby=row)
+    return cute.make_tensor(ptr, cute.make_layout(shape, stride=tuple(strides)))
+
+
 def _acc_mn(t: cute.Tensor) -> cute.Tensor:
     """(rows, cols) view of a wgmma accumulator-shaped partition ((2, 2, V), M, N):
     value mode 0 = two adjacent columns, 1 = rows r and r + 8, 2 = column groups of 8."""
@@ -464,8 +490,11 @@ class FlashMaskBwdSm90:
         chains = self.cfg.dq_chains  # head h's chain c accumulates at row h * chains + c
         mdQacc = rowmajor(dqacc_ptr, (b, h * chains, sqp, d))
         kv_heads = h if const_expr(self.cfg.dkv_partials) else hk
-        mdK = rowmajor(dk_ptr, (b, sk, kv_heads, d))
-        mdV = rowmajor(dv_ptr, (b, sk, kv_heads, dv))
+        # vector_dkv: strides declared row multiples, so a thread's two adjacent columns of a row
+        # (one predicate) go out as one vector store instead of two 2-byte stores
+        dkv_rows = _rowmajor_rows if const_expr(self.cfg.vector_dkv) else rowmajor
+        mdK = dkv_rows(dk_ptr, (b, sk, kv_heads, d))
+        mdV = dkv_rows(dv_ptr, (b, sk, kv_heads, dv))
         mSumMin = mSumMax = mIdx = mSem = None
         if const_expr(self.cfg.num_columns is not None):
             C = self.cfg.num_columns
