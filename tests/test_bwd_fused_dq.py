@@ -106,3 +106,38 @@ def test_host_api_passes_counts_and_dq_and_skips_the_postprocess(monkeypatch, si
     assert pre_args[9] is not None and pre_args[10] is not None  # counts, dq
     assert pre_args[11] is not None and pre_args[12] is not None  # the tile summary
     assert (1, h, 5) in api.scratch  # dq_pending
+
+
+def test_gpu_check_runs_the_env_chosen_variant(monkeypatch):
+    """tests/gpu/bwd_check.py builds each case's variant from ``interface.backward_config``, so
+    every env switch reaches it (session 6 found that the deterministic-mode switches of session
+    5's A/B runs never did), and a CLI choice overrides only what it names."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "gpu" / "bwd_check.py"
+    spec = importlib.util.spec_from_file_location("bwd_check_for_test", path)
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    for name in (bwd.DET_CHAINS_ENV, bwd.LAZY_RELEASE_ENV, bwd.DET_RELAXED_ENV, bwd.FUSED_DQ_ENV,
+                 bwd.VECTOR_DKV_ENV):
+        monkeypatch.delenv(name, raising=False)
+    args = ("bfloat16", 128, True, 1, False, False)
+    base = check.backward_variant(*args, True, 132)
+    assert base.deterministic and base.dq_chains == 1 and not base.lazy_release
+    assert not base.det_relaxed and base.vector_dkv
+    monkeypatch.setenv(bwd.DET_CHAINS_ENV, "2")
+    monkeypatch.setenv(bwd.LAZY_RELEASE_ENV, "1")
+    monkeypatch.setenv(bwd.DET_RELAXED_ENV, "1")
+    det = check.backward_variant(*args, True, 132)
+    assert det.dq_chains == 2 and det.lazy_release and det.det_relaxed
+    monkeypatch.setenv(bwd.VECTOR_DKV_ENV, "0")
+    monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")
+    fused = check.backward_variant(*args, False, 132)
+    assert fused.persistent and fused.fused_dq and not fused.vector_dkv
+    # the CLI's --no-fused-dq / --no-persistent win over the env
+    assert not check.backward_variant(*args, False, 132, fused_dq=False).fused_dq
+    plain = check.backward_variant(*args, False, 132, persistent=False, fused_dq=False)
+    assert not plain.persistent and not plain.fused_dq
+    with pytest.raises(ValueError, match="det_relaxed"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, det_relaxed=True)

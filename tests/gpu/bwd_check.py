@@ -84,9 +84,33 @@ CASES_QUICK = [c for c in CASES_FULL if c[0] in (
 DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink"]
 
 
-def _chosen(choice, default):
-    """A CLI switch's value (True/False), or ``default`` when it was not given (None)."""
-    return default if choice is None else choice
+def backward_variant(dtype: str, d: int, causal: bool, cols, gqa: bool, has_sink: bool,
+                     deterministic: bool, sms: int, *, rs_dkv=None, gqa_in_cta=None,
+                     persistent=None, row_ranges=None, d256_stages=None, fused_dq=None):
+    """The backward variant a case runs: the product's (``interface.backward_config``, every env
+    switch included, as the host API picks it), then each CLI choice that was made (None: left
+    to the product). One place, so an env switch cannot be silently ignored here."""
+    from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd, interface
+
+    cfg = interface.backward_config(dtype, d, causal, cols, gqa=gqa, has_sink=has_sink,
+                                    deterministic=deterministic, num_sms=sms)
+    over = {}
+    if rs_dkv is not None:
+        over["rs_dkv"] = rs_dkv
+    if gqa and gqa_in_cta is not None:
+        over["gqa_in_cta"] = gqa_in_cta
+    if persistent is not None:
+        over["persistent_ctas"] = sms if persistent and not deterministic else 0
+    if row_ranges is not None:
+        over["row_ranges"] = row_ranges
+    if d256_stages and d == 256:
+        over["qdo_stages"] = d256_stages
+    # fused dQ last: it depends on the grid and the smem layout chosen above
+    want_fused = cfg.fused_dq if fused_dq is None else fused_dq
+    cfg = dataclasses.replace(cfg, fused_dq=False, **over)
+    if want_fused and cfg.persistent and cfg.dq_in_smem and cfg.conv_rows > 0:
+        cfg = dataclasses.replace(cfg, fused_dq=True, dq_count_lag=bwd.default_dq_count_lag())
+    return cfg
 
 
 class Runner:
@@ -134,23 +158,12 @@ class Runner:
         torch = self.torch
         cols = None if p["idx"] is None else p["idx"].shape[-1]
         gqa = p["h"] != p["hk"]
-        bwd = self.bwd
-        # each option: the CLI's choice, or the product's default when the CLI left it (None)
-        rs_dkv = p["name"].endswith("_rs") or _chosen(self.rs_dkv, bwd.default_rs_dkv(p["d"]))
-        gqa_in_cta = gqa and _chosen(self.gqa_in_cta, bwd.default_gqa_in_cta(True))
-        persistent = _chosen(self.persistent, bwd.default_persistent_ctas(False, 1) > 0)
-        cfg = bwd.BwdConfig(p["dt"].replace("bf16", "bfloat16").replace("fp16", "float16"),
-                            p["d"], p["dv"], p["causal"], cols, gqa=gqa,
-                            has_sink=p["sink"] is not None, deterministic=deterministic,
-                            rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta,
-                            persistent_ctas=self.sms if persistent and not deterministic else 0,
-                            row_ranges=_chosen(self.row_ranges, bwd.default_row_ranges(cols)),
-                            qdo_stages=self.d256_stages if self.d256_stages and p["d"] == 256
-                            else bwd.default_qdo_stages(p["d"]),
-                            vector_dkv=bwd.default_vector_dkv())
-        if (_chosen(self.fused_dq, bwd.default_fused_dq()) and cfg.persistent and cfg.dq_in_smem
-                and cfg.conv_rows):
-            cfg = dataclasses.replace(cfg, fused_dq=True, dq_count_lag=bwd.default_dq_count_lag())
+        cfg = backward_variant(
+            p["dt"].replace("bf16", "bfloat16").replace("fp16", "float16"), p["d"], p["causal"],
+            cols, gqa, p["sink"] is not None, deterministic, self.sms,
+            rs_dkv=True if p["name"].endswith("_rs") else self.rs_dkv,
+            gqa_in_cta=self.gqa_in_cta, persistent=self.persistent, row_ranges=self.row_ranges,
+            d256_stages=self.d256_stages, fused_dq=self.fused_dq)
         fn, compile_s = self.get(cfg)
         b, sq, sk, h, hk = p["b"], p["sq"], p["sk"], p["h"], p["hk"]
         nan = float("nan")

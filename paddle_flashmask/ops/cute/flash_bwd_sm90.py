@@ -160,6 +160,17 @@ def default_vector_dkv() -> bool:
     return env_flag(VECTOR_DKV_ENV, default="1")
 
 
+DET_RELAXED_ENV = "PADDLE_FLASHMASK_BWD_DET_RELAXED"
+
+
+def default_det_relaxed(deterministic: bool) -> bool:
+    """``BwdConfig.det_relaxed`` wanted: off until the H200 A/B; env
+    ``PADDLE_FLASHMASK_BWD_DET_RELAXED=1`` (used where dQ is staged in smem)."""
+    from .launch_args import env_flag
+
+    return deterministic and env_flag(DET_RELAXED_ENV)
+
+
 DQ_COUNT_LAG_ENV = "PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG"
 
 
@@ -276,6 +287,10 @@ class BwdConfig:
     # two adjacent columns leave as one vector store (False: one 2-byte store per element, the
     # session-5 SASS, kept for the A/B; env PADDLE_FLASHMASK_BWD_VECTOR_DKV=0).
     vector_dkv: bool = True
+    # Deterministic mode, dQ in smem: the dQ writer polls the semaphore with relaxed loads and
+    # publishes with a relaxed store after its adds completed (no CCTL.IVALL per poll, no
+    # MEMBAR.GPU per publish). Off until the H200 A/B; env PADDLE_FLASHMASK_BWD_DET_RELAXED=1.
+    det_relaxed: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -306,6 +321,9 @@ class BwdConfig:
                 self.deterministic and self.dq_in_smem)):
             raise ValueError(f"dq_chains: expected 1, or 2 with deterministic=True and dQ staged in "
                              f"smem, found {self.dq_chains} (deterministic={self.deterministic})")
+        if self.det_relaxed and not (self.deterministic and self.dq_in_smem):
+            raise ValueError("det_relaxed: expected only with deterministic=True and dQ staged in "
+                             "smem")
         if self.dq_count_lag not in (1, 2, 3):
             raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
         if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
@@ -1253,7 +1271,8 @@ class FlashMaskBwdSm90:
                         self._count_add(grid, oldest, lane)
                 if const_expr(self.cfg.deterministic):
                     # wait for our turn while the consumers are still computing this tile
-                    self._sem_wait(mSem, b, hc, m_blk, wait_for, lane)
+                    self._sem_wait(mSem, b, hc, m_blk, wait_for, lane,
+                                   relaxed=self.cfg.det_relaxed)
                     cute.arch.sync_warp()
                 cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
@@ -1286,9 +1305,15 @@ class FlashMaskBwdSm90:
         """Deterministic mode: wait until this warp's bulk adds are complete in global memory,
         then release query tile ``m_blk`` to the next key tile of the chain."""
         cute.arch.cp_async_bulk_wait_group(0, read=False)
-        cute.arch.fence_acq_rel_gpu()
+        if const_expr(self.cfg.det_relaxed):
+            # the adds are complete (at L2, where the next adder's bulk reduce lands): a relaxed
+            # store suffices in practice; fence + release store compile to two MEMBAR.GPU
+            cute.arch.fence_proxy("async.global")
+        else:
+            cute.arch.fence_acq_rel_gpu()
         cute.arch.sync_warp()
-        self._sem_release(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
+        self._sem_release(mSem, b, hc, m_blk, n_blk, seqlen_k, lane,
+                          sem="relaxed" if const_expr(self.cfg.det_relaxed) else "release")
 
     @cute.jit
     def _count_add(self, grid, item, lane):
@@ -1434,19 +1459,26 @@ class FlashMaskBwdSm90:
         return h * self.cfg.dq_chains + n_blk % self.cfg.dq_chains
 
     @cute.jit
-    def _sem_wait(self, mSem, b, h, m_blk, target, ctid):
+    def _sem_wait(self, mSem, b, h, m_blk, target, ctid, relaxed: bool = False):
+        """Spin until the semaphore of (b, h, m_blk) holds ``target``. ``relaxed`` (the dQ
+        writer with ``det_relaxed``): relaxed polls, then one proxy fence before the bulk add;
+        an acquire poll compiles to a load plus ``CCTL.IVALL``, which invalidates the SM's whole
+        L1 at every poll (the consumers' LSE / delta / column loads included)."""
         if ctid == 0:
             ptr = mSem.iterator + cute.crd2idx((b, h, m_blk), mSem.layout)
-            seen = cute.arch.load(ptr, Int32, sem="acquire", scope="gpu")
+            sem = "relaxed" if const_expr(relaxed) else "acquire"
+            seen = cute.arch.load(ptr, Int32, sem=sem, scope="gpu")
             while seen != target:
-                seen = cute.arch.load(ptr, Int32, sem="acquire", scope="gpu")
+                seen = cute.arch.load(ptr, Int32, sem=sem, scope="gpu")
+            if const_expr(relaxed):
+                cute.arch.fence_proxy("async.global")
 
     @cute.jit
-    def _sem_release(self, mSem, b, h, m_blk, n_blk, seqlen_k, ctid):
+    def _sem_release(self, mSem, b, h, m_blk, n_blk, seqlen_k, ctid, sem: str = "release"):
         if ctid == 0:
             ptr = mSem.iterator + cute.crd2idx((b, h, m_blk), mSem.layout)
             num_n = cute.ceil_div(seqlen_k, self.tile_n)
-            cute.arch.store(ptr, Int32(num_n - n_blk), sem="release", scope="gpu")
+            cute.arch.store(ptr, Int32(num_n - n_blk), sem=sem, scope="gpu")
 
     @cute.jit
     def _store_rows(self, acc, th_mma, mOut, b, h, hk, n0, seqlen_k, width, scale):
