@@ -368,7 +368,17 @@ wait; grep -H -E "paddle_flashmask " $OUT/bench_*.log | sed "s/.*bench_//"'"
 $(pack_logs 25)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25"
+call26() {
+  emit "call 26 (for session 7, right after call 5a on nvidia-h200-x2) - stage part b; the deterministic backward's options, now applied by bwd_check (it builds every variant from backward_config): default (GPU 0) || relaxed semaphores (GPU 1), then two dQ chains (GPU 0) || lazy release (GPU 1), each every case vs the oracle + bit-exactness + det/default timings; then the multi-column late_delta A/B in the benchmark [<= 9 min]" \
+    nvidia-h200-x2 560 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE
+$(bwd_check_ab 170 det_default "" det_relaxed PADDLE_FLASHMASK_BWD_DET_RELAXED=1)
+$(bwd_check_ab 170 det_chains2 PADDLE_FLASHMASK_BWD_DET_CHAINS=2 det_lazy PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1)
+$(bench_ab 110 "--cases 0 --masks sliding_window,shared_question,prefix_lm_causal,global_sliding_window --systems paddle_flashmask" late_delta1 late_delta0 PADDLE_FLASHMASK_BWD_LATE_DELTA=0)
+$(pack_logs 26)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -544,10 +554,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

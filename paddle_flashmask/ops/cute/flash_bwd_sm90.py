@@ -171,6 +171,16 @@ def default_det_relaxed(deterministic: bool) -> bool:
     return deterministic and env_flag(DET_RELAXED_ENV)
 
 
+LATE_DELTA_ENV = "PADDLE_FLASHMASK_BWD_LATE_DELTA"
+
+
+def default_late_delta() -> bool:
+    """``BwdConfig.late_delta``: on (SASS-checked); env ``PADDLE_FLASHMASK_BWD_LATE_DELTA=0``."""
+    from .launch_args import env_flag
+
+    return env_flag(LATE_DELTA_ENV, default="1")
+
+
 DQ_COUNT_LAG_ENV = "PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG"
 
 
@@ -291,6 +301,10 @@ class BwdConfig:
     # publishes with a relaxed store after its adds completed (no CCTL.IVALL per poll, no
     # MEMBAR.GPU per publish). Off until the H200 A/B; env PADDLE_FLASHMASK_BWD_DET_RELAXED=1.
     det_relaxed: bool = False
+    # Multi-column masks (C >= 2), not deterministic: delta is loaded after the mask instead of
+    # before the exp, so its registers are not live across the element rule (fewer spills,
+    # compile_check); env PADDLE_FLASHMASK_BWD_LATE_DELTA=0 for the A/B.
+    late_delta: bool = True
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -1144,8 +1158,8 @@ class FlashMaskBwdSm90:
                 # late_delta (multi-column masks): delta is loaded after the mask, so its
                 # registers are not live across the exp and the element rule (compile_check,
                 # d128: spills 108 -> 44 B causal C=2, 92 -> 0 bidirectional C=2, 120 -> 36 C=4)
-                late_delta = const_expr(cfg.num_columns is not None and cfg.num_columns >= 2
-                                        and not cfg.deterministic)
+                late_delta = const_expr(cfg.late_delta and cfg.num_columns is not None
+                                        and cfg.num_columns >= 2 and not cfg.deterministic)
                 lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
                 dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
                 for c in cutlass.range_constexpr(n_cols):
