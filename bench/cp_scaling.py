@@ -65,8 +65,12 @@ def parse_args(argv=None):
     p.add_argument("--equal-chunks", default="1,0",
                    help="equal chunk counts per rank to compare (1 = on, 0 = off)")
     p.add_argument("--comm-sms", default="0",
-                   help="comma list: SMs the forward leaves to NCCL while a gather is in flight "
-                        "(each value is one more CP variant; e.g. 0,16)")
+                   help="comma list: SMs the forward leaves to NCCL while a gather is in flight, "
+                        "or 'retire' (those phases run one CTA per work tile instead of the "
+                        "persistent grid); each value is one more CP variant, e.g. 0,16,retire")
+    p.add_argument("--nccl-high-priority", action="store_true",
+                   help="NCCL's streams at high priority (ProcessGroupNCCL option): with "
+                        "'retire', its kernels get the SMs the first CTAs free")
     p.add_argument("--backend", default=None, help="auto | cute | reference (default: auto)")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -210,6 +214,7 @@ def plot(result: dict, path: str) -> None:
     labels = ["1 device"] + [f"CP x{result['world_size']} {v.get('strategy', '')}"
                              f"{'' if v.get('equal_chunks', True) else ' uneq'}, {v['comm_groups']} grp"
                              + (f", {v['comm_sms']} SMs to NCCL" if v.get("comm_sms") else "")
+                             + (", retiring CTAs" if v.get("comm_retire") else "")
                              for v in result["context_parallel"]]
     runs = [result["single_device"]] + result["context_parallel"]
     for offset, phase in ((-0.2, "fwd"), (0.2, "fwd_bwd")):
@@ -241,7 +246,12 @@ def main(argv=None) -> dict:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if use_cuda:
         torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl" if use_cuda else "gloo")
+    if use_cuda and args.nccl_high_priority:
+        options = dist.ProcessGroupNCCL.Options()
+        options.is_high_priority_stream = True
+        dist.init_process_group("nccl", pg_options=options)
+    else:
+        dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     dtype = getattr(torch, args.dtype)
@@ -294,7 +304,9 @@ def main(argv=None) -> dict:
     peak_single = torch.cuda.max_memory_allocated(device) if use_cuda else None
 
     variants = []
-    sms_list = [int(x) for x in str(args.comm_sms).split(",")]
+    # each --comm-sms item: (SMs left to NCCL, retire) while a collective is in flight
+    sms_list = [(0, True) if x.strip() == "retire" else (int(x), False)
+                for x in str(args.comm_sms).split(",")]
     # planner strategy, equal chunk counts, all-gather granularity and SMs left to NCCL
     for strategy, equal, groups, sms, model, cs, tol, pen in (
             (st, eq, g, m, wm, c, tl, pn) for st in strategies for eq in equal_list for g in groups_list
@@ -309,11 +321,11 @@ def main(argv=None) -> dict:
 
         def cp_fwd():
             return torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend,
-                                                       comm_sms=sms)
+                                                       comm_sms=sms[0], comm_retire=sms[1])
 
         def cp_fwd_bwd():
             out = torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend,
-                                                      comm_sms=sms)
+                                                      comm_sms=sms[0], comm_retire=sms[1])
             return torch.autograd.grad(out, local, dout_local)
 
         if use_cuda:
@@ -343,7 +355,8 @@ def main(argv=None) -> dict:
                          "plan": {k: report[k] for k in ("rank_work", "imbalance", "rank_num_chunks",
                                                          "comm_slots", "gathered_tokens_per_rank",
                                                          "rank_needed_remote_tokens")},
-                         "comm_groups": len(plan_g.comm_groups), "comm_sms": sms,
+                         "comm_groups": len(plan_g.comm_groups), "comm_sms": sms[0],
+                         "comm_retire": sms[1],
                          "fwd": cp_f, "fwd_bwd": cp_fb,
                          "phase_pairs_rank": [masks_g.local_work, *masks_g.remote_work],
                          "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if use_cuda else None,
@@ -373,7 +386,9 @@ def main(argv=None) -> dict:
     # correctness of the CP result against the single-device one (same dtype)
     out_ref = pft.flashmask_attention(*leaves, idx, causal=True, backend=args.backend)
     grads_ref = torch.autograd.grad(out_ref, leaves, dout)
-    out_cp = torch_cp.context_parallel_attention(*local, plan, masks, backend=args.backend)
+    out_cp = torch_cp.context_parallel_attention(*local, plan, masks, backend=args.backend,
+                                                 comm_sms=best["comm_sms"],
+                                                 comm_retire=best["comm_retire"])
     grads_cp = torch.autograd.grad(out_cp, local, dout_local)
     errors = {"out": rel_err(torch_cp.gather_sequence(out_cp.detach(), plan), out_ref.detach())}
     for name, g_cp, g_ref in zip(("dq", "dk", "dv"), grads_cp, grads_ref):
@@ -385,7 +400,8 @@ def main(argv=None) -> dict:
 
         def cp_step():
             out = torch_cp.context_parallel_attention(*local, plan, dev_masks, backend=args.backend,
-                                                      comm_sms=best["comm_sms"])
+                                                      comm_sms=best["comm_sms"],
+                                                      comm_retire=best["comm_retire"])
             return torch.autograd.grad(out, local, dout_local)
 
         cp_step()  # warm (same shapes as the timed runs: nothing to compile)
@@ -398,6 +414,7 @@ def main(argv=None) -> dict:
         every = [None] * world
         dist.all_gather_object(every, mine)
         profile = {"config": {k: best[k] for k in ("strategy", "equal_chunks", "comm_groups", "comm_sms",
+                                                   "comm_retire",
                                                    "work_model", "chunk_size", "balance_tolerance",
                                                    "remote_penalty")},
                    "ranks": every}
@@ -434,6 +451,8 @@ def main(argv=None) -> dict:
         "best_equal_chunks": best["equal_chunks"],
         "best_comm_groups": best["comm_groups"],
         "best_comm_sms": best["comm_sms"],
+        "best_comm_retire": best["comm_retire"],
+        "nccl_high_priority": bool(args.nccl_high_priority),
         "speedup": best["speedup"],
         "tflops": {"single_fwd_bwd": 3.5 * fwd_flops / single_fb["median_s"] / 1e12,
                    "cp_fwd_bwd_total": 3.5 * fwd_flops / best["fwd_bwd"]["median_s"] / 1e12},

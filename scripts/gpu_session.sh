@@ -378,7 +378,16 @@ $(bench_ab 110 "--cases 0 --masks sliding_window,shared_question,prefix_lm_causa
 $(pack_logs 26)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26"
+call27() {
+  emit "call 27 (for session 7, right after call 5a on nvidia-h200-x2) - stage part b; CP with retiring CTAs while collectives are in flight (comm_retire), NCCL streams at normal / high priority, next to the default in the same runs, with the per-rank profile of the best [<= 6 min]" \
+    nvidia-h200-x2 360 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+cprun() { timeout -s INT -k 20 150 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0 --chunk-sizes 1024 --comm-sms 0,retire --profile $2 --out $OUT/cp_$1.json > $OUT/cp_$1.log 2>&1; tail -n 4 $OUT/cp_$1.log; }
+cprun retire ""; cprun retire_hiprio --nccl-high-priority'"
+$(pack_logs 27)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -554,10 +563,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

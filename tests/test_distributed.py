@@ -673,13 +673,17 @@ def test_bench_cp_scaling_smoke(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "cp.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           os.path.join(root, "bench", "cp_scaling.py"), "--smoke", "--profile", "--out", str(out)]
+           os.path.join(root, "bench", "cp_scaling.py"), "--smoke", "--profile", "--comm-sms",
+           "0,retire", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["world_size"] == 2 and result["backend"] == "reference"
     assert result["plan"]["imbalance"] <= 0.05
     assert max(result["max_rel_error_vs_single_device"].values()) <= 1e-5
+    # one variant per --comm-sms item; 'retire' reaches the engine as comm_retire
+    assert [(v["comm_sms"], v["comm_retire"]) for v in result["context_parallel"]][-2:] == \
+        [(0, False), (0, True)]
     ranks = result["profile"]["ranks"]  # --profile: one more fwd+bwd per rank (CPU ops here)
     assert [r["rank"] for r in ranks] == [0, 1]
     for r in ranks:

@@ -35,6 +35,7 @@ from ..ops import arguments, backend as backend_ops
 from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_parallel, window_indices
 
 COMM_SMS_ENV = "PADDLE_FLASHMASK_CP_COMM_SMS"
+COMM_RETIRE_ENV = "PADDLE_FLASHMASK_CP_COMM_RETIRE"
 # A row set of at most this many contiguous runs is read and written with slices (plain copies at
 # memory bandwidth); a more fragmented one with index kernels (several times slower per byte).
 MAX_SEGMENTS = 32
@@ -239,11 +240,31 @@ def comm_sms(requested: Optional[int]) -> int:
     return requested
 
 
+def comm_retire(requested: Optional[bool], sms: int) -> bool:
+    """Whether the phases that run while a collective is in flight use one CTA per work tile
+    (``retire`` of the kernels: CTAs end as they finish, so NCCL's kernels get SMs in between)
+    instead of the persistent grid: the argument, else env ``PADDLE_FLASHMASK_CP_COMM_RETIRE``
+    (``1``), else False. Excludes reserving SMs (``sms`` > 0)."""
+    if requested is None:
+        text = os.environ.get(COMM_RETIRE_ENV, "").strip()
+        if text not in ("", "0", "1"):
+            raise ValueError(f"{COMM_RETIRE_ENV}: expected 0 or 1, found {text!r}")
+        requested = text == "1"
+    if not isinstance(requested, bool):
+        raise ValueError(f"comm_retire: expected a bool, found {requested!r}")
+    if requested and sms:
+        raise ValueError(f"comm_retire: expected False with comm_sms > 0 (found comm_sms={sms}): "
+                         f"retiring CTAs and reserved SMs are two ways to the same end")
+    return requested
+
+
 def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: PhaseIndices,
                maps: ShardMaps, q, k, v, learnable_sink, *, softmax_scale: float,
-               backend: Optional[str], state: CPState, reserved_sms: int = 0):
+               backend: Optional[str], state: CPState, reserved_sms: int = 0,
+               retire: bool = False):
     """Returns ``(out [B, R, H, Dv] in q's dtype, lse fp32 [B, H, R])``. ``reserved_sms``
-    (:func:`comm_sms`) goes to every phase that runs while a gather is still in flight."""
+    (:func:`comm_sms`) or ``retire`` (:func:`comm_retire`) goes to every phase that runs while a
+    gather is still in flight."""
     rank = adapter.rank
     _sizes(adapter, plan, rank, q, k, v, masks)
     pending = []
@@ -259,7 +280,8 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
     if masks.local_work > 0:
         out, lse, _ = backend_ops.run_fwd(backend, q, k, v, phase_idx.local, None, causal=masks.local_causal,
                                           softmax_scale=softmax_scale,
-                                          reserved_sms=reserved_sms if pending else 0)
+                                          reserved_sms=reserved_sms if pending else 0,
+                                          retire=retire and bool(pending))
         acc.add(out, lse)
     for g, (k_work, v_work) in enumerate(pending):
         k_gathered, v_gathered = k_work.wait(), v_work.wait()  # [world * group_len, B, Hk, D]
@@ -273,7 +295,8 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
         q_g = q if rows is None else take_rows(adapter, q, rows, 1)
         out, lse, _ = backend_ops.run_fwd(backend, q_g, kg, vg, phase_idx.remote[g], None, causal=False,
                                           softmax_scale=softmax_scale,
-                                          reserved_sms=reserved_sms if later_in_flight else 0)
+                                          reserved_sms=reserved_sms if later_in_flight else 0,
+                                          retire=retire and later_in_flight)
         acc.add(out, lse, rows)
     if learnable_sink is not None:
         acc.add_sink(learnable_sink)
@@ -358,10 +381,10 @@ class _Merge:
 def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: PhaseIndices,
                 maps: ShardMaps, state: CPState, dout, q, k, v, out, lse, learnable_sink, *,
                 softmax_scale: float, backend: Optional[str], deterministic: Optional[bool],
-                reserved_sms: int = 0):
+                reserved_sms: int = 0, retire: bool = False):
     """Returns ``(dq, dk, dv, dsink)``; dk/dv are summed over every rank's use of the local keys.
-    ``reserved_sms`` goes to every phase that runs while a reduce-scatter is in flight (the
-    persistent backward would otherwise hold every SM until it ends)."""
+    ``reserved_sms`` or ``retire`` goes to every phase that runs while a reduce-scatter is in
+    flight (the persistent backward would otherwise hold every SM until it ends)."""
     cs = plan.chunk_size
     dq = None  # sum over phases
 
@@ -385,7 +408,8 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
             dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout_g, q_g, kg, vg, out_g, lse_g,
                                                       phase_idx.remote[g], None, None, causal=False,
                                                       softmax_scale=softmax_scale, deterministic=deterministic,
-                                                      reserved_sms=reserved_sms if pending else 0)
+                                                      reserved_sms=reserved_sms if pending else 0,
+                                                      retire=retire and bool(pending))
             if rows is None:
                 dq = accumulate(dq, dq_g)
             else:  # only the phase's rows change: added into the full dq at the end
@@ -398,7 +422,8 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                                                           None, None, causal=masks.local_causal,
                                                           softmax_scale=softmax_scale,
                                                           deterministic=deterministic,
-                                                          reserved_sms=reserved_sms if pending else 0)
+                                                          reserved_sms=reserved_sms if pending else 0,
+                                                          retire=retire and bool(pending))
         dq = accumulate(dq, dq_l)
     for rows, dq_g in dq_rows:
         if dq is None:

@@ -171,7 +171,7 @@ def _function():
             out, lse = engine.cp_forward(call["adapter"], call["plan"], call["masks"], call["phase_idx"],
                                          call["maps"], q, k, v, sink, softmax_scale=call["scale"],
                                          backend=call["backend"], state=state,
-                                         reserved_sms=call["comm_sms"])
+                                         reserved_sms=call["comm_sms"], retire=call["comm_retire"])
             ctx.save_for_backward(q, k, v, out, lse, *([sink] if sink is not None else []))
             ctx.call, ctx.state = call, state
             ctx.mark_non_differentiable(lse)
@@ -189,7 +189,7 @@ def _function():
                 call["adapter"], call["plan"], call["masks"], call["phase_idx"], call["maps"],
                 ctx.state, dout.contiguous(), q, k, v, out, lse, sink, softmax_scale=call["scale"],
                 backend=call["backend"], deterministic=call["deterministic"],
-                reserved_sms=call["comm_sms"])
+                reserved_sms=call["comm_sms"], retire=call["comm_retire"])
             ctx.state = None
             return dq, dk, dv, dsink, None
 
@@ -217,7 +217,8 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
                                group=None, softmax_scale: Optional[float] = None, learnable_sink=None,
                                return_softmax_lse: bool = False, backend: Optional[str] = None,
                                deterministic: Optional[bool] = None,
-                               comm_sms: Optional[int] = None):
+                               comm_sms: Optional[int] = None,
+                               comm_retire: Optional[bool] = None):
     """FlashMask attention of this rank's query rows against the keys of all ranks.
 
     ``query`` ``[B, R, H, D]``, ``key``/``value`` ``[B, R, Hk, D(v)]``: the local rows ``masks.rows``
@@ -227,7 +228,10 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
     ``backend`` / ``deterministic`` as in ``paddle_flashmask.torch.flashmask_attention``.
     ``comm_sms``: SMs the forward (backward) leaves free while K/V gathers (dK/dV reduce-scatters)
     are in flight (default: env
-    ``PADDLE_FLASHMASK_CP_COMM_SMS``, else 0); see :func:`engine.comm_sms`.
+    ``PADDLE_FLASHMASK_CP_COMM_SMS``, else 0); see :func:`engine.comm_sms`. ``comm_retire``: those
+    phases run one CTA per work tile instead of the persistent grid, so the collectives get SMs
+    as CTAs end (default: env ``PADDLE_FLASHMASK_CP_COMM_RETIRE=1``, else False); see
+    :func:`engine.comm_retire`.
     ``learnable_sink``'s gradient is this rank's share: sum it over the context-parallel ranks like
     any replicated parameter (DDP over the data x context group does).
     """
@@ -238,6 +242,7 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
     call = {"adapter": adapter, "plan": plan, "masks": masks.masks, "phase_idx": masks.phase_idx,
             "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic,
             "comm_sms": engine.comm_sms(comm_sms)}
+    call["comm_retire"] = engine.comm_retire(comm_retire, call["comm_sms"])
     out, lse = _function().apply(query, key, value, learnable_sink, call)
     return (out, lse) if return_softmax_lse else out
 

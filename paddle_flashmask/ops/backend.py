@@ -242,11 +242,12 @@ def resolve_deterministic(deterministic: Optional[bool], query: Any) -> bool:
 # --------------------------------------------------------------------------------------------------
 
 def run_fwd(requested: Optional[str], q, k, v, startend_row_indices, learnable_sink, *, causal: bool,
-            softmax_scale: float, reserved_sms: int = 0):
+            softmax_scale: float, reserved_sms: int = 0, retire: bool = False):
     """Forward on the backend chosen for ``requested`` (see :func:`choose_backend`).
 
     ``reserved_sms``: SMs the cute forward's persistent grid leaves to concurrent kernels on other
-    streams (context parallelism's collectives); ignored by the reference backend.
+    streams (context parallelism's collectives); ``retire``: one CTA per work tile instead (see
+    ``interface.flashmask_fwd``); both ignored by the reference backend.
 
     Returns ``(out, lse, backend_name)``. The choice happens here, on real tensors, so a traced
     caller (``torch.compile``) stays backend-agnostic.
@@ -266,6 +267,8 @@ def run_fwd(requested: Optional[str], q, k, v, startend_row_indices, learnable_s
     idx = None if startend_row_indices is None else glue.contiguous(startend_row_indices)
     sink = None if learnable_sink is None else glue.contiguous(glue.cast(learnable_sink, "float32"))
     kwargs = {"reserved_sms": reserved_sms} if reserved_sms else {}
+    if retire:
+        kwargs["retire"] = True
     interface.flashmask_fwd(q, k, v, out, lse, idx, causal=causal, softmax_scale=softmax_scale,
                             learnable_sink=sink, stream=glue.stream(q), **kwargs)
     return out, lse, backend
@@ -273,13 +276,13 @@ def run_fwd(requested: Optional[str], q, k, v, startend_row_indices, learnable_s
 
 def run_bwd(requested: Optional[str], dout, q, k, v, out, lse, startend_row_indices, learnable_sink,
             dlse, *, causal: bool, softmax_scale: float, deterministic: Optional[bool],
-            reserved_sms: int = 0):
+            reserved_sms: int = 0, retire: bool = False):
     """Backward on the backend chosen for ``requested``; returns ``(dq, dk, dv, dsink or None)``.
 
     ``dlse`` is the gradient reaching the returned LSE (None when the LSE was not returned);
     ``deterministic`` None means "resolve from env / framework flags" (:func:`resolve_deterministic`).
-    The reference backend is deterministic whatever is asked. ``reserved_sms``: as in
-    :func:`run_fwd` (the cute backward's persistent grid).
+    The reference backend is deterministic whatever is asked. ``reserved_sms`` / ``retire``: as
+    in :func:`run_fwd` (the cute backward's persistent grid).
     """
     global _last_deterministic
     backend = choose_backend(requested, q, int(q.shape[3]), int(v.shape[3]))
@@ -306,7 +309,8 @@ def run_bwd(requested: Optional[str], dout, q, k, v, out, lse, startend_row_indi
                             glue.contiguous(out), dout, lse, dq, dk, dv, idx, causal=causal,
                             softmax_scale=softmax_scale, learnable_sink=sink, dsink=dsink,
                             deterministic=_last_deterministic,
-                            stream=glue.stream(q), **({"reserved_sms": reserved_sms} if reserved_sms else {}))
+                            stream=glue.stream(q), **({"reserved_sms": reserved_sms} if reserved_sms else {}),
+                            **({"retire": True} if retire else {}))
     if dsink is not None:
         dsink = glue.cast(dsink, str(learnable_sink.dtype).split(".")[-1])
     return dq, dk, dv, dsink

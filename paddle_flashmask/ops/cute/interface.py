@@ -129,6 +129,12 @@ def _problem(q: Any, k: Any, v: Any, startend_row_indices: Any, causal: bool,
     return problem, infos
 
 
+def _check_retire(retire: Any, reserved_sms: int) -> None:
+    _expect(isinstance(retire, bool), "retire", "a bool", retire)
+    _expect(not (retire and reserved_sms), "reserved_sms",
+            "0 with retire=True (every CTA then ends after its tile)", reserved_sms)
+
+
 def _check_current_device(device: int) -> None:
     # Kernels launch into the calling thread's current CUDA context; it must be the tensors' device.
     current = check(cu.cuCtxGetDevice(), "cuCtxGetDevice")
@@ -406,7 +412,7 @@ def compiled_backward(config):
 
 def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indices: Any, *,
                   causal: bool, softmax_scale: float, learnable_sink: Any = None,
-                  stream: int, reserved_sms: int = 0) -> None:
+                  stream: int, reserved_sms: int = 0, retire: bool = False) -> None:
     """FlashMask forward, written in place into ``out`` [B,Sq,H,Dv] and ``lse`` fp32 [B,H,Sq].
 
     q [B,Sq,H,D], k [B,Sk,Hk,D], v [B,Sk,Hk,Dv] bf16/fp16 contiguous; ``startend_row_indices``
@@ -414,6 +420,9 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     the current CUDA device; ``stream`` a CUDA stream handle. Enqueues work, never synchronises.
     ``reserved_sms``: SMs the persistent grid leaves free, for kernels that must run at the same
     time on other streams (NCCL collectives of context parallelism); 0 = one CTA per SM.
+    ``retire``: one CTA per work tile (static schedule) instead of the persistent grid, so CTAs
+    retire as they finish and kernels queued on other streams get SMs in between (the other way
+    to let a collective overlap; then ``reserved_sms`` must be 0).
     """
     problem, infos = _problem(q, k, v, startend_row_indices, causal, learnable_sink)
     dev = (2, problem.device)
@@ -424,8 +433,13 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     sms = num_sms(problem.device)
     _expect(isinstance(reserved_sms, int) and 0 <= reserved_sms < sms, "reserved_sms",
             f"an int in [0, {sms})", reserved_sms)
+    _check_retire(retire, reserved_sms)
     config = forward_config(problem.dtype, problem.head_dim, problem.causal, problem.num_columns,
                             problem.has_sink)
+    grid_ctas = sms - reserved_sms
+    if retire:  # static schedule over a grid of every work tile: each CTA takes one and ends
+        config = replace(config, dynamic_schedule=False, work_order=False)
+        grid_ctas = b * h * -(-sq // config.tile_m)
     summary, owned = (None, None), False
     if problem.num_columns is not None:
         summary, owned = tile_summary_for(infos["indices_object"], problem, config.tile_n, stream)
@@ -440,7 +454,7 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     counter = schedule_counter(problem.device, stream) if config.dynamic_schedule else None
     kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["lse"], infos.get("indices"),
            summary[0], summary[1], infos.get("sink"), float(softmax_scale), stream,
-           sms - reserved_sms, work_order=ordering[1], tile_ranges=ranges[0],
+           grid_ctas, work_order=ordering[1], tile_ranges=ranges[0],
            schedule_counter=counter)
     # freed in stream order, after the kernel that reads them (cached buffers stay)
     for buffer in (*(summary if owned else ()), *(ranges if ranges_owned else ()), *ordering):
@@ -451,13 +465,14 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
 def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any, dk: Any,
                   dv: Any, startend_row_indices: Any, *, causal: bool, softmax_scale: float,
                   learnable_sink: Any = None, dsink: Any = None, deterministic: bool = False,
-                  stream: int, reserved_sms: int = 0) -> None:
+                  stream: int, reserved_sms: int = 0, retire: bool = False) -> None:
     """FlashMask backward: dq/dk/dv (like q/k/v) and dsink (fp32 [H], iff a sink) in place.
 
     ``out``/``lse`` are the forward's outputs, ``dout`` like ``out``. ``deterministic=True`` orders
     the dQ accumulation so reruns are bit-identical. Zeros where nothing is visible.
     ``reserved_sms``: SMs the persistent grid leaves free for kernels on other streams (context
-    parallelism's reduce-scatters), as in :func:`flashmask_fwd`.
+    parallelism's reduce-scatters), as in :func:`flashmask_fwd`; ``retire``: one CTA per key
+    tile instead of the persistent grid, as in :func:`flashmask_fwd`.
     """
     problem, infos = _problem(q, k, v, startend_row_indices, causal, learnable_sink)
     dev = (2, problem.device)
@@ -478,9 +493,12 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
     sms = num_sms(problem.device)
     _expect(isinstance(reserved_sms, int) and 0 <= reserved_sms < sms, "reserved_sms",
             f"an int in [0, {sms})", reserved_sms)
+    _check_retire(retire, reserved_sms)
     config = backward_config(problem.dtype, d, problem.causal, problem.num_columns, gqa=h != hk,
                              has_sink=problem.has_sink, deterministic=deterministic,
                              num_sms=sms - reserved_sms)
+    if retire and config.persistent:  # one CTA per (key tile, head, batch), launched in order
+        config = replace(config, persistent_ctas=0, key_major=False, fused_dq=False)
     from .flash_bwd_sm90 import workspace_shapes
 
     workspace, buffers = {}, []
