@@ -184,6 +184,19 @@ pack_logs() {
   printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz \$(ls *.log *.png 2>/dev/null) && rm -f *.log *.png && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
 }
 
+# the skipping test as a shell function `skip TAG` (JSON + log under $OUT), for A/B calls
+SKIP_FN='skip() { PFM_GPU_REPORT=$OUT/skip_$1.json timeout -s INT -k 10 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_$1.log 2>&1; }'
+
+# `bench VALUE TAG`: the 8K/32K benchmark of our kernels with env $1=VALUE; $1 = the switch
+bench_fn() {
+  printf '%s' "bench() { $1=\$1 timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document,document --systems paddle_flashmask --tag \$2 > \$OUT/bench_\$2.log 2>&1; }"
+}
+
+# GPU 1 runs the skipping test four times with switch $1 on/off in the order $2 (tags on_*/off_*)
+skip_loop() {
+  printf '%s' "( export CUDA_VISIBLE_DEVICES=1; for r in $2; do $1=\$([ \${r%_?} = on ] && echo 1 || echo 0) skip \$r; done ) &"
+}
+
 call10() {
   emit "call 10 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP (native causal local phase, locality planner variants); skipping test with the caching workspace pool (GPU 0) || D=256 one-stage backward vs oracle (GPU 1); the 8K/32K causal A/B (session 3 forward config) and the D=256 one-stage A/B next to FA4 [<= 9.5 min]" \
     nvidia-h200-x2 570 '[".cutedsl/b", ".devtools", ".whl"]' \
@@ -320,8 +333,8 @@ $(pack_logs 21)"
 call22() {
   emit "call 22 (session 6, right after call 5a on nvidia-h200-x2) - stage part b; fused dQ with its count-down lag (BwdConfig.dq_count_lag): every case vs the oracle + determinism + bench at lag 2, then the skipping test at lag 3 (GPU 0) || the skipping test without fused dQ, at lag 1, at lag 2, without again (GPU 1, one after the other) [<= 6 min]" \
     nvidia-h200-x2 360 '[".cutedsl/b", ".devtools"]' \
-"$PRELUDE"'
-skip() { PFM_GPU_REPORT=$OUT/skip_$1.json timeout -s INT -k 10 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_$1.log 2>&1; }
+"$PRELUDE
+$SKIP_FN"'
 ( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG=2; timeout -s INT -k 10 200 python3 tests/gpu/bwd_check.py --fused-dq --bench --json-name bwd_fused_lag2.json > $OUT/bwd_fused_lag2.log 2>&1; PADDLE_FLASHMASK_BWD_FUSED_DQ=1 PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG=3 skip lag3 ) &
 ( export CUDA_VISIBLE_DEVICES=1; PADDLE_FLASHMASK_BWD_FUSED_DQ=0 skip off_a; PADDLE_FLASHMASK_BWD_FUSED_DQ=1 PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG=1 skip lag1; PADDLE_FLASHMASK_BWD_FUSED_DQ=1 PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG=2 skip lag2; PADDLE_FLASHMASK_BWD_FUSED_DQ=0 skip off_b ) &
 wait; tail -n 1 $OUT/bwd_fused_lag2.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json'"
@@ -331,12 +344,12 @@ $(pack_logs 22)"
 call23() {
   emit "call 23 (session 6, right after call 5a on nvidia-h200-x2) - stage part b; fused dQ with the converter queue and double-buffered copies, relaxed count-down: a smoke case, then every case vs the oracle + determinism + bench (GPU 0) || skipping test off / on / off / on (GPU 1); then the benchmark off then on (GPU 0) and on then off (GPU 1) [<= 8 min]" \
     nvidia-h200-x2 540 '[".cutedsl/b", ".devtools"]' \
-"$PRELUDE"'
-skip() { PFM_GPU_REPORT=$OUT/skip_$1.json timeout -s INT -k 10 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_$1.log 2>&1; }
-bench() { PADDLE_FLASHMASK_BWD_FUSED_DQ=$1 timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document,document --systems paddle_flashmask --tag $2 > $OUT/bench_$2.log 2>&1; }
+"$PRELUDE
+$SKIP_FN
+$(bench_fn PADDLE_FLASHMASK_BWD_FUSED_DQ)"'
 timeout -s INT -k 5 90 python3 tests/gpu/bwd_check.py --fused-dq --only causal_doc_C1 --json-name bwd_fused_smoke.json > $OUT/smoke.log 2>&1 || { tail -n 3 $OUT/smoke.log; exit 7; }
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 200 python3 tests/gpu/bwd_check.py --fused-dq --bench --json-name bwd_fused_queue.json > $OUT/bwd_fused.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1; for r in off_a on_a off_b on_b; do PADDLE_FLASHMASK_BWD_FUSED_DQ=$([ ${r%_?} = on ] && echo 1 || echo 0) skip $r; done ) &
+'"$(skip_loop PADDLE_FLASHMASK_BWD_FUSED_DQ 'off_a on_a off_b on_b')"'
 wait; tail -n 1 $OUT/bwd_fused.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json
 ( export CUDA_VISIBLE_DEVICES=0; bench 0 g0_off; bench 1 g0_on ) &
 ( export CUDA_VISIBLE_DEVICES=1; bench 1 g1_on; bench 0 g1_off ) &
@@ -356,11 +369,11 @@ $(pack_logs 24)"
 call25() {
   emit "call 25 (session 6, right after call 5a on nvidia-h200-x2) - stage part b; vector dK/dV stores (BwdConfig.vector_dkv): every case vs the oracle + determinism + bench with them (GPU 0) || skipping test on / off / on / off (GPU 1); then the benchmark on then off (GPU 0) and off then on (GPU 1) [<= 8 min]" \
     nvidia-h200-x2 540 '[".cutedsl/b", ".devtools"]' \
-"$PRELUDE"'
-skip() { PFM_GPU_REPORT=$OUT/skip_$1.json timeout -s INT -k 10 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_$1.log 2>&1; }
-bench() { PADDLE_FLASHMASK_BWD_VECTOR_DKV=$1 timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document,document --systems paddle_flashmask --tag $2 > $OUT/bench_$2.log 2>&1; }
+"$PRELUDE
+$SKIP_FN
+$(bench_fn PADDLE_FLASHMASK_BWD_VECTOR_DKV)"'
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 200 python3 tests/gpu/bwd_check.py --bench --json-name bwd_vector_dkv.json > $OUT/bwd_vector.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1; for r in on_a off_a on_b off_b; do PADDLE_FLASHMASK_BWD_VECTOR_DKV=$([ ${r%_?} = on ] && echo 1 || echo 0) skip $r; done ) &
+'"$(skip_loop PADDLE_FLASHMASK_BWD_VECTOR_DKV 'on_a off_a on_b off_b')"'
 wait; tail -n 1 $OUT/bwd_vector.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json
 ( export CUDA_VISIBLE_DEVICES=0; bench 1 g0_on; bench 0 g0_off ) &
 ( export CUDA_VISIBLE_DEVICES=1; bench 0 g1_off; bench 1 g1_on ) &

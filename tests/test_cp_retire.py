@@ -8,16 +8,24 @@ import pytest
 from paddle_flashmask.distributed import engine
 
 
-def test_forward_retire_launches_one_cta_per_work_tile(monkeypatch):
-    torch = pytest.importorskip("torch")
+def _harness_seeing(monkeypatch, compiled: str):
+    """The host API harness, and the list of kernel variants ``interface.<compiled>`` is asked
+    for (one per call)."""
     from host_api_harness import HostApiHarness
     from paddle_flashmask.ops.cute import interface
 
     api = HostApiHarness(monkeypatch, num_sms=132)
     seen = []
-    real = interface.compiled_forward
-    monkeypatch.setattr(interface, "compiled_forward",
-                        lambda config: seen.append(config) or real(config))
+    real = getattr(interface, compiled)
+    monkeypatch.setattr(interface, compiled, lambda config: seen.append(config) or real(config))
+    return api, seen
+
+
+def test_forward_retire_launches_one_cta_per_work_tile(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from paddle_flashmask.ops.cute import interface
+
+    api, seen = _harness_seeing(monkeypatch, "compiled_forward")
     t = api.tensor
     b, s, h, d = 2, 4000, 4, 128
     q, k, v, out, _, lse = api.attention_tensors(b, s, h, h, d)
@@ -39,17 +47,12 @@ def test_forward_retire_launches_one_cta_per_work_tile(monkeypatch):
 
 def test_backward_retire_is_one_cta_per_key_tile(monkeypatch):
     pytest.importorskip("torch")
-    from host_api_harness import HostApiHarness
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)
     monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")  # persistent-only options are dropped as well
-    api = HostApiHarness(monkeypatch, num_sms=132)
-    seen = []
-    real = interface.compiled_backward
-    monkeypatch.setattr(interface, "compiled_backward",
-                        lambda config: seen.append(config) or real(config))
+    api, seen = _harness_seeing(monkeypatch, "compiled_backward")
     t = api.tensor
     b, s, h, d = 1, 256, 2, 128
     q, k, v, out, dout, lse = api.attention_tensors(b, s, h, h, d)
