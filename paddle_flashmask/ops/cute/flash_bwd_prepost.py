@@ -248,9 +248,11 @@ class _Preprocess:
         walk predicate, one key tile per thread per pass), into ``pending[b, h, blk]``; a tile
         nobody visits gets its dq rows zeroed here, as nobody else writes them."""
         cfg = self.cfg
-        sk = visits.sk
+        # locals: a subscript store through the namespace inside a dynamic ``if`` would make the
+        # DSL carry the namespace out of it (docs/kernels_bwd.md, session 6)
+        sk, mPending, mdQ = visits.sk, visits.mPending, visits.mdQ
         n_warps = _THREADS // 32
-        hm = bwd_tiles.mask_head(h, visits.mdQ.shape[2], visits.hm, cfg.num_columns)
+        hm = bwd_tiles.mask_head(h, mdQ.shape[2], visits.hm, cfg.num_columns)
         diag = sk - sq
         count = Int32(0)  # the same in every lane: the warp's visitors so far
         num_n = cute.ceil_div(sk, cfg.tile_n)
@@ -271,7 +273,7 @@ class _Preprocess:
         for w in cutlass.range_constexpr(n_warps):
             total += s_count[w]
         if tidx == 0:
-            visits.mPending[b, h, blk] = total
+            mPending[b, h, blk] = total
         if total == 0:
             chunks_per_row = cfg.head_dim // _VEC_ACC
             zeros = cute.full(_VEC_ACC, 0.0, Float32)
@@ -279,8 +281,7 @@ class _Preprocess:
                 chunk = tidx + k * _THREADS
                 i = blk * ROWS_PER_CTA + chunk // chunks_per_row
                 if i < sq:
-                    visits.mdQ[b, i, h, chunk % chunks_per_row, None].store(
-                        zeros.to(visits.mdQ.element_type))
+                    mdQ[b, i, h, chunk % chunks_per_row, None].store(zeros.to(mdQ.element_type))
 
 
 class _Postprocess:
