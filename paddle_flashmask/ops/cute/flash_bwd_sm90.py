@@ -143,8 +143,9 @@ FUSED_DQ_ENV = "PADDLE_FLASHMASK_BWD_FUSED_DQ"
 
 
 def default_fused_dq() -> bool:
-    """``BwdConfig.fused_dq`` wanted where it applies (persistent grid, dQ staged in smem): off
-    until the H200 A/B; env ``PADDLE_FLASHMASK_BWD_FUSED_DQ=1``."""
+    """``BwdConfig.fused_dq`` wanted where it applies (persistent grid, dQ staged in smem): off,
+    since the H200 A/B of session 6 (correct, but the document mask's main kernel ~15 % slower,
+    more than the postprocess it saves); env ``PADDLE_FLASHMASK_BWD_FUSED_DQ=1``."""
     from .launch_args import env_flag
 
     return env_flag(FUSED_DQ_ENV)
@@ -288,7 +289,7 @@ class BwdConfig:
     # the dQ writer counts each of its adds down once it is complete in global memory, and hands
     # the tile whose count reaches 0 to the producer group's two idle warps, which bulk-copy its
     # fp32 rows into smem, scale, cast and store them while the consumers go on. Persistent grid,
-    # dQ staged in smem, not deterministic. The host's choice: default_fused_dq.
+    # dQ staged in smem, not deterministic. Off by default (default_fused_dq: measured slower).
     fused_dq: bool = False
     # fused_dq: an add is counted down when the dQ writer is this many tiles further (its
     # completion wait then overlaps as many consumer iterations); 1..3.
