@@ -36,20 +36,27 @@ def skipping_configs():
             ("summary", SummaryConfig(fwd_doc.tile_n, 1)), ("summary", SummaryConfig(bwd_doc.tile_n, 1))]
 
 
+# GPU cycles the stream sleeps before each timed run (~10 ms at the H200's clocks): longer than
+# the host needs to enqueue the run's calls, so the run's GPU time does not wait for the host
+QUEUE_FILL_CYCLES = 20_000_000
+
+
 def _median_ms(torch, fn, reps: int = 7, calls: int = 5) -> float:
     """Median GPU time per call over ``reps`` runs of ``calls`` back-to-back calls.
 
-    Nothing synchronises between the runs (as in ``triton.testing.do_bench``): once the host is
-    ahead, its launch work for the next call (a constant of the host API, the same for every mask)
-    overlaps the GPU work of the current one, so the ratio measures the kernels, which is what
-    skipping changes. Only the first run starts on an empty queue; the median leaves it out.
-    ``_isolated_ms`` (one call after a synchronisation, host work included) is reported too.
+    Before each run the stream sleeps (``torch.cuda._sleep``) while the host enqueues the run's
+    calls, so the run measures the kernels, which is what skipping changes, and not how fast
+    this host launches them: the host work per call is a constant of the host API, the same for
+    every mask (~0.35 ms per forward call on an idle H200 host, more when another process shares
+    it, against ~0.56 ms of GPU work for the 32K causal-document forward). ``_isolated_ms`` (one
+    call after a synchronisation, host work included) is reported too.
     """
     fn()  # warm-up (and compile / cache load)
     torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(reps)]
     for start, end in events:
+        torch.cuda._sleep(QUEUE_FILL_CYCLES)
         start.record()
         for _ in range(calls):
             fn()
