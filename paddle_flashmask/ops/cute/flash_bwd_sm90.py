@@ -172,14 +172,14 @@ def default_det_relaxed(deterministic: bool) -> bool:
     return deterministic and env_flag(DET_RELAXED_ENV)
 
 
-LATE_DELTA_ENV = "PADDLE_FLASHMASK_BWD_LATE_DELTA"
+LATE_LOADS_ENV = "PADDLE_FLASHMASK_BWD_LATE_LOADS"
 
 
-def default_late_delta() -> bool:
-    """``BwdConfig.late_delta``: on (SASS-checked); env ``PADDLE_FLASHMASK_BWD_LATE_DELTA=0``."""
+def default_late_loads() -> bool:
+    """``BwdConfig.late_loads``: on (SASS-checked); env ``PADDLE_FLASHMASK_BWD_LATE_LOADS=0``."""
     from .launch_args import env_flag
 
-    return env_flag(LATE_DELTA_ENV, default="1")
+    return env_flag(LATE_LOADS_ENV, default="1")
 
 
 DQ_COUNT_LAG_ENV = "PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG"
@@ -303,9 +303,10 @@ class BwdConfig:
     # MEMBAR.GPU per publish). Off until the H200 A/B; env PADDLE_FLASHMASK_BWD_DET_RELAXED=1.
     det_relaxed: bool = False
     # Multi-column masks (C >= 2), not deterministic: delta is loaded after the mask instead of
-    # before the exp, so its registers are not live across the element rule (fewer spills,
-    # compile_check); env PADDLE_FLASHMASK_BWD_LATE_DELTA=0 for the A/B.
-    late_delta: bool = True
+    # before the exp, and the key's column values are read per partial tile instead of held in
+    # registers for the whole walk (d128: spills of 92-140 B per thread -> 0, compile_check);
+    # env PADDLE_FLASHMASK_BWD_LATE_LOADS=0 for the A/B.
+    late_loads: bool = True
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -1067,7 +1068,7 @@ class FlashMaskBwdSm90:
             tSrK=tSrK, tSrQ=tSrQ, tPrV=tPrV, tPrdO=tPrdO, tVrP=tVrP, tKrdS=tKrdS, tVrdO=tVrdO,
             tKrQ=tKrQ, tQrdS=tQrdS, tQrK=tQrK, acc_shape_s=acc_shape_s, acc_dK=acc_dK,
             acc_dV=acc_dV, tScS=tScS, tPsP=tPsP, tPsdS=tPsdS, wg_dq=wg_dq, th_dq=th_dq,
-            key_vals=key_vals, tiled_sdp=tiled_sdp, tiled_dk=tiled_dk, tiled_dv=tiled_dv,
+            key_vals=key_vals, mIdx=mIdx, tiled_sdp=tiled_sdp, tiled_dk=tiled_dk, tiled_dv=tiled_dv,
             tiled_dq=tiled_dq, th_dk=th_dk, th_dv=th_dv)
         if const_expr(cfg.persistent):
             self._consume_tiles(ops, grid, ctid, num_m, seqlen_k, diag, sdQ, pipe_q, pipe_do,
@@ -1156,16 +1157,16 @@ class FlashMaskBwdSm90:
                 warpgroup.commit_group()
 
                 # per-query statistics of this thread's columns (lse2 = LSE*log2e, +inf if empty)
-                # late_delta (multi-column masks): delta is loaded after the mask, so its
-                # registers are not live across the exp and the element rule (compile_check,
-                # d128: spills 108 -> 44 B causal C=2, 92 -> 0 bidirectional C=2, 120 -> 36 C=4)
-                late_delta = const_expr(cfg.late_delta and cfg.num_columns is not None
+                # late_loads (multi-column masks): delta is loaded after the mask and the key's
+                # column values inside it, so neither is live across the exp and the element
+                # rule (d128 spills: causal C=2 108 B, bidirectional C=2 92 B, C=4 120 B -> 0)
+                late_loads = const_expr(cfg.late_loads and cfg.num_columns is not None
                                         and cfg.num_columns >= 2 and not cfg.deterministic)
                 lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
                 dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
                 for c in cutlass.range_constexpr(n_cols):
                     lse_c[c] = mLSE2[b, h, m0 + tScS[0, c][1]]
-                    if const_expr(not late_delta):
+                    if const_expr(not late_loads):
                         dlt_c[c] = mDelta[b, h, m0 + tScS[0, c][1]]
 
                 warpgroup.wait_group(1)
@@ -1178,14 +1179,18 @@ class FlashMaskBwdSm90:
                         key = n0 + tScS[r, 0][0]
                         bands = semantics.Bands(seqlen_q, None, None, None)
                         if const_expr(cfg.num_columns is not None):
-                            bands = semantics.band_bounds(
-                                [key_vals[r, c] for c in range(C)], cfg.causal)
+                            if const_expr(late_loads):  # the key's columns read per partial tile
+                                key_row = cutlass.min(key, seqlen_k - 1)
+                                vals = [ops.mIdx[b, hm, key_row, c] for c in range(C)]
+                            else:
+                                vals = [key_vals[r, c] for c in range(C)]
+                            bands = semantics.band_bounds(vals, cfg.causal)
                         for c in cutlass.range_constexpr(n_cols):
                             q = m0 + tScS[r, c][1]
                             dead = semantics.element_masked(q, key, bands, cfg.causal, diag)
                             if dead | (key >= seqlen_k):
                                 S[r, c] = Float32(0.0)
-                if const_expr(late_delta):
+                if const_expr(late_loads):
                     for c in cutlass.range_constexpr(n_cols):
                         dlt_c[c] = mDelta[b, h, m0 + tScS[0, c][1]]
                 warpgroup.wait_group(0)

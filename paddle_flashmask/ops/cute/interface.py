@@ -314,7 +314,7 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
     """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
     from .flash_bwd_sm90 import (default_det_relaxed, default_dq_chains, default_dq_count_lag,
-                                 default_fused_dq, default_gqa_in_cta, default_late_delta,
+                                 default_fused_dq, default_gqa_in_cta, default_late_loads,
                                  default_vector_dkv,
                                  default_key_major, default_lazy_release, default_persistent_ctas,
                                  default_qdo_stages, default_row_ranges, default_rs_dkv)
@@ -330,21 +330,21 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                             default_lazy_release(bool(deterministic)),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
                             default_vector_dkv(), default_det_relaxed(bool(deterministic)),
-                            default_late_delta())
+                            default_late_loads())
 
 
 @functools.lru_cache(maxsize=256)
 def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_relaxed,
-                     late_delta):
+                     late_loads):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
                     has_sink=has_sink, deterministic=deterministic, row_ranges=row_ranges,
                     rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta, persistent_ctas=persistent_ctas,
                     qdo_stages=qdo_stages, key_major=key_major, vector_dkv=vector_dkv,
-                    late_delta=late_delta)
+                    late_loads=late_loads)
     if cfg.dq_in_smem:  # chains and the lazy release live in the smem-staged dQ path
         cfg = replace(cfg, dq_chains=dq_chains, lazy_release=lazy_release,
                       det_relaxed=det_relaxed)
