@@ -141,3 +141,18 @@ def test_gpu_check_runs_the_env_chosen_variant(monkeypatch):
     assert not plain.persistent and not plain.fused_dq
     with pytest.raises(ValueError, match="det_relaxed"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, det_relaxed=True)
+
+
+def test_late_loads_switch(monkeypatch):
+    """env PADDLE_FLASHMASK_BWD_LATE_LOADS=1 asks for the multi-column backward's late loads
+    (off until its H200 check); the compile check builds it (spill-free, see compile_check)."""
+    from paddle_flashmask.ops.cute import compile_check, interface
+
+    monkeypatch.delenv(bwd.LATE_LOADS_ENV, raising=False)
+    assert not interface.backward_config("bfloat16", 128, False, 4).late_loads
+    monkeypatch.setenv(bwd.LATE_LOADS_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, False, 4).late_loads
+    monkeypatch.delenv(bwd.LATE_LOADS_ENV)  # the compile check's list at the defaults
+    labels = [v.label for v in compile_check.variants()]
+    assert "bwd bfloat16 d128 causal-C2 late-loads" in labels
+    assert "bwd bfloat16 d128 bidir-C4 late-loads" in labels

@@ -176,10 +176,11 @@ LATE_LOADS_ENV = "PADDLE_FLASHMASK_BWD_LATE_LOADS"
 
 
 def default_late_loads() -> bool:
-    """``BwdConfig.late_loads``: on (SASS-checked); env ``PADDLE_FLASHMASK_BWD_LATE_LOADS=0``."""
+    """``BwdConfig.late_loads`` wanted: off until the H200 check (SASS-checked only); env
+    ``PADDLE_FLASHMASK_BWD_LATE_LOADS=1``."""
     from .launch_args import env_flag
 
-    return env_flag(LATE_LOADS_ENV, default="1")
+    return env_flag(LATE_LOADS_ENV)
 
 
 DQ_COUNT_LAG_ENV = "PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG"
@@ -304,9 +305,9 @@ class BwdConfig:
     det_relaxed: bool = False
     # Multi-column masks (C >= 2), not deterministic: delta is loaded after the mask instead of
     # before the exp, and the key's column values are read per partial tile instead of held in
-    # registers for the whole walk (d128: spills of 92-140 B per thread -> 0, compile_check);
-    # env PADDLE_FLASHMASK_BWD_LATE_LOADS=0 for the A/B.
-    late_loads: bool = True
+    # registers for the whole walk (d128: spills of 92-140 B per thread -> 0, compile_check).
+    # The host's choice: default_late_loads (off until the H200 check).
+    late_loads: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
