@@ -1295,6 +1295,8 @@ class FlashMaskBwdSm90:
                     self._sem_wait(mSem, b, hc, m_blk, wait_for, lane,
                                    relaxed=self.cfg.det_relaxed)
                     cute.arch.sync_warp()
+                    if const_expr(self.cfg.det_relaxed):  # the flag seen before every lane's add
+                        cute.arch.fence_proxy("async.global")
                 cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
                 for r in cutlass.range_constexpr(self.tile_m // 32):
@@ -1482,17 +1484,16 @@ class FlashMaskBwdSm90:
     @cute.jit
     def _sem_wait(self, mSem, b, h, m_blk, target, ctid, relaxed: bool = False):
         """Spin until the semaphore of (b, h, m_blk) holds ``target``. ``relaxed`` (the dQ
-        writer with ``det_relaxed``): relaxed polls, then one proxy fence before the bulk add;
-        an acquire poll compiles to a load plus ``CCTL.IVALL``, which invalidates the SM's whole
-        L1 at every poll (the consumers' LSE / delta / column loads included)."""
+        writer with ``det_relaxed``, whose lanes then fence the async proxy before their bulk
+        adds): relaxed polls; an acquire poll compiles to a load plus ``CCTL.IVALL``, which
+        invalidates the SM's whole L1 at every poll (the consumers' LSE / delta / column loads
+        included)."""
         if ctid == 0:
             ptr = mSem.iterator + cute.crd2idx((b, h, m_blk), mSem.layout)
             sem = "relaxed" if const_expr(relaxed) else "acquire"
             seen = cute.arch.load(ptr, Int32, sem=sem, scope="gpu")
             while seen != target:
                 seen = cute.arch.load(ptr, Int32, sem=sem, scope="gpu")
-            if const_expr(relaxed):
-                cute.arch.fence_proxy("async.global")
 
     @cute.jit
     def _sem_release(self, mSem, b, h, m_blk, n_blk, seqlen_k, ctid, sem: str = "release"):
