@@ -178,6 +178,18 @@ bench_ab() {
     "grep -h -E \"paddle_flashmask|fa4 \" \$OUT/bench_$3.log \$OUT/bench_$4.log | grep -v \"^{\""
 }
 
+# an A/B on the same GPU, twice: GPU 0 runs A then B, GPU 1 B then A (the two GPUs of one x2
+# machine differ by up to ~5 %, so each GPU compares only its own runs): $1 timeout per run,
+# $2 bench_attention.py arguments, $3 / $4 tags of A (defaults) and B (env assignments $5)
+bench_ab_same_gpu() {
+  printf '%s\n' \
+    "ab() { timeout -s INT -k 10 $1 python3 bench/bench_attention.py $2 --tag \$1 > \$OUT/bench_\$1.log 2>&1; }" \
+    "( export CUDA_VISIBLE_DEVICES=0; ab g0_$3; $5 ab g0_$4 ) &" \
+    "( export CUDA_VISIBLE_DEVICES=1; $5 ab g1_$4; ab g1_$3 ) &" \
+    "wait" \
+    "grep -H -E \"paddle_flashmask \" \$OUT/bench_g*_$3.log \$OUT/bench_g*_$4.log | sed \"s/.*bench_//\""
+}
+
 # the logs and A/B plots as one file (at most 8 files come back per call), then the listing:
 # $1 = call number
 pack_logs() {
@@ -382,12 +394,12 @@ $(pack_logs 25)"
 }
 
 call26() {
-  emit "call 26 (for session 7, right after call 5a on nvidia-h200-x2) - stage part b; the deterministic backward's options, now applied by bwd_check (it builds every variant from backward_config): default with late_loads (its oracle check: the non-deterministic multi-column cases) (GPU 0) || relaxed semaphores (GPU 1), then two dQ chains (GPU 0) || lazy release (GPU 1), each every case vs the oracle + bit-exactness + det/default timings; then the multi-column late_loads A/B in the benchmark [<= 9 min]" \
+  emit "call 26 (for session 7, right after call 5a on nvidia-h200-x2) - stage part b; the deterministic backward's options, now applied by bwd_check (it builds every variant from backward_config): default with late_loads (its oracle check: the non-deterministic multi-column cases) (GPU 0) || relaxed semaphores (GPU 1), then two dQ chains (GPU 0) || lazy release (GPU 1), each every case vs the oracle + bit-exactness + det/default timings; then the multi-column late_loads A/B in the benchmark (each GPU runs both) [<= 9 min]" \
     nvidia-h200-x2 560 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE
 $(bwd_check_ab 170 det_default_late_loads PADDLE_FLASHMASK_BWD_LATE_LOADS=1 det_relaxed PADDLE_FLASHMASK_BWD_DET_RELAXED=1)
 $(bwd_check_ab 170 det_chains2 PADDLE_FLASHMASK_BWD_DET_CHAINS=2 det_lazy PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1)
-$(bench_ab 110 "--cases 0 --masks sliding_window,shared_question,prefix_lm_causal,global_sliding_window --systems paddle_flashmask" late_loads0 late_loads1 PADDLE_FLASHMASK_BWD_LATE_LOADS=1)
+$(bench_ab_same_gpu 60 "--cases 0 --masks sliding_window,shared_question,prefix_lm_causal,global_sliding_window --systems paddle_flashmask" late_loads0 late_loads1 PADDLE_FLASHMASK_BWD_LATE_LOADS=1)
 $(pack_logs 26)"
 }
 
