@@ -314,10 +314,10 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
     """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
     from .flash_bwd_sm90 import (default_det_relaxed, default_dq_chains, default_dq_count_lag,
-                                 default_fused_dq, default_gqa_in_cta, default_late_loads,
-                                 default_vector_dkv,
-                                 default_key_major, default_lazy_release, default_persistent_ctas,
-                                 default_qdo_stages, default_row_ranges, default_rs_dkv)
+                                 default_fused_dq, default_gqa_in_cta, default_key_major,
+                                 default_late_loads, default_lazy_release, default_persistent_ctas,
+                                 default_qdo_stages, default_row_ranges, default_rs_dkv,
+                                 default_vector_dkv)
 
     row_ranges = default_row_ranges(num_columns)
     persistent_ctas = default_persistent_ctas(bool(deterministic), num_sms)
