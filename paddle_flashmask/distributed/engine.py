@@ -258,6 +258,19 @@ def comm_retire(requested: Optional[bool], sms: int) -> bool:
     return requested
 
 
+def comm_options(sms: Optional[int], retire: Optional[bool]) -> dict:
+    """``{"comm_sms": ..., "comm_retire": ...}`` resolved from the frontends' arguments (None: env
+    or default; :func:`comm_sms`, :func:`comm_retire`)."""
+    sms = comm_sms(sms)
+    return {"comm_sms": sms, "comm_retire": comm_retire(retire, sms)}
+
+
+def _overlap(reserved_sms: int, retire: bool, in_flight: bool) -> dict:
+    """Grid arguments of a phase: the SMs left free / retiring CTAs only while a collective is
+    in flight, the persistent grid otherwise."""
+    return {"reserved_sms": reserved_sms if in_flight else 0, "retire": retire and in_flight}
+
+
 def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: PhaseIndices,
                maps: ShardMaps, q, k, v, learnable_sink, *, softmax_scale: float,
                backend: Optional[str], state: CPState, reserved_sms: int = 0,
@@ -280,8 +293,7 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
     if masks.local_work > 0:
         out, lse, _ = backend_ops.run_fwd(backend, q, k, v, phase_idx.local, None, causal=masks.local_causal,
                                           softmax_scale=softmax_scale,
-                                          reserved_sms=reserved_sms if pending else 0,
-                                          retire=retire and bool(pending))
+                                          **_overlap(reserved_sms, retire, bool(pending)))
         acc.add(out, lse)
     for g, (k_work, v_work) in enumerate(pending):
         k_gathered, v_gathered = k_work.wait(), v_work.wait()  # [world * group_len, B, Hk, D]
@@ -295,8 +307,7 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
         q_g = q if rows is None else take_rows(adapter, q, rows, 1)
         out, lse, _ = backend_ops.run_fwd(backend, q_g, kg, vg, phase_idx.remote[g], None, causal=False,
                                           softmax_scale=softmax_scale,
-                                          reserved_sms=reserved_sms if later_in_flight else 0,
-                                          retire=retire and later_in_flight)
+                                          **_overlap(reserved_sms, retire, later_in_flight))
         acc.add(out, lse, rows)
     if learnable_sink is not None:
         acc.add_sink(learnable_sink)
@@ -408,8 +419,7 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
             dq_g, dk_g, dv_g, _ = backend_ops.run_bwd(backend, dout_g, q_g, kg, vg, out_g, lse_g,
                                                       phase_idx.remote[g], None, None, causal=False,
                                                       softmax_scale=softmax_scale, deterministic=deterministic,
-                                                      reserved_sms=reserved_sms if pending else 0,
-                                                      retire=retire and bool(pending))
+                                                      **_overlap(reserved_sms, retire, bool(pending)))
             if rows is None:
                 dq = accumulate(dq, dq_g)
             else:  # only the phase's rows change: added into the full dq at the end
@@ -422,8 +432,7 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
                                                           None, None, causal=masks.local_causal,
                                                           softmax_scale=softmax_scale,
                                                           deterministic=deterministic,
-                                                          reserved_sms=reserved_sms if pending else 0,
-                                                          retire=retire and bool(pending))
+                                                          **_overlap(reserved_sms, retire, bool(pending)))
         dq = accumulate(dq, dq_l)
     for rows, dq_g in dq_rows:
         if dq is None:

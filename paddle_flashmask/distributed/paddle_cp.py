@@ -220,8 +220,7 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
         masks = device_masks(plan, masks, query.place, group)
     call = {"adapter": adapter, "plan": plan, "masks": masks.masks, "phase_idx": masks.phase_idx,
             "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic,
-            "comm_sms": engine.comm_sms(comm_sms)}
-    call["comm_retire"] = engine.comm_retire(comm_retire, call["comm_sms"])
+            **engine.comm_options(comm_sms, comm_retire)}
     out, lse = _pylayer().apply(query, key, value, learnable_sink, call)
     return (out, lse) if return_softmax_lse else out
 

@@ -241,6 +241,12 @@ def resolve_deterministic(deterministic: Optional[bool], query: Any) -> bool:
 # Running a backend
 # --------------------------------------------------------------------------------------------------
 
+def _grid_options(reserved_sms: int, retire: bool) -> dict:
+    """The cute host API's grid arguments, only those that differ from its defaults."""
+    return {**({"reserved_sms": reserved_sms} if reserved_sms else {}),
+            **({"retire": True} if retire else {})}
+
+
 def run_fwd(requested: Optional[str], q, k, v, startend_row_indices, learnable_sink, *, causal: bool,
             softmax_scale: float, reserved_sms: int = 0, retire: bool = False):
     """Forward on the backend chosen for ``requested`` (see :func:`choose_backend`).
@@ -266,11 +272,9 @@ def run_fwd(requested: Optional[str], q, k, v, startend_row_indices, learnable_s
     lse = glue.empty((b, h, sq), "float32", q)
     idx = None if startend_row_indices is None else glue.contiguous(startend_row_indices)
     sink = None if learnable_sink is None else glue.contiguous(glue.cast(learnable_sink, "float32"))
-    kwargs = {"reserved_sms": reserved_sms} if reserved_sms else {}
-    if retire:
-        kwargs["retire"] = True
     interface.flashmask_fwd(q, k, v, out, lse, idx, causal=causal, softmax_scale=softmax_scale,
-                            learnable_sink=sink, stream=glue.stream(q), **kwargs)
+                            learnable_sink=sink, stream=glue.stream(q),
+                            **_grid_options(reserved_sms, retire))
     return out, lse, backend
 
 
@@ -309,8 +313,7 @@ def run_bwd(requested: Optional[str], dout, q, k, v, out, lse, startend_row_indi
                             glue.contiguous(out), dout, lse, dq, dk, dv, idx, causal=causal,
                             softmax_scale=softmax_scale, learnable_sink=sink, dsink=dsink,
                             deterministic=_last_deterministic,
-                            stream=glue.stream(q), **({"reserved_sms": reserved_sms} if reserved_sms else {}),
-                            **({"retire": True} if retire else {}))
+                            stream=glue.stream(q), **_grid_options(reserved_sms, retire))
     if dsink is not None:
         dsink = glue.cast(dsink, str(learnable_sink.dtype).split(".")[-1])
     return dq, dk, dv, dsink
