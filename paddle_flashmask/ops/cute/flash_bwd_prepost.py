@@ -58,13 +58,22 @@ _VEC_ACC = 4  # fp32 elements per 16-byte access
 _LOG2_E = math.log2(math.e)
 
 
-def rowmajor(ptr: cute.Pointer, shape: tuple) -> cute.Tensor:
-    """Compact row-major tensor over ``ptr``; the outermost stride is 64-bit (large batches)."""
+def rowmajor(ptr: cute.Pointer, shape: tuple, aligned_rows: bool = False) -> cute.Tensor:
+    """Compact row-major tensor over ``ptr``; the outermost stride is 64-bit (large batches).
+
+    ``aligned_rows``: every dynamic stride is declared a multiple of the (static) row length, so
+    the DSL knows a thread's adjacent elements of a row are aligned together (vector accesses).
+    """
+    row = shape[-1]
     strides = [1]
     for extent in reversed(shape[1:]):
-        strides.insert(0, strides[0] * extent)
+        step = strides[0] * extent
+        if aligned_rows and not isinstance(step, int):
+            step = cute.assume(step, divby=row)
+        strides.insert(0, step)
     if len(strides) > 1:
-        strides[0] = cutlass.Int64(strides[0])
+        strides[0] = (cute.assume(cutlass.Int64(strides[1]) * shape[1], divby=row) if aligned_rows
+                      else cutlass.Int64(strides[0]))
     return cute.make_tensor(ptr, cute.make_layout(shape, stride=tuple(strides)))
 
 

@@ -428,18 +428,6 @@ def _acc_to_operand_a(acc: cute.Tensor, frag_a: cute.Tensor):
                     frag_a[(c, hh, g), 0, kb] = acc[(c, hh, 2 * kb + g), 0, 0]
 
 
-def _rowmajor_rows(ptr: cute.Pointer, shape: tuple) -> cute.Tensor:
-    """``rowmajor`` with every dynamic stride declared a multiple of the static row length, so
-    the DSL knows a thread's adjacent elements of a row are aligned together (vector stores)."""
-    row = shape[-1]
-    strides = [1]
-    for extent in reversed(shape[1:]):
-        step = strides[0] * extent
-        strides.insert(0, step if isinstance(step, int) else cute.assume(step, divby=row))
-    strides[0] = cute.assume(cutlass.Int64(strides[1]) * shape[1], divby=row)
-    return cute.make_tensor(ptr, cute.make_layout(shape, stride=tuple(strides)))
-
-
 def _acc_mn(t: cute.Tensor) -> cute.Tensor:
     """(rows, cols) view of a wgmma accumulator-shaped partition ((2, 2, V), M, N):
     value mode 0 = two adjacent columns, 1 = rows r and r + 8, 2 = column groups of 8."""
@@ -481,6 +469,9 @@ class FlashMaskBwdSm90:
         self.dq_bulk = cfg.dq_in_smem
         self.sdq_elems = self.tile_m * (self.d + _DQ_PAD) if self.dq_bulk else 4
         self.conv_rows = cfg.conv_rows if cfg.fused_dq else 0
+        # late_loads applies to multi-column masks outside deterministic mode (there it spilled more)
+        self.late_loads = (cfg.late_loads and cfg.num_columns is not None and cfg.num_columns >= 2
+                           and not cfg.deterministic)
 
     # ---- host side -------------------------------------------------------------------------------
     def _mmas(self):
@@ -527,9 +518,8 @@ class FlashMaskBwdSm90:
         kv_heads = h if const_expr(self.cfg.dkv_partials) else hk
         # vector_dkv: strides declared row multiples, so a thread's two adjacent columns of a row
         # (one predicate) go out as one vector store instead of two 2-byte stores
-        dkv_rows = _rowmajor_rows if const_expr(self.cfg.vector_dkv) else rowmajor
-        mdK = dkv_rows(dk_ptr, (b, sk, kv_heads, d))
-        mdV = dkv_rows(dv_ptr, (b, sk, kv_heads, dv))
+        mdK = rowmajor(dk_ptr, (b, sk, kv_heads, d), aligned_rows=self.cfg.vector_dkv)
+        mdV = rowmajor(dv_ptr, (b, sk, kv_heads, dv), aligned_rows=self.cfg.vector_dkv)
         mSumMin = mSumMax = mIdx = mSem = None
         if const_expr(self.cfg.num_columns is not None):
             C = self.cfg.num_columns
@@ -794,8 +784,9 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _load_key_vals(self, key_vals, tScS, mIdx, b, hm, n0, seqlen_k):
-        """The ``C`` column values of each key row this thread holds in S^T (mask head ``hm``)."""
-        if const_expr(self.cfg.num_columns is not None):
+        """The ``C`` column values of each key row this thread holds in S^T (mask head ``hm``);
+        with ``late_loads`` the mask reads them per partial tile instead."""
+        if const_expr(self.cfg.num_columns is not None and not self.late_loads):
             for r in cutlass.range_constexpr(cute.size(key_vals, mode=[0])):
                 key_row = cutlass.min(n0 + tScS[r, 0][0], seqlen_k - 1)
                 for c in cutlass.range_constexpr(self.cfg.num_columns):
@@ -1161,13 +1152,11 @@ class FlashMaskBwdSm90:
                 # late_loads (multi-column masks): delta is loaded after the mask and the key's
                 # column values inside it, so neither is live across the exp and the element
                 # rule (d128 spills: causal C=2 108 B, bidirectional C=2 92 B, C=4 120 B -> 0)
-                late_loads = const_expr(cfg.late_loads and cfg.num_columns is not None
-                                        and cfg.num_columns >= 2 and not cfg.deterministic)
                 lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
                 dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
                 for c in cutlass.range_constexpr(n_cols):
                     lse_c[c] = mLSE2[b, h, m0 + tScS[0, c][1]]
-                    if const_expr(not late_loads):
+                    if const_expr(not self.late_loads):
                         dlt_c[c] = mDelta[b, h, m0 + tScS[0, c][1]]
 
                 warpgroup.wait_group(1)
@@ -1180,7 +1169,7 @@ class FlashMaskBwdSm90:
                         key = n0 + tScS[r, 0][0]
                         bands = semantics.Bands(seqlen_q, None, None, None)
                         if const_expr(cfg.num_columns is not None):
-                            if const_expr(late_loads):  # the key's columns read per partial tile
+                            if const_expr(self.late_loads):  # the key's columns read per partial tile
                                 key_row = cutlass.min(key, seqlen_k - 1)
                                 vals = [ops.mIdx[b, hm, key_row, c] for c in range(C)]
                             else:
@@ -1191,7 +1180,7 @@ class FlashMaskBwdSm90:
                             dead = semantics.element_masked(q, key, bands, cfg.causal, diag)
                             if dead | (key >= seqlen_k):
                                 S[r, c] = Float32(0.0)
-                if const_expr(late_loads):
+                if const_expr(self.late_loads):
                     for c in cutlass.range_constexpr(n_cols):
                         dlt_c[c] = mDelta[b, h, m0 + tScS[0, c][1]]
                 warpgroup.wait_group(0)
