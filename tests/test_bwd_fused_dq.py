@@ -119,18 +119,23 @@ def test_gpu_check_runs_the_env_chosen_variant(monkeypatch):
     spec = importlib.util.spec_from_file_location("bwd_check_for_test", path)
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
-    for name in (bwd.DET_CHAINS_ENV, bwd.LAZY_RELEASE_ENV, bwd.DET_RELAXED_ENV, bwd.FUSED_DQ_ENV,
+    for name in (bwd.DET_CHAINS_ENV, bwd.LAZY_RELEASE_ENV, bwd.DET_SYNC_ENV, bwd.FUSED_DQ_ENV,
                  bwd.VECTOR_DKV_ENV):
         monkeypatch.delenv(name, raising=False)
     args = ("bfloat16", 128, True, 1, False, False)
     base = check.backward_variant(*args, True, 132)
     assert base.deterministic and base.dq_chains == 1 and not base.lazy_release
-    assert not base.det_relaxed and base.vector_dkv
+    assert base.det_sync == "relaxed" and base.vector_dkv  # the measured default
     monkeypatch.setenv(bwd.DET_CHAINS_ENV, "2")
     monkeypatch.setenv(bwd.LAZY_RELEASE_ENV, "1")
-    monkeypatch.setenv(bwd.DET_RELAXED_ENV, "1")
+    monkeypatch.setenv(bwd.DET_SYNC_ENV, "fence")
     det = check.backward_variant(*args, True, 132)
-    assert det.dq_chains == 2 and det.lazy_release and det.det_relaxed
+    assert det.dq_chains == 2 and det.lazy_release and det.det_sync == "fence"
+    assert check.backward_variant(*args, False, 132).det_sync == "acquire"  # not deterministic
+    monkeypatch.setenv(bwd.DET_SYNC_ENV, "loose")
+    with pytest.raises(ValueError, match=bwd.DET_SYNC_ENV):
+        check.backward_variant(*args, True, 132)
+    monkeypatch.setenv(bwd.DET_SYNC_ENV, "fence")
     monkeypatch.setenv(bwd.VECTOR_DKV_ENV, "0")
     monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")
     fused = check.backward_variant(*args, False, 132)
@@ -139,8 +144,10 @@ def test_gpu_check_runs_the_env_chosen_variant(monkeypatch):
     assert not check.backward_variant(*args, False, 132, fused_dq=False).fused_dq
     plain = check.backward_variant(*args, False, 132, persistent=False, fused_dq=False)
     assert not plain.persistent and not plain.fused_dq
-    with pytest.raises(ValueError, match="det_relaxed"):
-        bwd.BwdConfig("bfloat16", 128, 128, True, 1, det_relaxed=True)
+    with pytest.raises(ValueError, match="det_sync"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, det_sync="relaxed")
+    with pytest.raises(ValueError, match="det_sync"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, det_sync="strict")
 
 
 def test_late_loads_switch(monkeypatch):

@@ -103,7 +103,7 @@ def variants(full: bool = False) -> list[Variant]:
 
     def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False, row_ranges=False,
             gqa_in_cta=False, persistent=False, two_stages=False, key_major=False,
-            det_chains=1, fused_dq=False, late_loads=False, det_relaxed=False):
+            det_chains=1, fused_dq=False, late_loads=False, det_sync=None):
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
@@ -116,8 +116,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, qdo_stages=2)
         if det_chains > 1:  # deterministic dQ in two chains (BwdConfig.dq_chains)
             cfg = dataclasses.replace(cfg, dq_chains=det_chains)
-        if det_relaxed:  # relaxed semaphore polls / publish (BwdConfig.det_relaxed)
-            cfg = dataclasses.replace(cfg, det_relaxed=True)
+        if det_sync:  # the deterministic dQ writer's semaphore ordering (BwdConfig.det_sync)
+            cfg = dataclasses.replace(cfg, det_sync=det_sync)
         if late_loads:  # multi-column masks: delta / column values loaded late (BwdConfig.late_loads)
             cfg = dataclasses.replace(cfg, late_loads=True)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
@@ -132,7 +132,7 @@ def variants(full: bool = False) -> list[Variant]:
                          " two-stages" if two_stages else "",
                          " fused-dq" if fused_dq else "",
                          " late-loads" if late_loads else "",
-                         " det-relaxed" if det_relaxed else ""])
+                         f" det-sync-{det_sync}" if det_sync else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -188,7 +188,8 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 256, True, 1, gqa=True, gqa_in_cta=True, fused_dq=True)
     bwd("bfloat16", 128, True, 2, late_loads=True)
     bwd("bfloat16", 128, False, 4, late_loads=True)
-    bwd("bfloat16", 128, True, 1, det=True, det_relaxed=True)
+    bwd("bfloat16", 128, True, 1, det=True, det_sync="acquire")
+    bwd("bfloat16", 128, True, 1, det=True, det_sync="fence")
     return out
 
 

@@ -161,15 +161,20 @@ def default_vector_dkv() -> bool:
     return env_flag(VECTOR_DKV_ENV, default="1")
 
 
-DET_RELAXED_ENV = "PADDLE_FLASHMASK_BWD_DET_RELAXED"
+DET_SYNC_ENV = "PADDLE_FLASHMASK_BWD_DET_SYNC"
+# how the deterministic dQ writer waits for its turn and hands the query tile on (BwdConfig.det_sync)
+DET_SYNC_MODES = ("acquire", "fence", "relaxed")
 
 
-def default_det_relaxed(deterministic: bool) -> bool:
-    """``BwdConfig.det_relaxed`` wanted: off until the H200 A/B; env
-    ``PADDLE_FLASHMASK_BWD_DET_RELAXED=1`` (used where dQ is staged in smem)."""
-    from .launch_args import env_flag
+def default_det_sync(deterministic: bool) -> str:
+    """``BwdConfig.det_sync`` wanted (used where dQ is staged in smem): "relaxed", the fastest on
+    the H200 (session 7, B=2 S=8K: deterministic / default 1.02-1.12x against 1.24-1.39x with
+    "acquire", bit-exact); env ``PADDLE_FLASHMASK_BWD_DET_SYNC`` picks another mode."""
+    from .launch_args import env_choice
 
-    return deterministic and env_flag(DET_RELAXED_ENV)
+    if not deterministic:
+        return "acquire"
+    return env_choice(DET_SYNC_ENV, DET_SYNC_MODES) or "relaxed"
 
 
 LATE_LOADS_ENV = "PADDLE_FLASHMASK_BWD_LATE_LOADS"
@@ -299,10 +304,14 @@ class BwdConfig:
     # two adjacent columns leave as one vector store (False: one 2-byte store per element, the
     # session-5 SASS, kept for the A/B; env PADDLE_FLASHMASK_BWD_VECTOR_DKV=0).
     vector_dkv: bool = True
-    # Deterministic mode, dQ in smem: the dQ writer polls the semaphore with relaxed loads and
-    # publishes with a relaxed store after its adds completed (no CCTL.IVALL per poll, no
-    # MEMBAR.GPU per publish). Off until the H200 A/B; env PADDLE_FLASHMASK_BWD_DET_RELAXED=1.
-    det_relaxed: bool = False
+    # Deterministic mode, dQ in smem: how the dQ writer waits for its turn on a query tile and
+    # passes it on. "acquire": acquire polls (a load + CCTL.IVALL, an L1 invalidation, per poll)
+    # and fence + release store (two MEMBAR.GPU) per publish. "fence": relaxed polls, one
+    # acquire fence once the turn came; the publish a release store after the adds completed
+    # (the PTX memory model's fence patterns). "relaxed": relaxed polls and a relaxed publish
+    # after the adds completed at L2 (wait_group), where the next adder's bulk reduce lands;
+    # no MEMBAR.GPU, no per-poll CCTL.IVALL. The host's choice: default_det_sync.
+    det_sync: str = "acquire"
     # Multi-column masks (C >= 2), not deterministic: delta is loaded after the mask instead of
     # before the exp, and the key's column values are read per partial tile instead of held in
     # registers for the whole walk (d128: spills of 92-140 B per thread -> 0, compile_check).
@@ -338,9 +347,12 @@ class BwdConfig:
                 self.deterministic and self.dq_in_smem)):
             raise ValueError(f"dq_chains: expected 1, or 2 with deterministic=True and dQ staged in "
                              f"smem, found {self.dq_chains} (deterministic={self.deterministic})")
-        if self.det_relaxed and not (self.deterministic and self.dq_in_smem):
-            raise ValueError("det_relaxed: expected only with deterministic=True and dQ staged in "
-                             "smem")
+        if self.det_sync not in DET_SYNC_MODES:
+            raise ValueError(f"det_sync: expected one of {list(DET_SYNC_MODES)}, found "
+                             f"{self.det_sync!r}")
+        if self.det_sync != "acquire" and not (self.deterministic and self.dq_in_smem):
+            raise ValueError(f"det_sync: expected 'acquire' unless deterministic=True with dQ "
+                             f"staged in smem, found {self.det_sync!r}")
         if self.dq_count_lag not in (1, 2, 3):
             raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
         if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
@@ -1281,10 +1293,9 @@ class FlashMaskBwdSm90:
                         self._count_add(grid, oldest, lane)
                 if const_expr(self.cfg.deterministic):
                     # wait for our turn while the consumers are still computing this tile
-                    self._sem_wait(mSem, b, hc, m_blk, wait_for, lane,
-                                   relaxed=self.cfg.det_relaxed)
+                    self._sem_wait(mSem, b, hc, m_blk, wait_for, lane, sync=self.cfg.det_sync)
                     cute.arch.sync_warp()
-                    if const_expr(self.cfg.det_relaxed):  # the flag seen before every lane's add
+                    if const_expr(self.cfg.det_sync != "acquire"):  # flag seen before every add
                         cute.arch.fence_proxy("async.global")
                 cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
@@ -1317,15 +1328,17 @@ class FlashMaskBwdSm90:
         """Deterministic mode: wait until this warp's bulk adds are complete in global memory,
         then release query tile ``m_blk`` to the next key tile of the chain."""
         cute.arch.cp_async_bulk_wait_group(0, read=False)
-        if const_expr(self.cfg.det_relaxed):
-            # the adds are complete (at L2, where the next adder's bulk reduce lands): a relaxed
-            # store suffices in practice; fence + release store compile to two MEMBAR.GPU
-            cute.arch.fence_proxy("async.global")
-        else:
+        if const_expr(self.cfg.det_sync == "acquire"):
             cute.arch.fence_acq_rel_gpu()
+        else:
+            # the adds are complete (at L2, where the next adder's bulk reduce lands); order them
+            # (async proxy) before the flag store. "relaxed" trusts that completion alone; fence +
+            # release store compile to two MEMBAR.GPU
+            cute.arch.fence_proxy("async.global")
         cute.arch.sync_warp()
         self._sem_release(mSem, b, hc, m_blk, n_blk, seqlen_k, lane,
-                          sem="relaxed" if const_expr(self.cfg.det_relaxed) else "release")
+                          sem="relaxed" if const_expr(self.cfg.det_sync == "relaxed")
+                          else "release")
 
     @cute.jit
     def _count_add(self, grid, item, lane):
@@ -1471,18 +1484,20 @@ class FlashMaskBwdSm90:
         return h * self.cfg.dq_chains + n_blk % self.cfg.dq_chains
 
     @cute.jit
-    def _sem_wait(self, mSem, b, h, m_blk, target, ctid, relaxed: bool = False):
-        """Spin until the semaphore of (b, h, m_blk) holds ``target``. ``relaxed`` (the dQ
-        writer with ``det_relaxed``, whose lanes then fence the async proxy before their bulk
-        adds): relaxed polls; an acquire poll compiles to a load plus ``CCTL.IVALL``, which
-        invalidates the SM's whole L1 at every poll (the consumers' LSE / delta / column loads
-        included)."""
+    def _sem_wait(self, mSem, b, h, m_blk, target, ctid, sync: str = "acquire"):
+        """Spin until the semaphore of (b, h, m_blk) holds ``target``. ``sync`` (the dQ writer's
+        ``det_sync``; its lanes then fence the async proxy before their bulk adds): "acquire"
+        polls with acquire loads, each a load plus ``CCTL.IVALL`` that invalidates the SM's
+        whole L1 (the consumers' LSE / delta / column loads included); "fence" polls relaxed
+        and fences once (acquire) when the value came; "relaxed" only polls relaxed."""
         if ctid == 0:
             ptr = mSem.iterator + cute.crd2idx((b, h, m_blk), mSem.layout)
-            sem = "relaxed" if const_expr(relaxed) else "acquire"
+            sem = "acquire" if const_expr(sync == "acquire") else "relaxed"
             seen = cute.arch.load(ptr, Int32, sem=sem, scope="gpu")
             while seen != target:
                 seen = cute.arch.load(ptr, Int32, sem=sem, scope="gpu")
+            if const_expr(sync == "fence"):
+                cute.arch.fence_acq_rel_gpu()
 
     @cute.jit
     def _sem_release(self, mSem, b, h, m_blk, n_blk, seqlen_k, ctid, sem: str = "release"):

@@ -313,7 +313,7 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                     num_sms: int = 132):
     """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
-    from .flash_bwd_sm90 import (default_det_relaxed, default_dq_chains, default_dq_count_lag,
+    from .flash_bwd_sm90 import (default_det_sync, default_dq_chains, default_dq_count_lag,
                                  default_fused_dq, default_gqa_in_cta, default_key_major,
                                  default_late_loads, default_lazy_release, default_persistent_ctas,
                                  default_qdo_stages, default_row_ranges, default_rs_dkv,
@@ -329,14 +329,14 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                             default_dq_chains(bool(deterministic)),
                             default_lazy_release(bool(deterministic)),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
-                            default_vector_dkv(), default_det_relaxed(bool(deterministic)),
+                            default_vector_dkv(), default_det_sync(bool(deterministic)),
                             default_late_loads())
 
 
 @functools.lru_cache(maxsize=256)
 def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
-                     dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_relaxed,
+                     dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
                      late_loads):
     from .flash_bwd_sm90 import BwdConfig
 
@@ -347,7 +347,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                     late_loads=late_loads)
     if cfg.dq_in_smem:  # chains and the lazy release live in the smem-staged dQ path
         cfg = replace(cfg, dq_chains=dq_chains, lazy_release=lazy_release,
-                      det_relaxed=det_relaxed)
+                      det_sync=det_sync)
     if fused_dq and cfg.dq_in_smem and cfg.conv_rows:  # where the conversion buffer fits
         cfg = replace(cfg, fused_dq=True, dq_count_lag=dq_count_lag)
     return cfg
