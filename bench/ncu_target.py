@@ -28,7 +28,13 @@ def main() -> None:
     p.add_argument("--seqlen", type=int, default=8192)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--deterministic", action="store_true", help="the deterministic backward")
+    p.add_argument("--system", default="paddle_flashmask", choices=["paddle_flashmask", "fa4"],
+                   help="fa4: FlashAttention-4's native kernels (full / causal masks), to compare "
+                        "stall reasons with ours (ncu -k regex:Backward for its backward)")
     args = p.parse_args()
+    if args.system == "fa4":
+        run_fa4(args)
+        return
     from paddle_flashmask.ops.cute import interface
 
     B, S, H, D = args.batch, args.seqlen, args.heads, 128
@@ -47,6 +53,25 @@ def main() -> None:
                                 deterministic=args.deterministic)
     torch.cuda.synchronize()
     print("done", args.mask)
+
+
+def run_fa4(args) -> None:
+    """FA4's forward and backward twice on the same shape (native causal or full only)."""
+    from flash_attn.cute import flash_attn_func
+
+    if args.mask not in ("full", "causal"):
+        raise SystemExit(f"--mask: expected full or causal with --system fa4, found {args.mask!r}")
+    B, S, H, D = args.batch, args.seqlen, args.heads, 128
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    do = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):
+        out = flash_attn_func(q, k, v, causal=args.mask == "causal",
+                              deterministic=args.deterministic)
+        out = out[0] if isinstance(out, tuple) else out
+        torch.autograd.backward(out, do)
+    torch.cuda.synchronize()
+    print("done fa4", args.mask)
 
 
 if __name__ == "__main__":
