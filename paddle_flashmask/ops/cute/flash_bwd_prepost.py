@@ -77,6 +77,24 @@ def rowmajor(ptr: cute.Pointer, shape: tuple, aligned_rows: bool = False) -> cut
     return cute.make_tensor(ptr, cute.make_layout(shape, stride=tuple(strides)))
 
 
+def column_pairs(ptr: cute.Pointer, outer: tuple, row_len, multiple: int) -> cute.Tensor:
+    """Row-major fp32 ``outer + (row_len,)`` (``len(outer) >= 1``) viewed as
+    ``outer + (row_len // 2, 2)``; the dynamic ``row_len`` (and so every stride) is declared a
+    multiple of the even ``multiple``, so with an 8-byte aligned ``ptr`` each
+    ``[..., pair, None]`` slice is one aligned 8-byte access: two adjacent columns. The
+    outermost stride is 64-bit."""
+    row = cute.assume(row_len, divby=multiple)
+    strides = [row]
+    for extent in reversed(outer[2:]):
+        strides.insert(0, cute.assume(strides[0] * extent, divby=multiple))
+    if len(outer) > 1:
+        strides.insert(0, cute.assume(cutlass.Int64(strides[0]) * outer[1], divby=multiple))
+    else:
+        strides[0] = cute.assume(cutlass.Int64(row), divby=multiple)
+    layout = cute.make_layout(tuple(outer) + (row // 2, 2), stride=tuple(strides) + (2, 1))
+    return cute.make_tensor(ptr, layout)
+
+
 def vector_rows(ptr: cute.Pointer, outer: tuple, row_len: int, vec: int) -> cute.Tensor:
     """Row-major ``outer + (row_len,)`` tensor viewed as ``outer + (row_len // vec, vec)``.
 

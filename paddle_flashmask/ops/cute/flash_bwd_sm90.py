@@ -61,7 +61,7 @@ from paddle_flashmask import semantics
 
 from . import bwd_tiles
 from . import mask as fm_mask
-from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, rowmajor, vector_rows
+from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, column_pairs, rowmajor, vector_rows
 from . import tile_scheduler as sched
 from .launch_args import check_variant_call, gmem_ptr
 
@@ -523,8 +523,10 @@ class FlashMaskBwdSm90:
         mK = rowmajor(k_ptr, (b, sk, hk, d))
         mV = rowmajor(v_ptr, (b, sk, hk, dv))
         mdO = rowmajor(do_ptr, (b, sq, h, dv))
-        mLSE2 = rowmajor(lse2_ptr, (b, h, sqp))
-        mDelta = rowmajor(delta_ptr, (b, h, sqp))
+        # rows padded to the query tile, viewed as column pairs: a consumer thread's two adjacent
+        # query columns load as one 8-byte access
+        mLSE2 = column_pairs(lse2_ptr, (b, h), sqp, tm)
+        mDelta = column_pairs(delta_ptr, (b, h), sqp, tm)
         chains = self.cfg.dq_chains  # head h's chain c accumulates at row h * chains + c
         mdQacc = rowmajor(dqacc_ptr, (b, h * chains, sqp, d))
         kv_heads = h if const_expr(self.cfg.dkv_partials) else hk
@@ -831,6 +833,31 @@ class FlashMaskBwdSm90:
             return self._m_range(n0, bmax, bmin, seqlen_q, diag, num_m)
         return 0, num_m
 
+    def _check_column_pairs(self, tiled_sdp, n_cols):
+        """Trace time: ``_load_column_stats``' premise, that every thread's accumulator columns
+        come in adjacent pairs starting at even query columns (wgmma's C layout)."""
+        for t in (0, 1, 2, 3, 5, 38, 127):
+            coords = _acc_mn(tiled_sdp.get_slice(t).partition_C(
+                cute.make_identity_tensor((self.tile_n, self.tile_m))))
+            for j in range(n_cols // 2):
+                first, second = coords[0, 2 * j][1], coords[0, 2 * j + 1][1]
+                if not (isinstance(first, int) and first % 2 == 0 and second == first + 1):
+                    raise ValueError(f"accumulator columns of thread {t}: expected adjacent "
+                                     f"pairs from even columns, found {first}, {second}")
+        if n_cols % 2:
+            raise ValueError(f"accumulator columns per thread: expected an even count, found "
+                             f"{n_cols}")
+
+    @cute.jit
+    def _load_column_stats(self, out, mPairs, b, h, m0, tScS):
+        """``out[c]`` = the per-query statistic (LSE*log2e or delta) of this thread's column
+        ``c``. The accumulator gives each thread adjacent column pairs (c = 2j, 2j + 1), so each
+        pair is one 8-byte load from the ``column_pairs`` view."""
+        for j in cutlass.range_constexpr(cute.size(out) // 2):
+            pair = mPairs[b, h, (m0 + tScS[0, 2 * j][1]) // 2, None].load()
+            out[2 * j] = pair[0]
+            out[2 * j + 1] = pair[1]
+
     def _needs_mask(self, m_blk, n0, bmax, bmin, seqlen_q, seqlen_k, diag):
         row_begin = m_blk * self.tile_m
         row_end = cutlass.min(row_begin + self.tile_m, seqlen_q)
@@ -974,7 +1001,7 @@ class FlashMaskBwdSm90:
             # ------------------------------------------------------------ consumer warp groups
             cute.arch.setmaxregister_increase(240)
             ctid = tidx - 128
-            wg = ctid // 128
+            wg = cute.arch.make_warp_uniform(ctid // 128)  # uniform: operand descriptors in URs
             self._consume(grid, ctid, wg, b, h, hk, hm, group, n_blk, n0, num_m, seqlen_q,
                           seqlen_k, diag,
                           bmax, bmin, sQ, sdO, sK, sV, sP, sdS, sdQ, pipe_q, pipe_do, pipe_kv,
@@ -1060,10 +1087,9 @@ class FlashMaskBwdSm90:
 
         # coordinates of this thread's S^T elements: (key row in tile, query col in tile)
         tScS = _acc_mn(th_sdp.partition_C(cute.make_identity_tensor((self.tile_n, self.tile_m))))
-        tPsP = th_sdp.partition_C(sP)
-        tPsdS = th_sdp.partition_C(sdS)
         n_rows = cute.size(tScS, mode=[0])
         n_cols = cute.size(tScS, mode=[1])
+        self._check_column_pairs(tiled_sdp, n_cols)
 
         # column values of this thread's key rows: loaded per head, reused for every query tile
         C = cfg.num_columns if const_expr(cfg.num_columns is not None) else 1
@@ -1071,7 +1097,7 @@ class FlashMaskBwdSm90:
         ops = SimpleNamespace(
             tSrK=tSrK, tSrQ=tSrQ, tPrV=tPrV, tPrdO=tPrdO, tVrP=tVrP, tKrdS=tKrdS, tVrdO=tVrdO,
             tKrQ=tKrQ, tQrdS=tQrdS, tQrK=tQrK, acc_shape_s=acc_shape_s, acc_dK=acc_dK,
-            acc_dV=acc_dV, tScS=tScS, tPsP=tPsP, tPsdS=tPsdS, wg_dq=wg_dq, th_dq=th_dq,
+            acc_dV=acc_dV, tScS=tScS, sP=sP, sdS=sdS, wg_dq=wg_dq, th_dq=th_dq,
             key_vals=key_vals, mIdx=mIdx, tiled_sdp=tiled_sdp, tiled_dk=tiled_dk, tiled_dv=tiled_dv,
             tiled_dq=tiled_dq, th_dk=th_dk, th_dv=th_dv)
         if const_expr(cfg.persistent):
@@ -1132,7 +1158,15 @@ class FlashMaskBwdSm90:
         tSrK, tSrQ, tPrV, tPrdO = ops.tSrK, ops.tSrQ, ops.tPrV, ops.tPrdO
         tVrP, tKrdS, tVrdO, tKrQ = ops.tVrP, ops.tKrdS, ops.tVrdO, ops.tKrQ
         tQrdS, tQrK, acc_shape_s = ops.tQrdS, ops.tQrK, ops.acc_shape_s
-        acc_dK, acc_dV, tScS, tPsP, tPsdS = ops.acc_dK, ops.acc_dV, ops.tScS, ops.tPsP, ops.tPsdS
+        acc_dK, acc_dV, tScS = ops.acc_dK, ops.acc_dV, ops.tScS
+        # P^T / dS^T registers -> smem with stmatrix: the accumulator's adjacent column pairs are
+        # stmatrix's fragment, so 4 STSM.x4 replace 16 32-bit STS per thread. Built here, not
+        # passed in: the copy object would carry values out of the GQA head loop's body
+        pds_store = cute.make_tiled_copy_C(
+            cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.dtype),
+            ops.tiled_sdp).get_slice(ctid)
+        tPsP = pds_store.partition_D(ops.sP)
+        tPsdS = pds_store.partition_D(ops.sdS)
         wg_dq, th_dq, key_vals = ops.wg_dq, ops.th_dq, ops.key_vals
         tiled_sdp, tiled_dk, tiled_dv = ops.tiled_sdp, ops.tiled_dk, ops.tiled_dv
         tiled_dq = ops.tiled_dq
@@ -1166,10 +1200,9 @@ class FlashMaskBwdSm90:
                 # rule (d128 spills: causal C=2 108 B, bidirectional C=2 92 B, C=4 120 B -> 0)
                 lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
                 dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
-                for c in cutlass.range_constexpr(n_cols):
-                    lse_c[c] = mLSE2[b, h, m0 + tScS[0, c][1]]
-                    if const_expr(not self.late_loads):
-                        dlt_c[c] = mDelta[b, h, m0 + tScS[0, c][1]]
+                self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
+                if const_expr(not self.late_loads):
+                    self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
 
                 warpgroup.wait_group(1)
                 S = _acc_mn(acc_S)
@@ -1193,8 +1226,7 @@ class FlashMaskBwdSm90:
                             if dead | (key >= seqlen_k):
                                 S[r, c] = Float32(0.0)
                 if const_expr(self.late_loads):
-                    for c in cutlass.range_constexpr(n_cols):
-                        dlt_c[c] = mDelta[b, h, m0 + tScS[0, c][1]]
+                    self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
                 warpgroup.wait_group(0)
                 dP = _acc_mn(acc_dP)
                 for r in cutlass.range_constexpr(n_rows):
@@ -1210,8 +1242,8 @@ class FlashMaskBwdSm90:
                     _acc_to_operand_a(rP, tVrP)
                     _acc_to_operand_a(rdS, tKrdS)
                 else:
-                    cute.autovec_copy(rP, tPsP)
-                cute.autovec_copy(rdS, tPsdS)
+                    cute.copy(pds_store, pds_store.retile(rP), tPsP)
+                cute.copy(pds_store, pds_store.retile(rdS), tPsdS)
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier(barrier_id=_BAR_PDS_READY,
                                   number_of_threads=self.num_consumer_threads)
