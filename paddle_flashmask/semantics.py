@@ -91,6 +91,17 @@ def element_masked(row: Any, col: Any, bands: Bands, causal: bool, diag_offset: 
     return masked
 
 
+def rows_from(bands: Bands, origin: Any) -> Bands:
+    """``bands`` with every row bound measured from row ``origin`` (bound - origin).
+
+    :func:`element_masked` only compares rows with bounds and with ``col - diag_offset``, so
+    ``element_masked(row - origin, col - diag_offset - origin, rows_from(bands, origin), causal, 0)``
+    equals ``element_masked(row, col, bands, causal, diag_offset)``. Kernels use it to compare a
+    thread's compile-time column offsets with per-row bounds (one compare per element).
+    """
+    return Bands(*(None if bound is None else bound - origin for bound in bands))
+
+
 def causal_first_row(col: Any, seqlen_q: int, seqlen_k: int) -> Any:
     """First query row the bottom-right causal diagonal lets see key ``col``, clipped to [0, Sq].
 

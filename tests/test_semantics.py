@@ -159,3 +159,21 @@ def test_rows_with_visible_keys_examples():
     assert not sem.rows_with_visible_keys(np.zeros((1, 1, 4, 2), np.int32), False, 6).any()
     top = sem.rows_with_visible_keys(np.full((1, 1, 3, 1), 5, np.int32), True, 5)[0, 0]
     np.testing.assert_array_equal(top, [False, False, True, True, True])
+
+
+@pytest.mark.parametrize("causal,c", FORMS)
+def test_rows_from_translates_the_element_rule(causal, c):
+    """The kernels' relative form (rows measured from a thread's first column) decides every
+    element as the absolute rule does, against the brute-force table, for random origins."""
+    rng = np.random.default_rng(7 + c)
+    sq, sk = 23, 19
+    idx = random_indices(rng, 1, 1, sq, sk, causal, c)
+    want_visible = brute_dense(idx, causal, sq)[0, 0]
+    diag = sk - sq
+    rows = np.arange(sq)[:, None]
+    for origin in (0, 5, -3, sq, int(rng.integers(-40, 40))):
+        for j in range(sk):
+            bands = sem.band_bounds(list(idx[0, 0, j]), causal)
+            rel = sem.rows_from(bands, origin)
+            masked = sem.element_masked(rows - origin, j - diag - origin, rel, causal, 0)
+            assert np.array_equal(~np.asarray(masked).ravel(), want_visible[:, j]), (origin, j)

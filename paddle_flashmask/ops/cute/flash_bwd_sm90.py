@@ -833,20 +833,31 @@ class FlashMaskBwdSm90:
             return self._m_range(n0, bmax, bmin, seqlen_q, diag, num_m)
         return 0, num_m
 
-    def _check_column_pairs(self, tiled_sdp, n_cols):
-        """Trace time: ``_load_column_stats``' premise, that every thread's accumulator columns
-        come in adjacent pairs starting at even query columns (wgmma's C layout)."""
-        for t in (0, 1, 2, 3, 5, 38, 127):
-            coords = _acc_mn(tiled_sdp.get_slice(t).partition_C(
-                cute.make_identity_tensor((self.tile_n, self.tile_m))))
-            for j in range(n_cols // 2):
-                first, second = coords[0, 2 * j][1], coords[0, 2 * j + 1][1]
-                if not (isinstance(first, int) and first % 2 == 0 and second == first + 1):
-                    raise ValueError(f"accumulator columns of thread {t}: expected adjacent "
-                                     f"pairs from even columns, found {first}, {second}")
+    def _column_offsets(self, tiled_sdp, n_cols) -> list:
+        """Trace time: each accumulator column's query offset from the thread's first column,
+        the same for every thread (checked on several), and the premise of
+        ``_load_column_stats``: columns in adjacent pairs from even query columns (wgmma's C
+        layout)."""
+        offsets = None
         if n_cols % 2:
             raise ValueError(f"accumulator columns per thread: expected an even count, found "
                              f"{n_cols}")
+        for t in (0, 1, 2, 3, 5, 38, 127, 255):
+            coords = _acc_mn(tiled_sdp.get_slice(t).partition_C(
+                cute.make_identity_tensor((self.tile_n, self.tile_m))))
+            cols = [coords[0, c][1] for c in range(n_cols)]
+            if not all(isinstance(col, int) for col in cols):
+                raise ValueError(f"accumulator columns of thread {t}: expected static, found {cols}")
+            for j in range(n_cols // 2):
+                if cols[2 * j] % 2 or cols[2 * j + 1] != cols[2 * j] + 1:
+                    raise ValueError(f"accumulator columns of thread {t}: expected adjacent "
+                                     f"pairs from even columns, found {cols}")
+            rel = [col - cols[0] for col in cols]
+            if offsets is not None and rel != offsets:
+                raise ValueError(f"accumulator column offsets of thread {t}: expected {offsets}, "
+                                 f"found {rel}")
+            offsets = rel
+        return offsets
 
     @cute.jit
     def _load_column_stats(self, out, mPairs, b, h, m0, tScS):
@@ -1089,7 +1100,7 @@ class FlashMaskBwdSm90:
         tScS = _acc_mn(th_sdp.partition_C(cute.make_identity_tensor((self.tile_n, self.tile_m))))
         n_rows = cute.size(tScS, mode=[0])
         n_cols = cute.size(tScS, mode=[1])
-        self._check_column_pairs(tiled_sdp, n_cols)
+        col_offsets = self._column_offsets(tiled_sdp, n_cols)
 
         # column values of this thread's key rows: loaded per head, reused for every query tile
         C = cfg.num_columns if const_expr(cfg.num_columns is not None) else 1
@@ -1097,7 +1108,8 @@ class FlashMaskBwdSm90:
         ops = SimpleNamespace(
             tSrK=tSrK, tSrQ=tSrQ, tPrV=tPrV, tPrdO=tPrdO, tVrP=tVrP, tKrdS=tKrdS, tVrdO=tVrdO,
             tKrQ=tKrQ, tQrdS=tQrdS, tQrK=tQrK, acc_shape_s=acc_shape_s, acc_dK=acc_dK,
-            acc_dV=acc_dV, tScS=tScS, sP=sP, sdS=sdS, wg_dq=wg_dq, th_dq=th_dq,
+            acc_dV=acc_dV, tScS=tScS, col_offsets=col_offsets, sP=sP, sdS=sdS, wg_dq=wg_dq,
+            th_dq=th_dq,
             key_vals=key_vals, mIdx=mIdx, tiled_sdp=tiled_sdp, tiled_dk=tiled_dk, tiled_dv=tiled_dv,
             tiled_dq=tiled_dq, th_dk=th_dk, th_dv=th_dv)
         if const_expr(cfg.persistent):
@@ -1158,7 +1170,7 @@ class FlashMaskBwdSm90:
         tSrK, tSrQ, tPrV, tPrdO = ops.tSrK, ops.tSrQ, ops.tPrV, ops.tPrdO
         tVrP, tKrdS, tVrdO, tKrQ = ops.tVrP, ops.tKrdS, ops.tVrdO, ops.tKrQ
         tQrdS, tQrK, acc_shape_s = ops.tQrdS, ops.tQrK, ops.acc_shape_s
-        acc_dK, acc_dV, tScS = ops.acc_dK, ops.acc_dV, ops.tScS
+        acc_dK, acc_dV, tScS, col_offsets = ops.acc_dK, ops.acc_dV, ops.tScS, ops.col_offsets
         # P^T / dS^T registers -> smem with stmatrix: the accumulator's adjacent column pairs are
         # stmatrix's fragment, so 4 STSM.x4 replace 16 32-bit STS per thread. Built here, not
         # passed in: the copy object would carry values out of the GQA head loop's body
@@ -1210,6 +1222,9 @@ class FlashMaskBwdSm90:
                     for c in cutlass.range_constexpr(n_cols):
                         S[r, c] = cute.math.exp2(S[r, c] * scale_log2 - lse_c[c], fastmath=True)
                 if self._needs_mask(m_blk, n0, bmax, bmin, seqlen_q, seqlen_k, diag):
+                    # rows measured from this thread's first column (semantics.rows_from): each
+                    # element compares its compile-time column offset with per-key bounds
+                    origin = m0 + tScS[0, 0][1]
                     for r in cutlass.range_constexpr(n_rows):
                         key = n0 + tScS[r, 0][0]
                         bands = semantics.Bands(seqlen_q, None, None, None)
@@ -1220,10 +1235,13 @@ class FlashMaskBwdSm90:
                             else:
                                 vals = [key_vals[r, c] for c in range(C)]
                             bands = semantics.band_bounds(vals, cfg.causal)
+                        rel_bands = semantics.rows_from(bands, origin)
+                        rel_key = key - diag - origin
+                        beyond = key >= seqlen_k
                         for c in cutlass.range_constexpr(n_cols):
-                            q = m0 + tScS[r, c][1]
-                            dead = semantics.element_masked(q, key, bands, cfg.causal, diag)
-                            if dead | (key >= seqlen_k):
+                            dead = semantics.element_masked(col_offsets[c], rel_key, rel_bands,
+                                                            cfg.causal, 0)
+                            if dead | beyond:
                                 S[r, c] = Float32(0.0)
                 if const_expr(self.late_loads):
                     self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
