@@ -658,14 +658,9 @@ class FlashFwdSm90:
         tm, tn = self.tile_m, self.tile_n
         thr_qk = tiled_mma_qk.get_slice(ctidx)
         thr_pv = tiled_mma_pv.get_slice(ctidx)
-        # operand descriptors from the warpgroup's slice, its index warp-uniform: the descriptors
-        # then live in uniform registers (no R2UR before each HGMMA)
-        wg_first = cute.arch.make_warp_uniform(ctidx // self.threads_per_wg) * self.threads_per_wg
-        wg_qk = tiled_mma_qk.get_slice(wg_first)
-        wg_pv = tiled_mma_pv.get_slice(wg_first)
-        tSrQ = wg_qk.make_fragment_A(wg_qk.partition_A(sQ))
-        tSrK = wg_qk.make_fragment_B(wg_qk.partition_B(sK))
-        tOrVt = wg_pv.make_fragment_B(wg_pv.partition_B(sVt))
+        tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ))
+        tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK))
+        tOrVt = thr_pv.make_fragment_B(thr_pv.partition_B(sVt))
         acc_S = thr_qk.make_fragment_C(thr_qk.partition_shape_C((tm, tn)))
         acc_O = thr_pv.make_fragment_C(thr_pv.partition_shape_C((tm, self.dv)))
         tOrP = cute.make_rmem_tensor(_acc_to_a_operand(acc_S.layout), self.dtype)
@@ -688,7 +683,7 @@ class FlashFwdSm90:
         mma_pv.set(warpgroup.Field.ACCUMULATE, True)
 
         total = sched.total_work(num_m_blocks, num_heads, num_batch)
-        cwg = cute.arch.make_warp_uniform(ctidx // self.threads_per_wg)
+        cwg = ctidx // self.threads_per_wg
         # Same per-thread C fragment as thr_pv, but over this warpgroup's own 64-row slab.
         thr_pv_wg = None
         if cutlass.const_expr(self.tma_store_o):
