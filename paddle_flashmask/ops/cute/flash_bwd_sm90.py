@@ -582,7 +582,7 @@ class FlashMaskBwdSm90:
             sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sP_layout)], 1024]
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdS_layout)], 1024]
             sdQ: cute.struct.Align[cute.struct.MemRange[Float32, self.sdq_elems], 128]
-            tile_slot: cute.struct.MemRange[Int32, self._tile_slot_size]
+            tile_slot: cute.struct.MemRange[Int32, 1 if self.cfg.persistent else 0]
             # fused_dq: the two conversion buffers' bulk-copy barriers, the writer -> converter
             # queue (full / empty barriers, items, the writer's next index), the buffers
             mbar_conv: cute.struct.MemRange[cutlass.Int64, 2 if self.conv_rows else 0]
@@ -699,8 +699,6 @@ class FlashMaskBwdSm90:
             n_blk, y, b = self._tile_of(t, grid, seqlen_k)
             h, hk, hm, group = self._tile_heads(y, grid.num_h, mK, grid.mIdx)
             n0 = n_blk * self.tile_n
-            # the tile's bands, loaded while the consumers still work on the previous tile
-            bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
             pipe_kv.sync_object_empty.wait(kv_state.index, kv_state.phase)
             kv_bar = pipe_kv.producer_get_barrier(kv_state)
             with cute.arch.elect_one():
@@ -715,11 +713,11 @@ class FlashMaskBwdSm90:
             cute.copy(tma_v, tVg, tVs, tma_bar_ptr=kv_bar)
             if lane == 0:
                 s_slot[0] = t
-                self._publish_bands(s_slot, bmax, bmin)
             cute.arch.sync_warp()
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(kv_bar)
             kv_state.advance()
+            bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
             state = self._load_heads(state, grid, h, group, b, n_blk, n0, num_m, diag, bmax, bmin,
                                      mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
             t = sched.claim_work(grid.mCounter, lane)
@@ -729,30 +727,6 @@ class FlashMaskBwdSm90:
         cute.arch.sync_warp()
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive(pipe_kv.producer_get_barrier(kv_state))
-
-    @property
-    def _tile_slot_size(self) -> int:
-        """Persistent grid: the published tile index, then its band maxima and minima (C each)."""
-        if not self.cfg.persistent:
-            return 0
-        return 1 + 2 * (self.cfg.num_columns or 0)
-
-    def _publish_bands(self, s_slot, bmax, bmin):
-        """Producer: the tile's bands next to its index, so that the consumers and the dQ
-        writer start the tile without a dependent global load of the tile summary."""
-        if const_expr(self.cfg.num_columns is not None):
-            values = [v for v in bmax if v is not None] + [v for v in bmin if v is not None]
-            for i, value in enumerate(values):
-                s_slot[1 + i] = value
-
-    def _published_bands(self, grid):
-        """(band_max, band_min) of the current published tile (see ``_publish_bands``)."""
-        if const_expr(self.cfg.num_columns is None):
-            return self._tile_bands(None, None, None, None, None, grid.seqlen_q)
-        c = self.cfg.num_columns
-        bmax = semantics.band_bounds([grid.s_slot[1 + i] for i in range(c)], self.cfg.causal)
-        bmin = semantics.band_bounds([grid.s_slot[1 + c + i] for i in range(c)], self.cfg.causal)
-        return bmax, bmin
 
     @cute.jit
     def _next_tile(self, grid, pipe_kv, kv_state):
@@ -771,11 +745,11 @@ class FlashMaskBwdSm90:
         # they carry over from one tile to the next, so no tile ends waiting for its last add
         p1 = p2 = p3 = Int32(-1)
         while t < total:
-            bmax, bmin = self._published_bands(grid)  # read before the slot is released
             pipe_kv.consumer_release(kv_state)
             kv_state.advance()
             n_blk, y, b = self._tile_of(t, grid, seqlen_k)
             h, hk, hm, group = self._tile_heads(y, grid.num_h, grid.mK, grid.mIdx)
+            bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
             p1, p2, p3 = self._dq_write_heads(grid, h, hm, group, b, n_blk, n_blk * self.tile_n,
                                               num_m, seqlen_k, diag, bmax, bmin, sdQ, mdQacc,
                                               mSem, tidx, p1, p2, p3)
@@ -803,7 +777,7 @@ class FlashMaskBwdSm90:
             n_blk, y, b = self._tile_of(t, grid, seqlen_k)
             h, hk, hm, group = self._tile_heads(y, grid.num_h, grid.mK, grid.mIdx)
             n0 = n_blk * self.tile_n
-            bmax, bmin = self._published_bands(grid)
+            bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
             self._load_key_vals(ops.key_vals, ops.tScS, grid.mIdx, b, hm, n0, seqlen_k)
             state = self._consume_heads(state, ops, grid, ctid, b, h, hm, group, n_blk, n0, num_m,
                                         seqlen_k, diag, bmax, bmin, mdQacc[b, h, None, None], sdQ,
@@ -983,7 +957,7 @@ class FlashMaskBwdSm90:
                 (self.tile_m, self.d), stride=(self.d + _DQ_PAD, 1)))
         s_slot = None  # the persistent grid's current tile, written by the producer
         if const_expr(cfg.persistent):
-            s_slot = st.tile_slot.get_tensor(cute.make_layout((self._tile_slot_size,)))
+            s_slot = st.tile_slot.get_tensor(cute.make_layout((1,)))
         grid = SimpleNamespace(mCounter=mCounter, s_slot=s_slot, num_h=num_h, mK=mK, mIdx=mIdx,
                                mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q,
                                mPending=mPending, conv_slot=conv_slot, queue=queue)
