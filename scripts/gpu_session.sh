@@ -412,7 +412,29 @@ cprun retire ""; cprun retire_hiprio --nccl-high-priority'"
 $(pack_logs 27)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27"
+call28() {
+  emit "call 28 (for session 8, right after call 5a on nvidia-h200-x2) - stage part b; the final kernels: precompile + the whole GPU suite (GPU 0) || forward and backward oracle checks with timings (GPU 1); then the skipping test three more times (GPU 0) [<= 7 min]" \
+    nvidia-h200-x2 420 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE
+$SKIP_FN"'
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 90 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1; for r in a b c; do skip final_$r; done ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --bench --json-name bwd_check.json > $OUT/bwd.log 2>&1; timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_check.json > $OUT/fwd.log 2>&1 ) &
+wait; tail -n 3 $OUT/pytest_gpu.log; tail -n 1 $OUT/bwd.log $OUT/fwd.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json $OUT/skip_*.json'"
+$(pack_logs 28)"
+}
+
+call29() {
+  emit "call 29 (for session 8, on the still-warm machine of call 28, FA4 wheels carried) - the side-by-side benchmark at the final kernels: 8K with every peer (GPU 0) || 32K with FA4 native/varlen and mask_mod, then the GQA / D=64 / D=256 rows (GPU 1) [<= 9.5 min]" \
+    nvidia-h200-x2 590 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 420 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s8_cases0 > $OUT/bench0.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 200 python3 bench/bench_attention.py --cases 1 --systems '"$BENCH_SYSTEMS"' --tag s8_cases1 > $OUT/bench1.log 2>&1; timeout -s INT -k 10 240 python3 bench/bench_attention.py --cases 2,3,4 --systems paddle_flashmask,fa4 --tag s8_cases2_3_4 > $OUT/bench234.log 2>&1 ) &
+wait; grep -h -E "^\S+ +(paddle_flashmask|fa4|fa4_mask_mod) " $OUT/bench*.log | head -80'"
+$(pack_logs 29)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -588,7 +610,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
