@@ -144,6 +144,10 @@ class PrePostConfig:
     # main kernel's mask form and key tile) and writes dq zeros where there are none; the
     # postprocess leaves dq to the main kernel.
     fused_dq: bool = False
+    # BwdConfig.dq_first_store: the preprocess zeroes the per-query-tile flags instead of the
+    # fp32 accumulator (the main kernel's first writer of a tile stores, the others add); the
+    # postprocess writes dq zeros for tiles nobody wrote (flag 0).
+    first_store: bool = False
     causal: bool = False
     num_columns: Optional[int] = None
     tile_n: int = 0
@@ -184,6 +188,8 @@ class _Preprocess:
         if const_expr(self.cfg.deterministic):
             mSem = rowmajor(sem_ptr, (b, h * chains, n_blk))
         visits = None
+        if const_expr(self.cfg.first_store):  # per-query-tile flags, in place of the pending counts
+            visits = SimpleNamespace(mFlags=rowmajor(pending_ptr, (b, h, n_blk)))
         if const_expr(self.cfg.fused_dq):
             mSumMin = mSumMax = None
             if const_expr(self.cfg.num_columns is not None):
@@ -218,12 +224,17 @@ class _Preprocess:
         if const_expr(self.cfg.fused_dq):
             s_count = smem.allocate_tensor(Int32, cute.make_layout(n_warps), 16)
 
-        # zero this CTA's dQ-accumulator block (padding rows included): coalesced 16-byte stores
-        zeros = cute.full(_VEC_ACC, 0.0, Float32)
         chains = self.cfg.dq_chains
-        for c in cutlass.range_constexpr(chains):
-            for k in cutlass.range_constexpr(ROWS_PER_CTA * d // _VEC_ACC // _THREADS):
-                mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].store(zeros)
+        if const_expr(self.cfg.first_store):
+            # the accumulator block is left as it is: its first writer stores, not adds
+            if tidx == 0:
+                visits.mFlags[b, h, blk] = Int32(0)
+        else:
+            # zero this CTA's dQ-accumulator block (padding rows included): 16-byte stores
+            zeros = cute.full(_VEC_ACC, 0.0, Float32)
+            for c in cutlass.range_constexpr(chains):
+                for k in cutlass.range_constexpr(ROWS_PER_CTA * d // _VEC_ACC // _THREADS):
+                    mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].store(zeros)
 
         acc = Float32(0.0)
         lse = Float32(0.0)
@@ -321,14 +332,17 @@ class _Postprocess:
                  dk_ptr: Optional[cute.Pointer], dv_ptr: Optional[cute.Pointer],
                  dsink_part_ptr: Optional[cute.Pointer], dsink_ptr: Optional[cute.Pointer],
                  b: Int32, sq: Int32, sk: Int32, h: Int32, hk: Int32, softmax_scale: Float32,
-                 stream):
+                 stream, flags_ptr: Optional[cute.Pointer] = None):
         d, dv = self.cfg.head_dim, self.cfg.head_dim_v
         n_blk = cute.ceil_div(sq, ROWS_PER_CTA)
         mdQacc = vector_rows(dqacc_ptr, (b, h * self.cfg.dq_chains, n_blk), ROWS_PER_CTA * d,
                              _VEC_ACC)
         if const_expr(not self.cfg.fused_dq):  # else the main kernel wrote dq
             mdQ = vector_rows(dq_ptr, (b, sq, h), d, _VEC_ACC)
-            self.dq_kernel(mdQacc, mdQ, softmax_scale).launch(
+            mFlags = None
+            if const_expr(self.cfg.first_store):
+                mFlags = rowmajor(flags_ptr, (b, h, n_blk))
+            self.dq_kernel(mdQacc, mdQ, softmax_scale, mFlags).launch(
                 grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
         if const_expr(self.cfg.gqa):
             mdKpart = vector_rows(dk_part_ptr, (b, sk, h), d, _VEC_ACC)
@@ -347,7 +361,8 @@ class _Postprocess:
                                                          stream=stream)
 
     @cute.kernel
-    def dq_kernel(self, mdQacc: cute.Tensor, mdQ: cute.Tensor, softmax_scale: Float32):
+    def dq_kernel(self, mdQacc: cute.Tensor, mdQ: cute.Tensor, softmax_scale: Float32,
+                  mFlags: Optional[cute.Tensor]):
         tidx, _, _ = cute.arch.thread_idx()
         blk, h, b = cute.arch.block_idx()
         sq = mdQ.shape[1]
@@ -363,12 +378,21 @@ class _Postprocess:
         for c in cutlass.range_constexpr(1, chains):  # the other chains, in a fixed order
             for k in cutlass.range_constexpr(n_chunks):
                 vals[k] = vals[k] + mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].load()
+        written = Int32(1)
+        if const_expr(self.cfg.first_store):
+            # flag 0: no key tile wrote this block (every row fully masked), so its accumulator
+            # was never initialised and dq is zero
+            written = mFlags[b, h, blk]
         for k in cutlass.range_constexpr(n_chunks):
             chunk = tidx + k * _THREADS
             i = row0 + chunk // chunks_per_row
             if i < sq:
-                mdQ[b, i, h, chunk % chunks_per_row, None].store(
-                    (vals[k] * softmax_scale).to(mdQ.element_type))
+                if written != 0:
+                    mdQ[b, i, h, chunk % chunks_per_row, None].store(
+                        (vals[k] * softmax_scale).to(mdQ.element_type))
+                else:  # (a constant made outside the branch would be emitted at its first use)
+                    mdQ[b, i, h, chunk % chunks_per_row, None].store(
+                        cute.full(_VEC_ACC, 0.0, mdQ.element_type))
 
     @cute.kernel
     def dkv_kernel(self, mdKpart: cute.Tensor, mdVpart: cute.Tensor, mdK: cute.Tensor,
@@ -422,7 +446,8 @@ def _placeholder(dtype, align: int) -> cute.Pointer:
 
 def compile_preprocess(cfg: PrePostConfig):
     """Compiled callable ``(o, do, lse, lse2, delta, dq_accum, sink|None, dsink_part|None,
-    sem|None, B, Sq, H, stream)`` over raw device pointers (``cute.runtime.make_ptr``)."""
+    sem|None, pending|flags|None, dq|None, summary_min|None, summary_max|None, B, Sq, H, Sk, Hm,
+    stream)`` over raw device pointers (``cute.runtime.make_ptr``)."""
     dt = _dsl_dtype(cfg.dtype)
     f32 = lambda: _placeholder(Float32, 16)  # noqa: E731
     fused = cfg.fused_dq
@@ -430,7 +455,8 @@ def compile_preprocess(cfg: PrePostConfig):
     args = [_placeholder(dt, 16), _placeholder(dt, 16), f32(), f32(), f32(), f32(),
             f32() if cfg.has_sink else None, f32() if cfg.has_sink else None,
             _placeholder(Int32, 4) if cfg.deterministic else None,
-            _placeholder(Int32, 4) if fused else None, _placeholder(dt, 16) if fused else None,
+            _placeholder(Int32, 4) if fused or cfg.first_store else None,
+            _placeholder(dt, 16) if fused else None,
             _placeholder(Int32, 4) if summary else None, _placeholder(Int32, 4) if summary else None,
             Int32(1), Int32(64), Int32(1), Int32(64), Int32(1), cuda.CUstream(0)]
     return cute.compile(_Preprocess(cfg), *args)
@@ -438,12 +464,14 @@ def compile_preprocess(cfg: PrePostConfig):
 
 def compile_postprocess(cfg: PrePostConfig):
     """Compiled callable ``(dq_accum, dq, dk_part|None, dv_part|None, dk|None, dv|None,
-    dsink_part|None, dsink|None, B, Sq, Sk, H, Hk, softmax_scale, stream)`` over raw pointers."""
+    dsink_part|None, dsink|None, B, Sq, Sk, H, Hk, softmax_scale, stream, flags|None)`` over raw
+    pointers."""
     dt = _dsl_dtype(cfg.dtype)
     f32 = lambda: _placeholder(Float32, 16)  # noqa: E731
     g = cfg.gqa
     args = [f32(), _placeholder(dt, 16), f32() if g else None, f32() if g else None,
             _placeholder(dt, 16) if g else None, _placeholder(dt, 16) if g else None,
             f32() if cfg.has_sink else None, f32() if cfg.has_sink else None,
-            Int32(1), Int32(64), Int32(64), Int32(1), Int32(1), Float32(1.0), cuda.CUstream(0)]
+            Int32(1), Int32(64), Int32(64), Int32(1), Int32(1), Float32(1.0), cuda.CUstream(0),
+            _placeholder(Int32, 4) if cfg.first_store else None]
     return cute.compile(_Postprocess(cfg), *args)

@@ -151,6 +151,17 @@ def default_fused_dq() -> bool:
     return env_flag(FUSED_DQ_ENV)
 
 
+FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_FIRST_STORE"
+
+
+def default_dq_first_store() -> bool:
+    """``BwdConfig.dq_first_store`` wanted where it applies (not deterministic, dQ staged in
+    smem, no fused_dq): off until its H200 check; env ``PADDLE_FLASHMASK_BWD_FIRST_STORE=1``."""
+    from .launch_args import env_flag
+
+    return env_flag(FIRST_STORE_ENV)
+
+
 VECTOR_DKV_ENV = "PADDLE_FLASHMASK_BWD_VECTOR_DKV"
 
 
@@ -317,6 +328,13 @@ class BwdConfig:
     # registers for the whole walk (d128: spills of 92-140 B per thread -> 0, compile_check).
     # The host's choice: default_late_loads (off until the H200 check).
     late_loads: bool = False
+    # dQ accumulator without zeroing: the preprocess zeroes one flag per query tile instead of
+    # the fp32 [B, H, Sq_pad, D] accumulator (a write of 4 * D bytes per query row); the dQ
+    # writer that claims a tile's flag first (atomic OR) stores its rows with a bulk copy and
+    # marks the flag once the copy completed, the others add after that mark; the postprocess
+    # writes dq zeros where no key tile wrote. Not deterministic, dQ staged in smem, no fused_dq.
+    # The host's choice: default_dq_first_store (off until the H200 check).
+    dq_first_store: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -353,6 +371,10 @@ class BwdConfig:
         if self.det_sync != "acquire" and not (self.deterministic and self.dq_in_smem):
             raise ValueError(f"det_sync: expected 'acquire' unless deterministic=True with dQ "
                              f"staged in smem, found {self.det_sync!r}")
+        if self.dq_first_store and (self.deterministic or not self.dq_in_smem or self.fused_dq):
+            raise ValueError(f"dq_first_store: expected deterministic=False, dQ staged in smem and "
+                             f"fused_dq=False, found deterministic={self.deterministic}, "
+                             f"dq_in_smem={self.dq_in_smem}, fused_dq={self.fused_dq}")
         if self.dq_count_lag not in (1, 2, 3):
             raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
         if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
@@ -403,7 +425,8 @@ class BwdConfig:
             fused = dict(fused_dq=True, causal=self.causal, num_columns=self.num_columns,
                          tile_n=self.tile_n)
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
-                             self.has_sink, self.deterministic, self.dq_chains, **fused)
+                             self.has_sink, self.deterministic, self.dq_chains,
+                             first_store=self.dq_first_store, **fused)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -546,9 +569,12 @@ class FlashMaskBwdSm90:
         mCounter = None  # next (key tile, head, batch) of the persistent grid
         if const_expr(self.cfg.persistent):
             mCounter = rowmajor(counter_ptr, (1,))
-        mPending = mdQout = None  # fused_dq: adds still to come per query tile; dq itself
-        if const_expr(self.cfg.fused_dq):
+        # fused_dq: adds still to come per query tile, and dq itself; dq_first_store: the
+        # per-query-tile flags (bit 0: claimed by its first writer, bit 1: its rows are stored)
+        mPending = mdQout = None
+        if const_expr(self.cfg.fused_dq or self.cfg.dq_first_store):
             mPending = rowmajor(pending_ptr, (b, h, sqp // tm))
+        if const_expr(self.cfg.fused_dq):
             mdQout = vector_rows(dq_ptr, (b, sq, h), d, _CONV_VEC)
         self._layouts()
         tiled_sdp, tiled_dk, tiled_dv, tiled_dq = self._mmas()
@@ -754,6 +780,9 @@ class FlashMaskBwdSm90:
                                               num_m, seqlen_k, diag, bmax, bmin, sdQ, mdQacc,
                                               mSem, tidx, p1, p2, p3)
             t = self._next_tile(grid, pipe_kv, kv_state)
+        if const_expr(self.cfg.dq_first_store):
+            if p1 >= 0:  # the CTA's last first store
+                self._mark_stored(grid, p1, cute.arch.lane_idx())
         if const_expr(self.conv_rows):
             lane = cute.arch.lane_idx()
             cute.arch.cp_async_bulk_wait_group(0, read=False)
@@ -1326,9 +1355,24 @@ class FlashMaskBwdSm90:
                 if const_expr(self.cfg.deterministic):
                     wait_for = self._sem_wait_value(m_blk, n_blk, b, hm, mSumMin, mSumMax,
                                                     seqlen_q, seqlen_k, diag, lane)
+                if const_expr(self.cfg.dq_first_store):
+                    # mark our previous first store (p1) once complete, before this tile can
+                    # wait on another CTA: no writer ever waits while holding an unmarked tile
+                    if p1 >= 0:
+                        self._mark_stored(grid, p1, lane)
+                        p1 = Int32(-1)
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # previous tile read out
                 cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY,
                                          number_of_threads=_DQ_SYNC_THREADS)
+                claim = Int32(0)
+                item = (b * grid.num_h + hc) * num_m + m_blk
+                if const_expr(self.cfg.dq_first_store):
+                    # while the consumers compute: first writer of this query tile, or wait
+                    # until the first one's rows are stored
+                    claim = self._claim_tile(grid, item, lane)
+                    if claim != 0:
+                        if (claim & 2) == 0:
+                            self._wait_stored(grid, item, lane)
                 if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
                     # publish the previous tile's add only now: its completion wait ran while
                     # the consumers computed this tile, never between them and the free buffer
@@ -1349,13 +1393,17 @@ class FlashMaskBwdSm90:
                         cute.arch.fence_proxy("async.global")
                 cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
-                for r in cutlass.range_constexpr(self.tile_m // 32):
-                    row = lane + 32 * r
-                    prims.cp_reduce_async_bulk_global_shared_cta(
-                        gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
-                        sdQ.iterator + row * (self.d + _DQ_PAD), self.d * 4,
-                        op=prims.CpReduceOp.ADD, type=prims.CpReduceType.F32)
+                if const_expr(self.cfg.dq_first_store):
+                    if claim == 0:
+                        self._bulk_rows(gdQ, sdQ, lane, store=True)
+                    else:
+                        self._bulk_rows(gdQ, sdQ, lane, store=False)
+                else:
+                    self._bulk_rows(gdQ, sdQ, lane, store=False)
                 cute.arch.cp_async_bulk_commit_group()
+                if const_expr(self.cfg.dq_first_store):
+                    if claim == 0:
+                        p1 = item
                 if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
                     released = m_blk
                 elif const_expr(self.cfg.deterministic):
@@ -1370,8 +1418,59 @@ class FlashMaskBwdSm90:
         if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
             if released >= 0:
                 self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
+        if const_expr(self.cfg.dq_first_store and not self.cfg.persistent):
+            if p1 >= 0:  # one key tile per CTA: mark its last first store now
+                self._mark_stored(grid, p1, lane)
+                p1 = Int32(-1)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem outlives the last reads
         return p1, p2, p3
+
+    @cute.jit
+    def _bulk_rows(self, gdQ, sdQ, lane, store: cutlass.Constexpr[bool]):
+        """The staged dQ tile to global, 2 rows per lane: bulk reduce-adds, or (``store``, the
+        tile's first writer with ``dq_first_store``) plain bulk copies."""
+        for r in cutlass.range_constexpr(self.tile_m // 32):
+            row = lane + 32 * r
+            dst = gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout)
+            src = sdQ.iterator + row * (self.d + _DQ_PAD)
+            if const_expr(store):
+                prims.cp_async_bulk_global_shared_cta(dst, src, self.d * 4)
+            else:
+                prims.cp_reduce_async_bulk_global_shared_cta(
+                    dst, src, self.d * 4, op=prims.CpReduceOp.ADD, type=prims.CpReduceType.F32)
+
+    @cute.jit
+    def _claim_tile(self, grid, item, lane):
+        """``dq_first_store``: set bit 0 of query tile ``item``'s flag; returns the old flag to
+        every lane (0: this writer is the tile's first and stores its rows)."""
+        old = Int32(0)
+        if lane == 0:
+            old = cute.arch.atomic_or(grid.mPending.iterator + item, Int32(1), sem="relaxed",
+                                      scope="gpu")
+        return cute.arch.shuffle_sync(old, 0)
+
+    @cute.jit
+    def _wait_stored(self, grid, item, lane):
+        """``dq_first_store``: spin until the first writer marked ``item`` stored (bit 1); then
+        every lane orders its bulk adds after the flag (as ``det_sync="relaxed"``)."""
+        if lane == 0:
+            ptr = grid.mPending.iterator + item
+            seen = cute.arch.load(ptr, Int32, sem="relaxed", scope="gpu")
+            while (seen & 2) == 0:
+                seen = cute.arch.load(ptr, Int32, sem="relaxed", scope="gpu")
+        cute.arch.sync_warp()
+        cute.arch.fence_proxy("async.global")
+
+    @cute.jit
+    def _mark_stored(self, grid, item, lane):
+        """``dq_first_store``: once this warp's bulk copies are complete (at L2, where the others'
+        reduce-adds land), set bit 1 of ``item``'s flag."""
+        cute.arch.cp_async_bulk_wait_group(0, read=False)
+        cute.arch.fence_proxy("async.global")
+        cute.arch.sync_warp()
+        if lane == 0:
+            cute.arch.atomic_or(grid.mPending.iterator + item, Int32(2), sem="relaxed",
+                                scope="gpu")
 
     @cute.jit
     def _publish_add(self, mSem, b, hc, m_blk, n_blk, seqlen_k, lane):
@@ -1599,6 +1698,8 @@ def compile_backward(cfg: BwdConfig):
         args.append(_placeholder(Int32, 4))  # the persistent grid's tile counter
     if cfg.fused_dq:  # the pending-add counts and dq itself
         args += [_placeholder(Int32, 4), _placeholder(dt, 16)]
+    elif cfg.dq_first_store:  # the per-query-tile flags (no tile counter without persistence)
+        args += ([] if cfg.persistent else [None]) + [_placeholder(Int32, 4), None]
     return cute.compile(FlashMaskBwdSm90(cfg), *args)
 
 
@@ -1609,7 +1710,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
     ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]``, ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
     preprocess), ``dk_part``/``dv_part`` fp32 ``[B, Sk, H, D]`` only for GQA, ``semaphores`` int32
     ``[B, H, Sq_pad/64]`` only when deterministic, ``dq_pending`` int32 ``[B, H, Sq_pad/64]`` only
-    with ``fused_dq``, ``dsink_part`` fp32 ``[B, H, Sq_pad/64]`` only with
+    with ``fused_dq``, ``dq_flags`` int32 ``[B, H, Sq_pad/64]`` only with ``dq_first_store`` (then
+    ``dq_accum`` is not zeroed), ``dsink_part`` fp32 ``[B, H, Sq_pad/64]`` only with
     a sink, summary int32 ``[B, Hm, ceil(Sk/tile_n), C]`` (from ``semantics.tile_summary`` /
     the summary kernel with ``tile_n = cfg.tile_n``).
     """
@@ -1631,6 +1733,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         out["tile_counter"] = ((1,), "int32")  # zeroed by the wrapper before each launch
     if cfg.fused_dq:
         out["dq_pending"] = ((batch, num_heads, nm), "int32")  # set by the preprocess
+    if cfg.dq_first_store:
+        out["dq_flags"] = ((batch, num_heads, nm), "int32")  # zeroed by the preprocess
     return out
 
 
@@ -1679,7 +1783,8 @@ class CompiledBackward:
 
         f32 = Float32
         fused = cfg.fused_dq
-        pending = ptr(ws.get("dq_pending"), Int32, 4)
+        # fused_dq's pending-add counts, or dq_first_store's flags: the preprocess sets them
+        pending = ptr(ws.get("dq_pending", ws.get("dq_flags")), Int32, 4)
         summary = (ptr(col_min, Int32, 4), ptr(col_max, Int32, 4)) if fused else (None, None)
         self.pre(ptr(out, dt), ptr(dout, dt), ptr(lse, f32, 4), ptr(ws["lse2"], f32),
                  ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32),
@@ -1695,6 +1800,8 @@ class CompiledBackward:
                 extra = (ptr(ws["tile_counter"], Int32, 4),)
             if fused:
                 extra += (pending, ptr(dq, dt))
+            elif cfg.dq_first_store:
+                extra += ((None,) if not cfg.persistent else ()) + (pending, None)
             self.main(ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt), ptr(ws["lse2"], f32),
                       ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32), ptr(dk_main, kv_dt),
                       ptr(dv_main, kv_dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
@@ -1707,7 +1814,7 @@ class CompiledBackward:
                   ptr(ws.get("dv_part"), f32), ptr(dk, dt) if cfg.dkv_partials else None,
                   ptr(dv, dt) if cfg.dkv_partials else None, ptr(ws.get("dsink_part"), f32),
                   ptr(dsink, f32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk),
-                  Float32(softmax_scale), stream)
+                  Float32(softmax_scale), stream, pending if cfg.dq_first_store else None)
 
 
 def compile_backward_all(config: BwdConfig) -> CompiledBackward:

@@ -1,0 +1,65 @@
+"""The dQ accumulator without zeroing (BwdConfig.dq_first_store), on the CPU: the config rule, the
+workspace, and the host API up to the launches (real sm_90a compile of the preprocess, main
+kernel and postprocess, whose argument packing checks the flags). The numbers are checked on the
+H200 (tests/gpu/bwd_check.py with PADDLE_FLASHMASK_BWD_FIRST_STORE=1)."""
+from __future__ import annotations
+
+import pytest
+
+from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+
+
+def test_config_rule_and_workspace(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.FIRST_STORE_ENV, bwd.FUSED_DQ_ENV, bwd.D256_STAGES_ENV, bwd.PERSISTENT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert not interface.backward_config("bfloat16", 128, True, 1).dq_first_store  # off by default
+    monkeypatch.setenv(bwd.FIRST_STORE_ENV, "1")
+    on = interface.backward_config("bfloat16", 128, True, 1)
+    assert on.dq_first_store and on.prepost.first_store and on.prepost.has_post
+    assert interface.backward_config("bfloat16", 256, False, 2, gqa=True).dq_first_store
+    # deterministic mode orders its adds and keeps the zeroed accumulator
+    assert not interface.backward_config("bfloat16", 128, True, 1,
+                                         deterministic=True).dq_first_store
+    # fused_dq counts adds down on a zeroed accumulator: it wins
+    monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")
+    assert not interface.backward_config("bfloat16", 128, True, 1).dq_first_store
+    monkeypatch.delenv(bwd.FUSED_DQ_ENV)
+    # two Q/dO stages at D = 256: dQ is added by atomics from registers, nothing to store first
+    monkeypatch.setenv(bwd.D256_STAGES_ENV, "2")
+    assert not interface.backward_config("bfloat16", 256, True, 1).dq_first_store
+    with pytest.raises(ValueError, match="dq_first_store"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, dq_first_store=True)
+    ws = bwd.workspace_shapes(on, 2, 300, 280, 4, 4)
+    assert ws["dq_flags"] == ((2, 4, 5), "int32")
+    assert "dq_flags" not in bwd.workspace_shapes(bwd.BwdConfig("bfloat16", 128, 128, True, 1),
+                                                  2, 300, 280, 4, 4)
+
+
+@pytest.mark.parametrize("persistent", ["1", "0"])
+def test_host_api_passes_the_flags_to_all_three_kernels(monkeypatch, persistent):
+    torch = pytest.importorskip("torch")
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.setenv(bwd.FIRST_STORE_ENV, "1")
+    monkeypatch.setenv(bwd.PERSISTENT_ENV, persistent)
+    monkeypatch.delenv(bwd.FUSED_DQ_ENV, raising=False)
+    api = HostApiHarness(monkeypatch, num_sms=132)
+    t = api.tensor
+    b, s, h, d = 1, 300, 4, 128
+    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, h, d)
+    interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, h, d),
+                            t(b, s, h, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
+                            softmax_scale=0.1, stream=0)
+    assert api.launched[-3:] == ["flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
+    pre_args = [args for name, args in api.launch_args if name == "flash_bwd_pre"][-1]
+    main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
+    post_args = [args for name, args in api.launch_args if name == "flash_bwd_post"][-1]
+    flags = pre_args[9]
+    assert flags is not None and pre_args[10] is None  # the flags; no dq for the preprocess
+    assert main_args[-2] is flags and main_args[-1] is None  # (counter,) flags, no dq
+    assert len(main_args) == 24  # the 21 of every variant + counter (None without), flags, dq
+    assert post_args[-1] is flags
+    assert (1, h, 5) in api.scratch  # dq_flags
