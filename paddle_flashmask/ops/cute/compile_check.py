@@ -104,7 +104,7 @@ def variants(full: bool = False) -> list[Variant]:
     def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False, row_ranges=False,
             gqa_in_cta=False, persistent=False, two_stages=False, key_major=False,
             det_chains=1, fused_dq=False, late_loads=False, det_sync=None,
-            first_store=False):
+            first_store=False, swizzle=False):
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
@@ -123,6 +123,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, late_loads=True)
         if first_store:  # dQ accumulator not zeroed: first writer stores (BwdConfig.dq_first_store)
             cfg = dataclasses.replace(cfg, dq_first_store=True)
+        if swizzle:  # one bulk op per staged dQ tile (BwdConfig.dq_swizzle)
+            cfg = dataclasses.replace(cfg, dq_swizzle=True)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
@@ -136,7 +138,8 @@ def variants(full: bool = False) -> list[Variant]:
                          " fused-dq" if fused_dq else "",
                          " late-loads" if late_loads else "",
                          f" det-sync-{det_sync}" if det_sync else "",
-                         " first-store" if first_store else ""])
+                         " first-store" if first_store else "",
+                         " dq-swizzle" if swizzle else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -198,6 +201,11 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, None, first_store=True)
     bwd("float16", 64, False, 2, gqa=True, sink=True, first_store=True)
     bwd("bfloat16", 256, True, 1, gqa=True, gqa_in_cta=True, first_store=True)
+    bwd("bfloat16", 128, False, None, swizzle=True)
+    bwd("bfloat16", 128, True, 1, swizzle=True, first_store=True)
+    bwd("bfloat16", 128, True, 1, det=True, swizzle=True)
+    bwd("float16", 64, False, 2, gqa=True, sink=True, swizzle=True)
+    bwd("bfloat16", 256, True, 1, gqa=True, gqa_in_cta=True, swizzle=True)
     return out
 
 

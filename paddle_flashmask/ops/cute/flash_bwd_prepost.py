@@ -148,6 +148,9 @@ class PrePostConfig:
     # fp32 accumulator (the main kernel's first writer of a tile stores, the others add); the
     # postprocess writes dq zeros for tiles nobody wrote (flag 0).
     first_store: bool = False
+    # BwdConfig.dq_swizzle: dq_accum rows hold their 16-byte chunks XOR-swizzled by row
+    # (chunk ^= row % 8); the postprocess undoes it.
+    dq_swizzle: bool = False
     causal: bool = False
     num_columns: Optional[int] = None
     tile_n: int = 0
@@ -386,13 +389,14 @@ class _Postprocess:
         for k in cutlass.range_constexpr(n_chunks):
             chunk = tidx + k * _THREADS
             i = row0 + chunk // chunks_per_row
+            col = chunk % chunks_per_row
+            if const_expr(self.cfg.dq_swizzle):  # the chunk's place in the row (an involution)
+                col = col ^ ((chunk // chunks_per_row) % 8)
             if i < sq:
                 if written != 0:
-                    mdQ[b, i, h, chunk % chunks_per_row, None].store(
-                        (vals[k] * softmax_scale).to(mdQ.element_type))
+                    mdQ[b, i, h, col, None].store((vals[k] * softmax_scale).to(mdQ.element_type))
                 else:  # (a constant made outside the branch would be emitted at its first use)
-                    mdQ[b, i, h, chunk % chunks_per_row, None].store(
-                        cute.full(_VEC_ACC, 0.0, mdQ.element_type))
+                    mdQ[b, i, h, col, None].store(cute.full(_VEC_ACC, 0.0, mdQ.element_type))
 
     @cute.kernel
     def dkv_kernel(self, mdKpart: cute.Tensor, mdVpart: cute.Tensor, mdK: cute.Tensor,

@@ -151,6 +151,17 @@ def default_fused_dq() -> bool:
     return env_flag(FUSED_DQ_ENV)
 
 
+DQ_SWIZZLE_ENV = "PADDLE_FLASHMASK_BWD_DQ_SWIZZLE"
+
+
+def default_dq_swizzle() -> bool:
+    """``BwdConfig.dq_swizzle`` wanted where it applies (dQ staged in smem, D in {64, 128, 256},
+    no fused_dq): off until its H200 check; env ``PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1``."""
+    from .launch_args import env_flag
+
+    return env_flag(DQ_SWIZZLE_ENV)
+
+
 FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_FIRST_STORE"
 
 
@@ -335,6 +346,14 @@ class BwdConfig:
     # writes dq zeros where no key tile wrote. Not deterministic, dQ staged in smem, no fused_dq.
     # The host's choice: default_dq_first_store (off until the H200 check).
     dq_first_store: bool = False
+    # dQ staged unpadded, its 16-byte chunks XOR-swizzled by row (chunk ^= row % 8: the
+    # consumers' 8-byte stores stay conflict-free without the row padding), so a query tile is
+    # one contiguous block and the dQ writer moves it with ONE bulk reduce (or copy) instead of a
+    # per-row bulk op, whose lane-dependent addresses the compiler serialises over the 32 lanes
+    # (~512 writer instructions per tile, scripts/sass_loop_mix.py). dq_accum holds the same
+    # swizzle; the postprocess undoes it. D in {64, 128, 256}, no fused_dq. The host's choice:
+    # default_dq_swizzle (off until the H200 check).
+    dq_swizzle: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -375,6 +394,11 @@ class BwdConfig:
             raise ValueError(f"dq_first_store: expected deterministic=False, dQ staged in smem and "
                              f"fused_dq=False, found deterministic={self.deterministic}, "
                              f"dq_in_smem={self.dq_in_smem}, fused_dq={self.fused_dq}")
+        if self.dq_swizzle and (not self.dq_in_smem or self.fused_dq
+                                or self.head_dim not in (64, 128, 256)):
+            raise ValueError(f"dq_swizzle: expected dQ staged in smem, fused_dq=False and head_dim "
+                             f"in (64, 128, 256), found dq_in_smem={self.dq_in_smem}, "
+                             f"fused_dq={self.fused_dq}, head_dim={self.head_dim}")
         if self.dq_count_lag not in (1, 2, 3):
             raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
         if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
@@ -394,7 +418,8 @@ class BwdConfig:
         operand_bytes = (self.qdo_stages * self.tile_m * (self.head_dim + self.head_dim_v) * el
                          + self.tile_n * (self.head_dim + self.head_dim_v) * el
                          + 2 * self.tile_n * self.tile_m * el)
-        return operand_bytes + self.tile_m * (self.head_dim + _DQ_PAD) * 4 + 4096
+        dq_row = self.head_dim if self.dq_swizzle else self.head_dim + _DQ_PAD
+        return operand_bytes + self.tile_m * dq_row * 4 + 4096
 
     @property
     def dq_in_smem(self) -> bool:
@@ -426,12 +451,27 @@ class BwdConfig:
                          tile_n=self.tile_n)
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
-                             first_store=self.dq_first_store, **fused)
+                             first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,
+                             **fused)
 
 
 # --------------------------------------------------------------------------------------------------
 # small layout helpers
 # --------------------------------------------------------------------------------------------------
+
+def dq_stage_layout(rows: int, d: int, swizzle: bool):
+    """Layout of the fp32 dQ staging tile ``[rows, d]``: rows padded by ``_DQ_PAD`` against bank
+    conflicts, or (``swizzle``, d a power of two) a contiguous block whose 16-byte chunks are
+    XOR-swizzled by row (chunk ^= row % 8; the postprocess undoes it in dq_accum)."""
+    if not swizzle:
+        return cute.make_layout((rows, d), stride=(d + _DQ_PAD, 1))
+    if d & (d - 1) or d < 32:
+        raise ValueError(f"dq_stage_layout d: expected a power of two >= 32, found {d}")
+    # offset bits [2, 5) (the chunk within 128 bytes) ^= offset bits [log2 d, log2 d + 3)
+    swizzle_atom = cute.make_swizzle(3, 2, d.bit_length() - 1 - 2)
+    return cute.make_composed_layout(swizzle_atom, 0,
+                                     cute.make_layout((rows, d), stride=(d, 1)))
+
 
 def _smem_layout(dtype, rows: int, cols: int, swizzle_cols: int, stages: Optional[int] = None):
     """Row-major ``[rows, cols]`` (cols contiguous) wgmma-canonical smem layout whose swizzle atom is
@@ -502,7 +542,7 @@ class FlashMaskBwdSm90:
         # dQ via padded fp32 smem + bulk reduce-add when it fits next to the operand tiles,
         # else fp32 red.global.add from registers (D = 256 with two Q/dO stages)
         self.dq_bulk = cfg.dq_in_smem
-        self.sdq_elems = self.tile_m * (self.d + _DQ_PAD) if self.dq_bulk else 4
+        self.sdq_elems = self.tile_m * self._dq_row_elems if self.dq_bulk else 4
         self.conv_rows = cfg.conv_rows if cfg.fused_dq else 0
         # late_loads applies to multi-column masks outside deterministic mode (there it spilled more)
         self.late_loads = (cfg.late_loads and cfg.num_columns is not None and cfg.num_columns >= 2
@@ -982,8 +1022,7 @@ class FlashMaskBwdSm90:
         sdS = st.sdS.get_tensor(sdS_layout.outer, swizzle=sdS_layout.inner)
         sdQ = None
         if const_expr(self.dq_bulk):
-            sdQ = cute.make_tensor(st.sdQ.data_ptr(), cute.make_layout(
-                (self.tile_m, self.d), stride=(self.d + _DQ_PAD, 1)))
+            sdQ = self._sdq_tensor(st.sdQ.data_ptr())
         s_slot = None  # the persistent grid's current tile, written by the producer
         if const_expr(cfg.persistent):
             s_slot = st.tile_slot.get_tensor(cute.make_layout((1,)))
@@ -1425,10 +1464,31 @@ class FlashMaskBwdSm90:
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem outlives the last reads
         return p1, p2, p3
 
+    @property
+    def _dq_row_elems(self) -> int:
+        """fp32 elements per staged dQ row: padded against bank conflicts, or (``dq_swizzle``)
+        not, the chunk swizzle doing that job."""
+        return self.d if self.cfg.dq_swizzle else self.d + _DQ_PAD
+
+    def _sdq_tensor(self, ptr):
+        """The staged dQ tile ``[tile_m, d]`` fp32 in smem (``dq_stage_layout``)."""
+        return cute.make_tensor(ptr, dq_stage_layout(self.tile_m, self.d, self.cfg.dq_swizzle))
+
     @cute.jit
     def _bulk_rows(self, gdQ, sdQ, lane, store: cutlass.Constexpr[bool]):
-        """The staged dQ tile to global, 2 rows per lane: bulk reduce-adds, or (``store``, the
-        tile's first writer with ``dq_first_store``) plain bulk copies."""
+        """The staged dQ tile to global: bulk reduce-adds, or (``store``, the tile's first writer
+        with ``dq_first_store``) plain bulk copies; one per row, 2 rows per lane, or
+        (``dq_swizzle``) one for the whole contiguous tile from lane 0."""
+        if const_expr(self.cfg.dq_swizzle):
+            if lane == 0:
+                nbytes = self.tile_m * self.d * 4
+                if const_expr(store):
+                    prims.cp_async_bulk_global_shared_cta(gdQ.iterator, sdQ.iterator, nbytes)
+                else:
+                    prims.cp_reduce_async_bulk_global_shared_cta(
+                        gdQ.iterator, sdQ.iterator, nbytes, op=prims.CpReduceOp.ADD,
+                        type=prims.CpReduceType.F32)
+            return
         for r in cutlass.range_constexpr(self.tile_m // 32):
             row = lane + 32 * r
             dst = gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout)

@@ -314,7 +314,8 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
     """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
     from .flash_bwd_sm90 import (default_det_sync, default_dq_chains, default_dq_count_lag,
-                                 default_dq_first_store, default_fused_dq, default_gqa_in_cta,
+                                 default_dq_first_store, default_dq_swizzle, default_fused_dq,
+                                 default_gqa_in_cta,
                                  default_key_major,
                                  default_late_loads, default_lazy_release, default_persistent_ctas,
                                  default_qdo_stages, default_row_ranges, default_rs_dkv,
@@ -331,14 +332,14 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                             default_lazy_release(bool(deterministic)),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
                             default_vector_dkv(), default_det_sync(bool(deterministic)),
-                            default_late_loads(), default_dq_first_store())
+                            default_late_loads(), default_dq_first_store(), default_dq_swizzle())
 
 
 @functools.lru_cache(maxsize=256)
 def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
-                     late_loads, dq_first_store=False):
+                     late_loads, dq_first_store=False, dq_swizzle=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -353,6 +354,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, fused_dq=True, dq_count_lag=dq_count_lag)
     if dq_first_store and cfg.dq_in_smem and not deterministic and not cfg.fused_dq:
         cfg = replace(cfg, dq_first_store=True)
+    if dq_swizzle and cfg.dq_in_smem and not cfg.fused_dq and head_dim in (64, 128, 256):
+        cfg = replace(cfg, dq_swizzle=True)
     return cfg
 
 
