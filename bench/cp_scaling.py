@@ -11,7 +11,10 @@ only (fwd = 4·D·H·pairs, fwd+bwd = 3.5x fwd, DESIGN §7). Rank 0 writes JSON 
 ``--out``): plan balance, times, speed-up, throughput and the CP-vs-single-device error.
 ``--profile``: after all timed runs, one more fwd+bwd of the best configuration under
 ``torch.profiler`` on every rank (JSON ``profile``: device time per kernel name, busy time, wall span,
-the longest gaps in the compute kernels).
+the longest gaps in the compute kernels; on GPU the profiled step is the second of two under the
+profiler, both ranks released by a barrier just before it, with each gap's host launch lag and a
+per-stream kernel timeline). ``--fuse-kv 0,1``: each value one more CP variant, K and V in two
+collectives (0, the default) or one (1, ``comm_fuse_kv``).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import platform
 import statistics
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -68,6 +72,10 @@ def parse_args(argv=None):
                    help="comma list: SMs the forward leaves to NCCL while a gather is in flight, "
                         "or 'retire' (those phases run one CTA per work tile instead of the "
                         "persistent grid); each value is one more CP variant, e.g. 0,16,retire")
+    p.add_argument("--fuse-kv", default="0",
+                   help="comma list of 0/1: K and V (dK and dV) in two collectives per comm group "
+                        "(0) or one (1, context_parallel_attention(comm_fuse_kv=True)); each value "
+                        "is one more CP variant, e.g. 0,1")
     p.add_argument("--nccl-high-priority", action="store_true",
                    help="NCCL's streams at high priority (ProcessGroupNCCL option): with "
                         "'retire', its kernels get the SMs the first CTAs free")
@@ -144,11 +152,76 @@ def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return busy * 1e-6
 
 
-def profile_step(fn, use_cuda: bool, top: int = 20, name_len: int = 60) -> dict:
+def _kineto_kernels(prof, after_ns: int) -> Optional[list]:
+    """The CUDA activities (kernels, memcpy, memset) that start after ``after_ns`` (kineto's
+    clock), each with its stream and the start of the host call that launched it (the CUDA
+    runtime/driver event of the same correlation id; None when the profiler did not record it).
+    None when the kineto results are not readable."""
+    from torch.autograd import DeviceType
+    try:
+        events = list(prof.profiler.kineto_results.events())
+    except Exception:  # noqa: BLE001 - a torch without these bindings
+        return None
+    launches, device = {}, []
+    for e in events:
+        if e.device_type() == DeviceType.CUDA:
+            device.append(e)
+        elif e.name().startswith(("cuda", "cu")):
+            launches.setdefault(e.correlation_id(), e.start_ns())
+    rows = []
+    for e in device:
+        if e.start_ns() < after_ns or e.is_user_annotation():
+            continue
+        launch = launches.get(e.correlation_id(), launches.get(e.linked_correlation_id()))
+        rows.append({"name": e.name(), "stream": e.device_resource_id(), "start_ns": e.start_ns(),
+                     "end_ns": e.start_ns() + e.duration_ns(), "launch_ns": launch})
+    return sorted(rows, key=lambda r: r["start_ns"])
+
+
+def _barrier_end_ns(prof) -> int:
+    """End of the last NCCL all-reduce kernel (the barrier before the profiled step), else 0."""
+    from torch.autograd import DeviceType
+    try:
+        ends = [e.start_ns() + e.duration_ns() for e in prof.profiler.kineto_results.events()
+                if e.device_type() == DeviceType.CUDA and "allreduce" in e.name().lower()]
+    except Exception:  # noqa: BLE001
+        return 0
+    return max(ends, default=0)
+
+
+def _timeline(rows: list, name_len: int) -> dict:
+    """Gaps of the compute stream(s) with the host launch lag of the kernel after each gap
+    (launch - end of the kernel before: > 0, the host had not issued it yet; <= 0, it was queued
+    and held back by a stream dependency, e.g. an event wait on a collective), and the step's
+    activities in start order (times in us from the first one)."""
+    t0 = rows[0]["start_ns"] if rows else 0
+    compute = [r for r in rows if "nccl" not in r["name"].lower()]
+    gaps, reach, last = [], None, None
+    for r in compute:
+        if reach is not None and r["start_ns"] > reach:
+            lag = None if r["launch_ns"] is None else round((r["launch_ns"] - reach) / 1e3, 1)
+            gaps.append({"us": round((r["start_ns"] - reach) / 1e3, 1), "at_us": round((reach - t0) / 1e3, 1),
+                         "after": last[:name_len], "before": r["name"][:name_len],
+                         "launch_lag_us": lag})
+        if reach is None or r["end_ns"] > reach:
+            reach, last = r["end_ns"], r["name"]
+    gaps.sort(key=lambda g: -g["us"])
+    return {"t0_ns": t0, "gaps": gaps[:12],
+            "events": [{"name": r["name"][:name_len], "stream": r["stream"],
+                        "start_us": round((r["start_ns"] - t0) / 1e3, 1),
+                        "us": round((r["end_ns"] - r["start_ns"]) / 1e3, 1),
+                        "launch_us": None if r["launch_ns"] is None
+                        else round((r["launch_ns"] - t0) / 1e3, 1)} for r in rows]}
+
+
+def profile_step(fn, use_cuda: bool, top: int = 20, name_len: int = 60, barrier=None) -> dict:
     """One call of ``fn`` under ``torch.profiler``: device time summed per kernel name (the ``top``
     largest, names cut to ``name_len`` chars), device-busy time (union of the kernels' intervals:
     NCCL runs beside compute), and the call's wall span (CUDA events around it on the current
-    stream). On CPU (smoke runs) the leaf CPU ops stand in for kernels."""
+    stream). On GPU, ``fn`` runs twice under the profiler and only the second call is reported:
+    the profiler's start-up (which differs between ranks) stays in the first, and ``barrier``
+    (when given) releases the ranks together just before the second, as in the timed runs. On
+    CPU (smoke runs) the leaf CPU ops of one call stand in for kernels."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -157,6 +230,11 @@ def profile_step(fn, use_cuda: bool, top: int = 20, name_len: int = 60) -> dict:
         torch.cuda.synchronize()
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with profile(activities=activities) as prof:
+        if use_cuda:
+            fn()  # under the profiler but not reported
+            torch.cuda.synchronize()
+            if barrier is not None:
+                barrier()
         t0 = time.perf_counter()
         if use_cuda:
             begin.record()
@@ -166,34 +244,45 @@ def profile_step(fn, use_cuda: bool, top: int = 20, name_len: int = 60) -> dict:
             torch.cuda.synchronize()
         wall = begin.elapsed_time(end) * 1e-3 if use_cuda else time.perf_counter() - t0
     kind = DeviceType.CUDA if use_cuda else DeviceType.CPU
-    events = [e for e in prof.events() if e.device_type == kind
-              and not getattr(e, "is_user_annotation", False)
-              and (use_cuda or not e.cpu_children)]
+    rows = None
+    if use_cuda:
+        rows = _kineto_kernels(prof, _barrier_end_ns(prof) if barrier is not None else 0)
+        if rows is not None and barrier is None:  # no marker: keep the second call's half
+            rows = rows[len(rows) // 2:]
+    if rows is not None:  # GPU: the profiled call's activities, from kineto
+        events = [(r["start_ns"] / 1e3, r["end_ns"] / 1e3, r["name"]) for r in rows]
+    else:
+        events = [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                  if e.device_type == kind and not getattr(e, "is_user_annotation", False)
+                  and (use_cuda or not e.cpu_children)]
     per_name: dict[str, list] = {}
-    for e in events:
-        entry = per_name.setdefault(e.name, [0.0, 0])
-        entry[0] += e.time_range.elapsed_us() * 1e-6
+    for start, stop, name in events:
+        entry = per_name.setdefault(name, [0.0, 0])
+        entry[0] += (stop - start) * 1e-6
         entry[1] += 1
     ranked = sorted(per_name.items(), key=lambda kv: -kv[1][0])
     # where the compute (everything but the collectives) leaves the GPU idle, longest first
-    compute = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
-                     if "nccl" not in e.name.lower())
+    compute = sorted(e for e in events if "nccl" not in e[2].lower())
     gaps, reach, last = [], None, None
-    for start, end, name in compute:
+    for start, stop, name in compute:
         if reach is not None and start > reach:
             gaps.append((start - reach, last, name))
-        if reach is None or end > reach:
-            reach, last = end, name
+        if reach is None or stop > reach:
+            reach, last = stop, name
     gaps.sort(key=lambda g: -g[0])
-    return {"activities": [str(a).split(".")[-1].lower() for a in activities],
-            "compute_idle_s": sum(g[0] for g in gaps) * 1e-6,
-            "compute_idle_gaps": [{"us": round(g, 1), "after": a[:name_len], "before": b[:name_len]}
-                                  for g, a, b in gaps[:8]],
-            "wall_span_s": wall, "device_events": len(events),
-            "device_busy_s": _busy_seconds([(e.time_range.start, e.time_range.end) for e in events]),
-            "kernel_time_sum_s": sum(t for t, _ in per_name.values()),
-            "top_kernels": [{"name": name[:name_len], "time_s": t, "calls": n} for name, (t, n) in ranked[:top]],
-            "other_kernels_s": sum(t for _, (t, _) in ranked[top:])}
+    result = {"activities": [str(a).split(".")[-1].lower() for a in activities],
+              "compute_idle_s": sum(g[0] for g in gaps) * 1e-6,
+              "compute_idle_gaps": [{"us": round(g, 1), "after": a[:name_len], "before": b[:name_len]}
+                                    for g, a, b in gaps[:8]],
+              "wall_span_s": wall, "device_events": len(events),
+              "device_busy_s": _busy_seconds([(a, b) for a, b, _ in events]),
+              "kernel_time_sum_s": sum(t for t, _ in per_name.values()),
+              "top_kernels": [{"name": name[:name_len], "time_s": t, "calls": n}
+                              for name, (t, n) in ranked[:top]],
+              "other_kernels_s": sum(t for _, (t, _) in ranked[top:])}
+    if rows is not None:
+        result["timeline"] = _timeline(rows, name_len)
+    return result
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -215,6 +304,7 @@ def plot(result: dict, path: str) -> None:
                              f"{'' if v.get('equal_chunks', True) else ' uneq'}, {v['comm_groups']} grp"
                              + (f", {v['comm_sms']} SMs to NCCL" if v.get("comm_sms") else "")
                              + (", retiring CTAs" if v.get("comm_retire") else "")
+                             + (", K+V fused" if v.get("comm_fuse_kv") else "")
                              for v in result["context_parallel"]]
     runs = [result["single_device"]] + result["context_parallel"]
     for offset, phase in ((-0.2, "fwd"), (0.2, "fwd_bwd")):
@@ -307,11 +397,16 @@ def main(argv=None) -> dict:
     # each --comm-sms item: (SMs left to NCCL, retire) while a collective is in flight
     sms_list = [(0, True) if x.strip() == "retire" else (int(x), False)
                 for x in str(args.comm_sms).split(",")]
+    fuse_list = []
+    for x in str(args.fuse_kv).split(","):
+        if x.strip() not in ("0", "1"):
+            raise SystemExit(f"--fuse-kv: expected a comma list of 0/1, found {args.fuse_kv!r}")
+        fuse_list.append(x.strip() == "1")
     # planner strategy, equal chunk counts, all-gather granularity and SMs left to NCCL
-    for strategy, equal, groups, sms, model, cs, tol, pen in (
-            (st, eq, g, m, wm, c, tl, pn) for st in strategies for eq in equal_list for g in groups_list
+    for strategy, equal, groups, sms, model, cs, tol, pen, fuse in (
+            (st, eq, g, m, wm, c, tl, pn, fk) for st in strategies for eq in equal_list for g in groups_list
             for m in sms_list for wm in work_models for c in chunk_sizes for tl in tolerances
-            for pn in penalties):
+            for pn in penalties for fk in fuse_list):
         t0 = time.perf_counter()
         plan_g, masks_g = make_plan(strategy, equal, groups, model, cs, tol, pen)
         plan_s = time.perf_counter() - t0
@@ -321,11 +416,13 @@ def main(argv=None) -> dict:
 
         def cp_fwd():
             return torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend,
-                                                       comm_sms=sms[0], comm_retire=sms[1])
+                                                       comm_sms=sms[0], comm_retire=sms[1],
+                                                       comm_fuse_kv=fuse)
 
         def cp_fwd_bwd():
             out = torch_cp.context_parallel_attention(*local, plan_g, dev_masks, backend=args.backend,
-                                                      comm_sms=sms[0], comm_retire=sms[1])
+                                                      comm_sms=sms[0], comm_retire=sms[1],
+                                                      comm_fuse_kv=fuse)
             return torch.autograd.grad(out, local, dout_local)
 
         if use_cuda:
@@ -356,7 +453,7 @@ def main(argv=None) -> dict:
                                                          "comm_slots", "gathered_tokens_per_rank",
                                                          "rank_needed_remote_tokens")},
                          "comm_groups": len(plan_g.comm_groups), "comm_sms": sms[0],
-                         "comm_retire": sms[1],
+                         "comm_retire": sms[1], "comm_fuse_kv": fuse,
                          "fwd": cp_f, "fwd_bwd": cp_fb,
                          "phase_pairs_rank": [masks_g.local_work, *masks_g.remote_work],
                          "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if use_cuda else None,
@@ -388,7 +485,8 @@ def main(argv=None) -> dict:
     grads_ref = torch.autograd.grad(out_ref, leaves, dout)
     out_cp = torch_cp.context_parallel_attention(*local, plan, masks, backend=args.backend,
                                                  comm_sms=best["comm_sms"],
-                                                 comm_retire=best["comm_retire"])
+                                                 comm_retire=best["comm_retire"],
+                                                 comm_fuse_kv=best["comm_fuse_kv"])
     grads_cp = torch.autograd.grad(out_cp, local, dout_local)
     errors = {"out": rel_err(torch_cp.gather_sequence(out_cp.detach(), plan), out_ref.detach())}
     for name, g_cp, g_ref in zip(("dq", "dk", "dv"), grads_cp, grads_ref):
@@ -401,7 +499,8 @@ def main(argv=None) -> dict:
         def cp_step():
             out = torch_cp.context_parallel_attention(*local, plan, dev_masks, backend=args.backend,
                                                       comm_sms=best["comm_sms"],
-                                                      comm_retire=best["comm_retire"])
+                                                      comm_retire=best["comm_retire"],
+                                                      comm_fuse_kv=best["comm_fuse_kv"])
             return torch.autograd.grad(out, local, dout_local)
 
         cp_step()  # warm (same shapes as the timed runs: nothing to compile)
@@ -410,11 +509,11 @@ def main(argv=None) -> dict:
                 "phase_pairs": [masks.local_work, *masks.remote_work],
                 "remote_phase_rows": [int(masks.rows.size if r is None else r.size)
                                       for r in map(masks.phase_rows, range(len(masks.remote)))],
-                **profile_step(cp_step, use_cuda)}
+                **profile_step(cp_step, use_cuda, barrier=dist.barrier)}
         every = [None] * world
         dist.all_gather_object(every, mine)
         profile = {"config": {k: best[k] for k in ("strategy", "equal_chunks", "comm_groups", "comm_sms",
-                                                   "comm_retire",
+                                                   "comm_retire", "comm_fuse_kv",
                                                    "work_model", "chunk_size", "balance_tolerance",
                                                    "remote_penalty")},
                    "ranks": every}
@@ -452,6 +551,7 @@ def main(argv=None) -> dict:
         "best_comm_groups": best["comm_groups"],
         "best_comm_sms": best["comm_sms"],
         "best_comm_retire": best["comm_retire"],
+        "best_comm_fuse_kv": best["comm_fuse_kv"],
         "nccl_high_priority": bool(args.nccl_high_priority),
         "speedup": best["speedup"],
         "tflops": {"single_fwd_bwd": 3.5 * fwd_flops / single_fb["median_s"] / 1e12,

@@ -36,6 +36,7 @@ from .planner import ContextParallelPlan, RankMasks, local_masks, plan_context_p
 
 COMM_SMS_ENV = "PADDLE_FLASHMASK_CP_COMM_SMS"
 COMM_RETIRE_ENV = "PADDLE_FLASHMASK_CP_COMM_RETIRE"
+COMM_FUSE_KV_ENV = "PADDLE_FLASHMASK_CP_FUSE_KV"
 # A row set of at most this many contiguous runs is read and written with slices (plain copies at
 # memory bandwidth); a more fragmented one with index kernels (several times slower per byte).
 MAX_SEGMENTS = 32
@@ -105,6 +106,34 @@ class PendingCollective:
         if self.handle is not None:
             self.handle.wait()
         return self.result() if callable(self.result) else self.result
+
+
+class PendingPart:
+    """The K (or V) half of a fused K/V collective (:func:`comm_fuse_kv`): waits for the one
+    collective (once for both halves; ``shared`` is their common one-item cache) and returns the
+    columns ``[start, start + length)`` of its last dim (a view)."""
+
+    def __init__(self, adapter, fused: PendingCollective, shared: list, start: int, length: int) -> None:
+        self.adapter, self.fused, self.shared = adapter, fused, shared
+        self.start, self.length = start, length
+
+    def wait(self):
+        if not self.shared:
+            self.shared.append(self.fused.wait())
+        return self.adapter.narrow(self.shared[0], 3, self.start, self.length)
+
+
+def _collective_pair(adapter, collective, k_part, v_part, fuse: bool):
+    """``(K, V)`` pending results of ``collective`` (``adapter.all_gather`` / ``reduce_scatter``)
+    on ``k_part`` and ``v_part`` (``[N, B, Hk, D(v)]``, same N): two collectives, or with ``fuse``
+    one collective on their concatenation along the last dim (one NCCL kernel; its two halves
+    are :class:`PendingPart` views). Both ways move and sum the same elements."""
+    if not fuse:
+        return collective(k_part), collective(v_part)
+    dk = int(k_part.shape[3])
+    fused, shared = collective(adapter.concat([k_part, v_part], 3)), []
+    return (PendingPart(adapter, fused, shared, 0, dk),
+            PendingPart(adapter, fused, shared, dk, int(v_part.shape[3])))
 
 
 def plan_for_rank(startend_row_indices: Any, causal: bool, world_size: int, rank: int,
@@ -258,11 +287,35 @@ def comm_retire(requested: Optional[bool], sms: int) -> bool:
     return requested
 
 
-def comm_options(sms: Optional[int], retire: Optional[bool]) -> dict:
-    """``{"comm_sms": ..., "comm_retire": ...}`` resolved from the frontends' arguments (None: env
-    or default; :func:`comm_sms`, :func:`comm_retire`)."""
+def comm_fuse_kv(requested: Optional[bool]) -> bool:
+    """Whether K and V travel in one collective per comm group and direction instead of two: the
+    forward all-gathers ``[N, B, Hk, D + Dv]`` (K and V side by side in the last dim) and the
+    backward reduce-scatters dK and dV the same way. The argument, else env
+    ``PADDLE_FLASHMASK_CP_FUSE_KV`` (``1``), else False.
+
+    Why: collectives on one NCCL stream run one after the other, and the second can only start
+    once the first is complete on every rank; by then the rank's persistent attention kernel,
+    launched after both, may hold every SM, so the second collective waits for the whole phase
+    on that rank while the other rank's copy spins on its SMs. One collective is one NCCL kernel,
+    launched before the phase. Costs one extra copy of the sent rows each way (the concatenation)
+    and of the gathered K/V (the halves are made contiguous for the kernels); results are the
+    same values (an all-gather copies; a reduce-scatter sums each element over the ranks)."""
+    if requested is None:
+        text = os.environ.get(COMM_FUSE_KV_ENV, "").strip()
+        if text not in ("", "0", "1"):
+            raise ValueError(f"{COMM_FUSE_KV_ENV}: expected 0 or 1, found {text!r}")
+        requested = text == "1"
+    if not isinstance(requested, bool):
+        raise ValueError(f"comm_fuse_kv: expected a bool, found {requested!r}")
+    return requested
+
+
+def comm_options(sms: Optional[int], retire: Optional[bool], fuse_kv: Optional[bool] = None) -> dict:
+    """``{"comm_sms": ..., "comm_retire": ..., "comm_fuse_kv": ...}`` resolved from the frontends'
+    arguments (None: env or default; :func:`comm_sms`, :func:`comm_retire`, :func:`comm_fuse_kv`)."""
     sms = comm_sms(sms)
-    return {"comm_sms": sms, "comm_retire": comm_retire(retire, sms)}
+    return {"comm_sms": sms, "comm_retire": comm_retire(retire, sms),
+            "comm_fuse_kv": comm_fuse_kv(fuse_kv)}
 
 
 def _overlap(reserved_sms: int, retire: bool, in_flight: bool) -> dict:
@@ -274,10 +327,11 @@ def _overlap(reserved_sms: int, retire: bool, in_flight: bool) -> dict:
 def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: PhaseIndices,
                maps: ShardMaps, q, k, v, learnable_sink, *, softmax_scale: float,
                backend: Optional[str], state: CPState, reserved_sms: int = 0,
-               retire: bool = False):
+               retire: bool = False, fuse_kv: bool = False):
     """Returns ``(out [B, R, H, Dv] in q's dtype, lse fp32 [B, H, R])``. ``reserved_sms``
     (:func:`comm_sms`) or ``retire`` (:func:`comm_retire`) goes to every phase that runs while a
-    gather is still in flight."""
+    gather is still in flight. ``fuse_kv`` (:func:`comm_fuse_kv`): one all-gather of K and V
+    together per comm group."""
     rank = adapter.rank
     _sizes(adapter, plan, rank, q, k, v, masks)
     pending = []
@@ -285,8 +339,8 @@ def cp_forward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: 
         k_shard = _pack_shard(adapter, k, maps, plan.comm_len)
         v_shard = _pack_shard(adapter, v, maps, plan.comm_len)
         cs = plan.chunk_size
-        pending = [(adapter.all_gather(adapter.rows(k_shard, s0 * cs, s1 * cs)),
-                    adapter.all_gather(adapter.rows(v_shard, s0 * cs, s1 * cs)))
+        pending = [_collective_pair(adapter, adapter.all_gather, adapter.rows(k_shard, s0 * cs, s1 * cs),
+                                    adapter.rows(v_shard, s0 * cs, s1 * cs), fuse_kv)
                    for s0, s1 in plan.comm_groups]
 
     acc = _Merge(adapter, q, int(v.shape[3]))
@@ -392,10 +446,11 @@ class _Merge:
 def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx: PhaseIndices,
                 maps: ShardMaps, state: CPState, dout, q, k, v, out, lse, learnable_sink, *,
                 softmax_scale: float, backend: Optional[str], deterministic: Optional[bool],
-                reserved_sms: int = 0, retire: bool = False):
+                reserved_sms: int = 0, retire: bool = False, fuse_kv: bool = False):
     """Returns ``(dq, dk, dv, dsink)``; dk/dv are summed over every rank's use of the local keys.
     ``reserved_sms`` or ``retire`` goes to every phase that runs while a reduce-scatter is in
-    flight (the persistent backward would otherwise hold every SM until it ends)."""
+    flight (the persistent backward would otherwise hold every SM until it ends). ``fuse_kv``:
+    one reduce-scatter of dK and dV together per comm group (:func:`comm_fuse_kv`)."""
     cs = plan.chunk_size
     dq = None  # sum over phases
 
@@ -425,7 +480,7 @@ def cp_backward(adapter, plan: ContextParallelPlan, masks: RankMasks, phase_idx:
             else:  # only the phase's rows change: added into the full dq at the end
                 dq_rows.append((rows, dq_g))
             dk_g, dv_g = adapter.rows_first(dk_g), adapter.rows_first(dv_g)
-        pending.append((adapter.reduce_scatter(dk_g), adapter.reduce_scatter(dv_g)))
+        pending.append(_collective_pair(adapter, adapter.reduce_scatter, dk_g, dv_g, fuse_kv))
     dk_local = dv_local = None
     if masks.local_work > 0:
         dq_l, dk_local, dv_local, _ = backend_ops.run_bwd(backend, dout, q, k, v, out, lse, phase_idx.local,

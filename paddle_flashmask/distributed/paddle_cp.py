@@ -167,7 +167,8 @@ def _pylayer():
             out, lse = engine.cp_forward(call["adapter"], call["plan"], call["masks"], call["phase_idx"],
                                          call["maps"], q, k, v, sink, softmax_scale=call["scale"],
                                          backend=call["backend"], state=state,
-                                         reserved_sms=call["comm_sms"], retire=call["comm_retire"])
+                                         reserved_sms=call["comm_sms"], retire=call["comm_retire"],
+                                         fuse_kv=call["comm_fuse_kv"])
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.call, ctx.state, ctx.sink = call, state, sink
             ctx.mark_non_differentiable(lse)
@@ -184,7 +185,8 @@ def _pylayer():
                 call["adapter"], call["plan"], call["masks"], call["phase_idx"], call["maps"],
                 ctx.state, dout.contiguous(), q, k, v, out, lse, sink, softmax_scale=call["scale"],
                 backend=call["backend"], deterministic=call["deterministic"],
-                reserved_sms=call["comm_sms"], retire=call["comm_retire"])
+                reserved_sms=call["comm_sms"], retire=call["comm_retire"],
+                fuse_kv=call["comm_fuse_kv"])
             ctx.state = None
             # PyLayer: one gradient per Tensor input (the sink only when it was given).
             return (dq, dk, dv) if sink is None else (dq, dk, dv, dsink)
@@ -212,7 +214,8 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
                                return_softmax_lse: bool = False, backend: Optional[str] = None,
                                deterministic: Optional[bool] = None,
                                comm_sms: Optional[int] = None,
-                               comm_retire: Optional[bool] = None):
+                               comm_retire: Optional[bool] = None,
+                               comm_fuse_kv: Optional[bool] = None):
     """Paddle twin of :func:`paddle_flashmask.distributed.torch_cp.context_parallel_attention`."""
     scale = engine.check_local_inputs(query, key, value, learnable_sink, softmax_scale)
     adapter = PaddleAdapter(group)
@@ -220,7 +223,7 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
         masks = device_masks(plan, masks, query.place, group)
     call = {"adapter": adapter, "plan": plan, "masks": masks.masks, "phase_idx": masks.phase_idx,
             "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic,
-            **engine.comm_options(comm_sms, comm_retire)}
+            **engine.comm_options(comm_sms, comm_retire, comm_fuse_kv)}
     out, lse = _pylayer().apply(query, key, value, learnable_sink, call)
     return (out, lse) if return_softmax_lse else out
 

@@ -171,7 +171,8 @@ def _function():
             out, lse = engine.cp_forward(call["adapter"], call["plan"], call["masks"], call["phase_idx"],
                                          call["maps"], q, k, v, sink, softmax_scale=call["scale"],
                                          backend=call["backend"], state=state,
-                                         reserved_sms=call["comm_sms"], retire=call["comm_retire"])
+                                         reserved_sms=call["comm_sms"], retire=call["comm_retire"],
+                                         fuse_kv=call["comm_fuse_kv"])
             ctx.save_for_backward(q, k, v, out, lse, *([sink] if sink is not None else []))
             ctx.call, ctx.state = call, state
             ctx.mark_non_differentiable(lse)
@@ -189,7 +190,8 @@ def _function():
                 call["adapter"], call["plan"], call["masks"], call["phase_idx"], call["maps"],
                 ctx.state, dout.contiguous(), q, k, v, out, lse, sink, softmax_scale=call["scale"],
                 backend=call["backend"], deterministic=call["deterministic"],
-                reserved_sms=call["comm_sms"], retire=call["comm_retire"])
+                reserved_sms=call["comm_sms"], retire=call["comm_retire"],
+                fuse_kv=call["comm_fuse_kv"])
             ctx.state = None
             return dq, dk, dv, dsink, None
 
@@ -218,7 +220,8 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
                                return_softmax_lse: bool = False, backend: Optional[str] = None,
                                deterministic: Optional[bool] = None,
                                comm_sms: Optional[int] = None,
-                               comm_retire: Optional[bool] = None):
+                               comm_retire: Optional[bool] = None,
+                               comm_fuse_kv: Optional[bool] = None):
     """FlashMask attention of this rank's query rows against the keys of all ranks.
 
     ``query`` ``[B, R, H, D]``, ``key``/``value`` ``[B, R, Hk, D(v)]``: the local rows ``masks.rows``
@@ -231,7 +234,10 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
     ``PADDLE_FLASHMASK_CP_COMM_SMS``, else 0); see :func:`engine.comm_sms`. ``comm_retire``: those
     phases run one CTA per work tile instead of the persistent grid, so the collectives get SMs
     as CTAs end (default: env ``PADDLE_FLASHMASK_CP_COMM_RETIRE=1``, else False); see
-    :func:`engine.comm_retire`.
+    :func:`engine.comm_retire`. ``comm_fuse_kv``: K and V (dK and dV) travel in one all-gather
+    (reduce-scatter) per comm group instead of two, so each direction is one NCCL kernel
+    launched before the phase it overlaps (default: env ``PADDLE_FLASHMASK_CP_FUSE_KV=1``, else
+    False); see :func:`engine.comm_fuse_kv`.
     ``learnable_sink``'s gradient is this rank's share: sum it over the context-parallel ranks like
     any replicated parameter (DDP over the data x context group does).
     """
@@ -241,7 +247,7 @@ def context_parallel_attention(query, key, value, plan: ContextParallelPlan, mas
         masks = device_masks(plan, masks, query.device, group)
     call = {"adapter": adapter, "plan": plan, "masks": masks.masks, "phase_idx": masks.phase_idx,
             "maps": masks.maps, "scale": scale, "backend": backend, "deterministic": deterministic,
-            **engine.comm_options(comm_sms, comm_retire)}
+            **engine.comm_options(comm_sms, comm_retire, comm_fuse_kv)}
     out, lse = _function().apply(query, key, value, learnable_sink, call)
     return (out, lse) if return_softmax_lse else out
 
