@@ -434,7 +434,23 @@ wait; grep -h -E "^\S+ +(paddle_flashmask|fa4|fa4_mask_mod) " $OUT/bench*.log | 
 $(pack_logs 29)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29"
+call30() {
+  emit "call 30 (for session 8, on the still-warm machine of call 28) - the two prepared dQ options: one bulk op per staged dQ tile (dq_swizzle) and no accumulator zeroing (dq_first_store): every backward case vs the oracle + determinism with each (GPU 0) || the skipping test default / swizzle / swizzle+first-store, twice (GPU 1); then the benchmark A/B on both GPUs [<= 9 min]" \
+    nvidia-h200-x2 540 '[".devtools"]' \
+"$PRELUDE
+$SKIP_FN"'
+bc() { timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --bench --json-name bwd_$1.json > $OUT/bwd_$1.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1; bc swizzle; PADDLE_FLASHMASK_BWD_FIRST_STORE=1 bc swizzle_first ) &
+( export CUDA_VISIBLE_DEVICES=1; for r in a b; do skip base_$r; PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1 skip swz_$r; PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1 PADDLE_FLASHMASK_BWD_FIRST_STORE=1 skip swzfs_$r; done ) &
+wait; tail -n 1 $OUT/bwd_*.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json
+ab() { timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 0,1 --masks full,causal,causal_document,document --systems paddle_flashmask --tag $1 > $OUT/bench_$1.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; ab g0_base; PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1 PADDLE_FLASHMASK_BWD_FIRST_STORE=1 ab g0_swzfs ) &
+( export CUDA_VISIBLE_DEVICES=1; PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1 PADDLE_FLASHMASK_BWD_FIRST_STORE=1 ab g1_swzfs; ab g1_base ) &
+wait; grep -H -E "paddle_flashmask " $OUT/bench_g*.log | sed "s/.*bench_//"'"
+$(pack_logs 30)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call30"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -610,7 +626,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call30) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
