@@ -35,19 +35,6 @@ def test_comm_fuse_kv_rule(monkeypatch):
             engine.comm_fuse_kv(bad)
 
 
-@pytest.fixture
-def single_rank_group():
-    torch = pytest.importorskip("torch")
-    import torch.distributed as dist
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield torch
-    finally:
-        dist.destroy_process_group()
-
-
 def test_frontend_rejects_bad_comm_fuse_kv(single_rank_group, monkeypatch):
     torch = single_rank_group
     from paddle_flashmask.distributed import torch_cp

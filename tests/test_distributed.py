@@ -702,21 +702,9 @@ def test_paddle_cp_two_ranks(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# In-process checks on a 1-rank gloo group (no spawn): argument errors and the single-rank case.
+# In-process checks on a 1-rank gloo group (no spawn, fixture `single_rank_group` in conftest):
+# argument errors and the single-rank case.
 # ------------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def single_rank_group():
-    torch = pytest.importorskip("torch")
-    import torch.distributed as dist
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield torch
-    finally:
-        dist.destroy_process_group()
-
 
 def test_torch_cp_single_rank_and_errors(single_rank_group):
     torch = single_rank_group

@@ -269,18 +269,25 @@ def comm_sms(requested: Optional[int]) -> int:
     return requested
 
 
+def _bool_option(requested: Optional[bool], env: str, name: str) -> bool:
+    """An on/off CP option: the argument, else env ``env`` (``0`` / ``1``), else False; anything
+    else is an error that names the argument or the variable."""
+    if requested is None:
+        text = os.environ.get(env, "").strip()
+        if text not in ("", "0", "1"):
+            raise ValueError(f"{env}: expected 0 or 1, found {text!r}")
+        requested = text == "1"
+    if not isinstance(requested, bool):
+        raise ValueError(f"{name}: expected a bool, found {requested!r}")
+    return requested
+
+
 def comm_retire(requested: Optional[bool], sms: int) -> bool:
     """Whether the phases that run while a collective is in flight use one CTA per work tile
     (``retire`` of the kernels: CTAs end as they finish, so NCCL's kernels get SMs in between)
     instead of the persistent grid: the argument, else env ``PADDLE_FLASHMASK_CP_COMM_RETIRE``
     (``1``), else False. Excludes reserving SMs (``sms`` > 0)."""
-    if requested is None:
-        text = os.environ.get(COMM_RETIRE_ENV, "").strip()
-        if text not in ("", "0", "1"):
-            raise ValueError(f"{COMM_RETIRE_ENV}: expected 0 or 1, found {text!r}")
-        requested = text == "1"
-    if not isinstance(requested, bool):
-        raise ValueError(f"comm_retire: expected a bool, found {requested!r}")
+    requested = _bool_option(requested, COMM_RETIRE_ENV, "comm_retire")
     if requested and sms:
         raise ValueError(f"comm_retire: expected False with comm_sms > 0 (found comm_sms={sms}): "
                          f"retiring CTAs and reserved SMs are two ways to the same end")
@@ -300,13 +307,7 @@ def comm_fuse_kv(requested: Optional[bool]) -> bool:
     launched before the phase. Costs one extra copy of the sent rows each way (the concatenation)
     and of the gathered K/V (the halves are made contiguous for the kernels); results are the
     same values (an all-gather copies; a reduce-scatter sums each element over the ranks)."""
-    if requested is None:
-        text = os.environ.get(COMM_FUSE_KV_ENV, "").strip()
-        if text not in ("", "0", "1"):
-            raise ValueError(f"{COMM_FUSE_KV_ENV}: expected 0 or 1, found {text!r}")
-        requested = text == "1"
-    if not isinstance(requested, bool):
-        raise ValueError(f"comm_fuse_kv: expected a bool, found {requested!r}")
+    requested = _bool_option(requested, COMM_FUSE_KV_ENV, "comm_fuse_kv")
     return requested
 
 
