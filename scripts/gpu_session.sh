@@ -424,14 +424,25 @@ $(pack_logs 28)"
 }
 
 call29() {
-  emit "call 29 (for session 8, on the still-warm machine of call 28, FA4 wheels carried) - the side-by-side benchmark at the final kernels: 8K with every peer (GPU 0) || 32K with FA4 native/varlen and mask_mod, then the GQA / D=64 / D=256 rows (GPU 1) [<= 9.5 min]" \
-    nvidia-h200-x2 590 '[".devtools", ".whl"]' \
+  emit "call 29 (for session 8, on the still-warm machine of call 28, FA4 wheels carried) - the side-by-side benchmark at the final kernels: 8K with every peer (GPU 0) || 32K with FA4 native/varlen and mask_mod (GPU 1) [<= 7.5 min]" \
+    nvidia-h200-x2 450 '[".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 420 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s8_cases0 > $OUT/bench0.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 200 python3 bench/bench_attention.py --cases 1 --systems '"$BENCH_SYSTEMS"' --tag s8_cases1 > $OUT/bench1.log 2>&1; timeout -s INT -k 10 240 python3 bench/bench_attention.py --cases 2,3,4 --systems paddle_flashmask,fa4 --tag s8_cases2_3_4 > $OUT/bench234.log 2>&1 ) &
-wait; grep -h -E "^\S+ +(paddle_flashmask|fa4|fa4_mask_mod) " $OUT/bench*.log | head -80'"
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 320 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s8_cases0 > $OUT/bench0.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 220 python3 bench/bench_attention.py --cases 1 --systems '"$BENCH_SYSTEMS"' --tag s8_cases1 > $OUT/bench1.log 2>&1 ) &
+wait; grep -h -E "^\S+ +(paddle_flashmask|fa4|fa4_mask_mod|flex_attention|sdpa_cudnn) " $OUT/bench*.log | head -80'"
 $(pack_logs 29)"
+}
+
+call29b() {
+  emit "call 29b (for session 8, optional, on a warm machine with FA4 installed by call 29) - issue 5's extra rows: GQA 32/8 and D=64 (GPU 0) || D=256 (GPU 1), paddle_flashmask vs FA4 [<= 5 min]" \
+    nvidia-h200-x2 300 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 2,3 --systems paddle_flashmask,fa4 --tag s8_cases2_3 > $OUT/bench23.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag s8_cases4 > $OUT/bench4.log 2>&1 ) &
+wait; grep -h -E "^\S+ +(paddle_flashmask|fa4) " $OUT/bench*.log | head -60'"
+$(pack_logs 29b)"
 }
 
 call30() {
@@ -458,7 +469,7 @@ NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 170 python3 -m torch.distributed.run --s
 $(pack_logs 31)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call30 call31"
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -634,7 +645,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call30|call31) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
