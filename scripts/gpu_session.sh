@@ -397,7 +397,7 @@ call26() {
   emit "call 26 (for session 7, right after call 5a on nvidia-h200-x2) - stage part b; the deterministic backward's options, now applied by bwd_check (it builds every variant from backward_config): default with late_loads (its oracle check: the non-deterministic multi-column cases) (GPU 0) || relaxed semaphores (GPU 1), then two dQ chains (GPU 0) || lazy release (GPU 1), each every case vs the oracle + bit-exactness + det/default timings; then the multi-column late_loads A/B in the benchmark (each GPU runs both) [<= 9 min]" \
     nvidia-h200-x2 560 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE
-$(bwd_check_ab 170 det_default_late_loads PADDLE_FLASHMASK_BWD_LATE_LOADS=1 det_relaxed PADDLE_FLASHMASK_BWD_DET_RELAXED=1)
+$(bwd_check_ab 170 det_default_late_loads PADDLE_FLASHMASK_BWD_LATE_LOADS=1 det_relaxed PADDLE_FLASHMASK_BWD_DET_SYNC=relaxed)
 $(bwd_check_ab 170 det_chains2 PADDLE_FLASHMASK_BWD_DET_CHAINS=2 det_lazy PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1)
 $(bench_ab_same_gpu 60 "--cases 0 --masks sliding_window,shared_question,prefix_lm_causal,global_sliding_window --systems paddle_flashmask" late_loads0 late_loads1 PADDLE_FLASHMASK_BWD_LATE_LOADS=1)
 $(pack_logs 26)"
