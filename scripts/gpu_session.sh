@@ -222,7 +222,7 @@ $(pack_logs 10)"
 }
 
 call11() {
-  emit "call 11 (session 5, right after call 10, same warm machine) - the 8K/32K causal A/B (session 3 forward config vs default) and the D=256 one-stage backward A/B, next to FA4, one GPU each [<= 5 min]" \
+  emit "call 11 (session 5, right after call 10, same warm machine) - the 8K/32K causal A/B (session 3 forward config vs default) and the D=256 one-stage backward A/B, next to FA4, one GPU each [<= 7 min]" \
     nvidia-h200-x2 500 '[".devtools"]' \
 "$PRELUDE
 $PEERS
@@ -296,7 +296,7 @@ bwd_check_ab() {
 }
 
 call17() {
-  emit "call 17 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with two dQ chains (GPU 1) vs one (GPU 0): every case vs the oracle, determinism, det/default timings [<= 5 min]" \
+  emit "call 17 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with two dQ chains (GPU 1) vs one (GPU 0): every case vs the oracle, determinism, det/default timings [<= 7 min]" \
     nvidia-h200-x2 300 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE
 $(bwd_check_ab 240 det_chains1 "" det_chains2 PADDLE_FLASHMASK_BWD_DET_CHAINS=2)
@@ -304,7 +304,7 @@ $(pack_logs 17)"
 }
 
 call18() {
-  emit "call 18 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with the lazy release, one chain (GPU 0) and two chains (GPU 1): every case vs the oracle, determinism, det/default timings [<= 5 min]" \
+  emit "call 18 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with the lazy release, one chain (GPU 0) and two chains (GPU 1): every case vs the oracle, determinism, det/default timings [<= 7 min]" \
     nvidia-h200-x2 300 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE
 $(bwd_check_ab 240 det_lazy PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1 det_lazy_chains2 "PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1 PADDLE_FLASHMASK_BWD_DET_CHAINS=2")
@@ -435,11 +435,11 @@ $(pack_logs 29)"
 }
 
 call29b() {
-  emit "call 29b (for session 8, optional, on a warm machine with FA4 installed by call 29) - issue 5's extra rows: GQA 32/8 and D=64 (GPU 0) || D=256 (GPU 1), paddle_flashmask vs FA4 [<= 5 min]" \
-    nvidia-h200-x2 300 '[".devtools", ".whl"]' \
+  emit "call 29b (for session 8, optional, on a warm machine with FA4 installed by call 29) - issue 5's extra rows: GQA 32/8 and D=64, then the host time per call with cProfile (GPU 0; CP's gaps are host-bound) || D=256 (GPU 1), paddle_flashmask vs FA4 [<= 7 min]" \
+    nvidia-h200-x2 420 '[".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 2,3 --systems paddle_flashmask,fa4 --tag s8_cases2_3 > $OUT/bench23.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 2,3 --systems paddle_flashmask,fa4 --tag s8_cases2_3 > $OUT/bench23.log 2>&1; timeout -s INT -k 10 90 python3 bench/profile_call.py --masks full,causal_document --cprofile > $OUT/profile_call.log 2>&1 ) &
 ( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag s8_cases4 > $OUT/bench4.log 2>&1 ) &
 wait; grep -h -E "^\S+ +(paddle_flashmask|fa4) " $OUT/bench*.log | head -60'"
 $(pack_logs 29b)"
