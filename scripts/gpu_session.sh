@@ -222,7 +222,7 @@ $(pack_logs 10)"
 }
 
 call11() {
-  emit "call 11 (session 5, right after call 10, same warm machine) - the 8K/32K causal A/B (session 3 forward config vs default) and the D=256 one-stage backward A/B, next to FA4, one GPU each [<= 7 min]" \
+  emit "call 11 (session 5, right after call 10, same warm machine) - the 8K/32K causal A/B (session 3 forward config vs default) and the D=256 one-stage backward A/B, next to FA4, one GPU each [<= 5 min]" \
     nvidia-h200-x2 500 '[".devtools"]' \
 "$PRELUDE
 $PEERS
@@ -296,7 +296,7 @@ bwd_check_ab() {
 }
 
 call17() {
-  emit "call 17 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with two dQ chains (GPU 1) vs one (GPU 0): every case vs the oracle, determinism, det/default timings [<= 7 min]" \
+  emit "call 17 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with two dQ chains (GPU 1) vs one (GPU 0): every case vs the oracle, determinism, det/default timings [<= 5 min]" \
     nvidia-h200-x2 300 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE
 $(bwd_check_ab 240 det_chains1 "" det_chains2 PADDLE_FLASHMASK_BWD_DET_CHAINS=2)
@@ -304,7 +304,7 @@ $(pack_logs 17)"
 }
 
 call18() {
-  emit "call 18 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with the lazy release, one chain (GPU 0) and two chains (GPU 1): every case vs the oracle, determinism, det/default timings [<= 7 min]" \
+  emit "call 18 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; deterministic backward with the lazy release, one chain (GPU 0) and two chains (GPU 1): every case vs the oracle, determinism, det/default timings [<= 5 min]" \
     nvidia-h200-x2 300 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE
 $(bwd_check_ab 240 det_lazy PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1 det_lazy_chains2 "PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1 PADDLE_FLASHMASK_BWD_DET_CHAINS=2")
