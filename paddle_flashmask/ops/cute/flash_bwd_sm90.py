@@ -820,9 +820,6 @@ class FlashMaskBwdSm90:
                                               num_m, seqlen_k, diag, bmax, bmin, sdQ, mdQacc,
                                               mSem, tidx, p1, p2, p3)
             t = self._next_tile(grid, pipe_kv, kv_state)
-        if const_expr(self.cfg.dq_first_store):
-            if p1 >= 0:  # the CTA's last first store
-                self._mark_stored(grid, p1, cute.arch.lane_idx())
         if const_expr(self.conv_rows):
             lane = cute.arch.lane_idx()
             cute.arch.cp_async_bulk_wait_group(0, read=False)
@@ -1457,8 +1454,10 @@ class FlashMaskBwdSm90:
         if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
             if released >= 0:
                 self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
-        if const_expr(self.cfg.dq_first_store and not self.cfg.persistent):
-            if p1 >= 0:  # one key tile per CTA: mark its last first store now
+        if const_expr(self.cfg.dq_first_store):
+            # the walk's last first store: marked now, not at the next tile's first visit (its
+            # completion wait overlaps the next tile's K/V load; nobody waits a tile change)
+            if p1 >= 0:
                 self._mark_stored(grid, p1, lane)
                 p1 = Int32(-1)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem outlives the last reads
