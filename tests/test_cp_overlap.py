@@ -13,7 +13,7 @@ import pytest
 from paddle_flashmask import mask_builders as mb
 from paddle_flashmask.distributed import engine
 
-from test_distributed import free_port, torch_cases
+from test_distributed import run_gloo, torch_cases
 
 
 def test_comm_fuse_kv_rule(monkeypatch):
@@ -144,38 +144,16 @@ def _worker(rank, world, errors, configs):
                     errors.append(f"{tag} {key}: differs from the default (max abs {diff:.3e})")
 
 
-def _entry(rank, world, port, configs, path):
-    import torch
-    import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
-    errors: list[str] = []
-    try:
-        _worker(rank, world, errors, configs)
-    except Exception as exc:  # noqa: BLE001 - reported by the parent
-        errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
-    finally:
-        dist.destroy_process_group()
-        with open(f"{path}.{rank}", "w") as f:
-            f.write("\n".join(errors))
-
-
 def test_fused_kv_equals_default_two_ranks(tmp_path):
     """Every mask of the CP zoo (GQA, a sink, batch 2, Dv != D, phases with no work, padding)
     with 2 comm groups and chunks of 4; bf16; one comm group through the all-reduce fallback and
     the env switch: outputs, LSE, dq, dk, dv, dsink equal to the default's."""
-    pytest.importorskip("torch")
-    import torch.multiprocessing as mp
     configs = [dict(s=45, chunk=4, comm_groups=2, dtype="float32", native_rs=True),
                dict(s=40, chunk=4, comm_groups=2, dtype="bfloat16", native_rs=True,
                     cases=("causal_document", "random_bidir_c4", "document")),
                dict(s=40, chunk=5, comm_groups=1, dtype="float32", native_rs=False, env=True,
                     cases=("causal_document", "random_causal_c2", "random_bidir_c4"))]
-    path = str(tmp_path / "errors")
-    mp.spawn(_entry, args=(2, free_port(), configs, path), nprocs=2, join=True)
-    errors = [line for r in range(2) for line in open(f"{path}.{r}").read().splitlines() if line]
-    assert not errors, "\n".join(errors)
+    run_gloo(2, tmp_path, _worker, configs)
 
 
 def test_pending_parts_wait_once():

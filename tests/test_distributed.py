@@ -540,7 +540,9 @@ def _check_backward_overlap(events, groups, name, rank, errors):
         errors.append(f"{name} rank {rank}: backward order {bwd[:len(want)]}, expected {want}")
 
 
-def _torch_entry(rank, world, port, configs, path):
+def gloo_entry(rank, world, port, worker, configs, path):
+    """One spawned rank: a gloo group, ``worker(rank, world, errors, configs)``, then the errors
+    it collected (or its exception) into ``path.<rank>`` for the parent."""
     import torch
     import torch.distributed as dist
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -548,25 +550,38 @@ def _torch_entry(rank, world, port, configs, path):
     torch.set_num_threads(1)
     errors: list[str] = []
     try:
-        # configurations share one spawn (process start-up dominates on 2 cores); the one that
-        # logs events (native_rs=False) must come last
-        for config in configs:
-            start = len(errors)
-            _torch_worker(rank, world, errors, **config)
-            errors[start:] = [f"[{config}] {e}" for e in errors[start:]]
+        worker(rank, world, errors, configs)
+    except Exception as exc:  # noqa: BLE001 - reported by the parent
+        errors.append(f"rank {rank}: {type(exc).__name__}: {exc}")
     finally:
         dist.destroy_process_group()
         with open(f"{path}.{rank}", "w") as f:
             f.write("\n".join(errors))
 
 
-def run_torch(world, tmp_path, *configs):
+def run_gloo(world, tmp_path, worker, configs):
+    """``world`` spawned gloo ranks running ``worker`` (a module-level function) on ``configs``;
+    fails with every rank's errors."""
     pytest.importorskip("torch")
     import torch.multiprocessing as mp
     path = str(tmp_path / "errors")
-    mp.spawn(_torch_entry, args=(world, free_port(), list(configs), path), nprocs=world, join=True)
+    mp.spawn(gloo_entry, args=(world, free_port(), worker, list(configs), path), nprocs=world,
+             join=True)
     errors = [line for r in range(world) for line in open(f"{path}.{r}").read().splitlines() if line]
     assert not errors, "\n".join(errors)
+
+
+def _torch_configs(rank, world, errors, configs):
+    # configurations share one spawn (process start-up dominates on 2 cores); the one that logs
+    # events (native_rs=False) must come last
+    for config in configs:
+        start = len(errors)
+        _torch_worker(rank, world, errors, **config)
+        errors[start:] = [f"[{config}] {e}" for e in errors[start:]]
+
+
+def run_torch(world, tmp_path, *configs):
+    run_gloo(world, tmp_path, _torch_configs, configs)
 
 
 def test_torch_cp_two_ranks(tmp_path):
