@@ -5,7 +5,6 @@ reduce-scatter sums each element of two ranks either way) with half the collecti
 from __future__ import annotations
 
 import os
-import zlib
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from paddle_flashmask import mask_builders as mb
 from paddle_flashmask.distributed import engine
 
-from test_distributed import run_gloo, torch_cases
+from test_distributed import case_inputs, run_gloo, torch_cases
 
 
 def test_comm_fuse_kv_rule(monkeypatch):
@@ -81,14 +80,8 @@ def _count_collectives(torch_cp):
 
 def _run_case(torch, torch_cp, case, s, chunk, comm_groups, dtype, rank, fuse, use_env=False):
     """Output, LSE and local gradients of one CP fwd+bwd (``fuse`` as argument or env)."""
-    g = torch.Generator().manual_seed(zlib.crc32(case["name"].encode()))
-    b, h, hk, dv = case["batch"], case["heads"], case["kv_heads"], case["dv"]
-    dt = getattr(torch, dtype)
-    q = torch.randn(b, s, h, 16, generator=g).to(dt)
-    k = torch.randn(b, s, hk, 16, generator=g).to(dt)
-    v = torch.randn(b, s, hk, dv, generator=g).to(dt)
-    w = torch.randn(b, s, h, dv, generator=g).to(dt)
-    sink = torch.randn(h, generator=g).to(dt).requires_grad_() if case["sink"] else None
+    q, k, v, w, sink = case_inputs(torch, case, s, dtype)
+    sink = None if sink is None else sink.requires_grad_()
     plan, masks = torch_cp.prepare(case["idx"], case["causal"], seqlen=s, chunk_size=chunk,
                                    comm_groups=comm_groups, window_size=case.get("window"))
     local = [torch_cp.shard_sequence(x, plan, rank).requires_grad_() for x in (q, k, v)]

@@ -433,14 +433,8 @@ def _torch_worker(rank, world, errors, s=45, chunk=4, comm_groups=2, native_rs=T
     for case in (edge_cases(s) if case_names == ("edge",) else torch_cases(s)):
         if case_names and case_names != ("edge",) and case["name"] not in case_names:
             continue
-        g = torch.Generator().manual_seed(zlib.crc32(case["name"].encode()) + group_id)
-        b, h, hk, dv = case["batch"], case["heads"], case["kv_heads"], case["dv"]
-        dt = getattr(torch, dtype)
-        q = torch.randn(b, s, h, 16, generator=g).to(dt)
-        k = torch.randn(b, s, hk, 16, generator=g).to(dt)
-        v = torch.randn(b, s, hk, dv, generator=g).to(dt)
-        w = torch.randn(b, s, h, dv, generator=g).to(dt)
-        sink = torch.randn(h, generator=g).to(dt) if case["sink"] else None
+        q, k, v, w, sink = case_inputs(torch, case, s, dtype, seed_offset=group_id)
+        b, h, dv = case["batch"], case["heads"], case["dv"]
         # fp32: same math up to summation order; bf16: a few roundings of the partial results
         tol = 1e-5 if dtype == "float32" else 2e-2
         idx, causal = case["idx"], case["causal"]
@@ -538,6 +532,20 @@ def _check_backward_overlap(events, groups, name, rank, errors):
     want = ["bwd", "reduce_scatter", "reduce_scatter"] * groups + ["bwd"] + ["wait"] * (2 * groups)
     if bwd[:len(want)] != want:
         errors.append(f"{name} rank {rank}: backward order {bwd[:len(want)]}, expected {want}")
+
+
+def case_inputs(torch, case, s, dtype, seed_offset=0):
+    """Random q, k, v, an output weight w ([B, S, H, Dv]) and the sink (or None) of a CP test
+    case, seeded by its name (plus ``seed_offset``): the same on every rank."""
+    g = torch.Generator().manual_seed(zlib.crc32(case["name"].encode()) + seed_offset)
+    b, h, hk, dv = case["batch"], case["heads"], case["kv_heads"], case["dv"]
+    dt = getattr(torch, dtype)
+    q = torch.randn(b, s, h, 16, generator=g).to(dt)
+    k = torch.randn(b, s, hk, 16, generator=g).to(dt)
+    v = torch.randn(b, s, hk, dv, generator=g).to(dt)
+    w = torch.randn(b, s, h, dv, generator=g).to(dt)
+    sink = torch.randn(h, generator=g).to(dt) if case["sink"] else None
+    return q, k, v, w, sink
 
 
 def gloo_entry(rank, world, port, worker, configs, path):
