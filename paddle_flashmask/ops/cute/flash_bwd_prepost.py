@@ -230,8 +230,9 @@ class _Preprocess:
         chains = self.cfg.dq_chains
         if const_expr(self.cfg.first_store):
             # the accumulator block is left as it is: its first writer stores, not adds
+            mFlags = visits.mFlags  # a local: no subscript store through a namespace in an ``if``
             if tidx == 0:
-                visits.mFlags[b, h, blk] = Int32(0)
+                mFlags[b, h, blk] = Int32(0)
         else:
             # zero this CTA's dQ-accumulator block (padding rows included): 16-byte stores
             zeros = cute.full(_VEC_ACC, 0.0, Float32)

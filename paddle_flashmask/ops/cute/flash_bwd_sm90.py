@@ -418,8 +418,13 @@ class BwdConfig:
         operand_bytes = (self.qdo_stages * self.tile_m * (self.head_dim + self.head_dim_v) * el
                          + self.tile_n * (self.head_dim + self.head_dim_v) * el
                          + 2 * self.tile_n * self.tile_m * el)
-        dq_row = self.head_dim if self.dq_swizzle else self.head_dim + _DQ_PAD
-        return operand_bytes + self.tile_m * dq_row * 4 + 4096
+        return operand_bytes + self.tile_m * self.dq_row_elems * 4 + 4096
+
+    @property
+    def dq_row_elems(self) -> int:
+        """fp32 elements per staged dQ row (``dq_stage_layout``): padded against bank conflicts,
+        or (``dq_swizzle``) not, the chunk swizzle doing that job."""
+        return self.head_dim if self.dq_swizzle else self.head_dim + _DQ_PAD
 
     @property
     def dq_in_smem(self) -> bool:
@@ -542,7 +547,7 @@ class FlashMaskBwdSm90:
         # dQ via padded fp32 smem + bulk reduce-add when it fits next to the operand tiles,
         # else fp32 red.global.add from registers (D = 256 with two Q/dO stages)
         self.dq_bulk = cfg.dq_in_smem
-        self.sdq_elems = self.tile_m * self._dq_row_elems if self.dq_bulk else 4
+        self.sdq_elems = self.tile_m * cfg.dq_row_elems if self.dq_bulk else 4
         self.conv_rows = cfg.conv_rows if cfg.fused_dq else 0
         # late_loads applies to multi-column masks outside deterministic mode (there it spilled more)
         self.late_loads = (cfg.late_loads and cfg.num_columns is not None and cfg.num_columns >= 2
@@ -1375,8 +1380,8 @@ class FlashMaskBwdSm90:
     def _dq_writer(self, grid, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
                    seqlen_q, seqlen_k, diag, bmax, bmin, tidx, p1, p2, p3):
         """Producer-WG warp 1: for each visited query tile, take the dQ tile the consumers staged
-        in padded fp32 smem and add it to ``dq_accum`` with one ``cp.reduce.async.bulk .add.f32``
-        per row (2 rows per lane). Deterministic mode orders the adds with the semaphore here,
+        in fp32 smem and add it to ``dq_accum`` with ``cp.reduce.async.bulk .add.f32``
+        (``_bulk_rows``: one per row, or one per tile with ``dq_swizzle``). Deterministic mode orders the adds with the semaphore here,
         off the consumers' critical path. ``fused_dq``: ``p1..p3`` are the adds not yet counted
         down (newest first; returned advanced); each is counted down ``dq_count_lag`` tiles after
         its issue, so its completion wait overlaps that many consumer iterations."""
@@ -1450,7 +1455,7 @@ class FlashMaskBwdSm90:
                         p3 = p2
                     if const_expr(lag >= 2):
                         p2 = p1
-                    p1 = (b * grid.num_h + hc) * num_m + m_blk
+                    p1 = item
         if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
             if released >= 0:
                 self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
@@ -1462,12 +1467,6 @@ class FlashMaskBwdSm90:
                 p1 = Int32(-1)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # smem outlives the last reads
         return p1, p2, p3
-
-    @property
-    def _dq_row_elems(self) -> int:
-        """fp32 elements per staged dQ row: padded against bank conflicts, or (``dq_swizzle``)
-        not, the chunk swizzle doing that job."""
-        return self.d if self.cfg.dq_swizzle else self.d + _DQ_PAD
 
     def _sdq_tensor(self, ptr):
         """The staged dQ tile ``[tile_m, d]`` fp32 in smem (``dq_stage_layout``)."""
@@ -1491,7 +1490,7 @@ class FlashMaskBwdSm90:
         for r in cutlass.range_constexpr(self.tile_m // 32):
             row = lane + 32 * r
             dst = gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout)
-            src = sdQ.iterator + row * (self.d + _DQ_PAD)
+            src = sdQ.iterator + cute.crd2idx((row, 0), sdQ.layout)
             if const_expr(store):
                 prims.cp_async_bulk_global_shared_cta(dst, src, self.d * 4)
             else:

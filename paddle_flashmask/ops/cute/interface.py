@@ -315,11 +315,9 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
     from .flash_bwd_sm90 import (default_det_sync, default_dq_chains, default_dq_count_lag,
                                  default_dq_first_store, default_dq_swizzle, default_fused_dq,
-                                 default_gqa_in_cta,
-                                 default_key_major,
-                                 default_late_loads, default_lazy_release, default_persistent_ctas,
-                                 default_qdo_stages, default_row_ranges, default_rs_dkv,
-                                 default_vector_dkv)
+                                 default_gqa_in_cta, default_key_major, default_late_loads,
+                                 default_lazy_release, default_persistent_ctas, default_qdo_stages,
+                                 default_row_ranges, default_rs_dkv, default_vector_dkv)
 
     row_ranges = default_row_ranges(num_columns)
     persistent_ctas = default_persistent_ctas(bool(deterministic), num_sms)
@@ -339,7 +337,7 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
 def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
-                     late_loads, dq_first_store=False, dq_swizzle=False):
+                     late_loads, dq_first_store, dq_swizzle):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
