@@ -307,8 +307,7 @@ def comm_fuse_kv(requested: Optional[bool]) -> bool:
     launched before the phase. Costs one extra copy of the sent rows each way (the concatenation)
     and of the gathered K/V (the halves are made contiguous for the kernels); results are the
     same values (an all-gather copies; a reduce-scatter sums each element over the ranks)."""
-    requested = _bool_option(requested, COMM_FUSE_KV_ENV, "comm_fuse_kv")
-    return requested
+    return _bool_option(requested, COMM_FUSE_KV_ENV, "comm_fuse_kv")
 
 
 def comm_options(sms: Optional[int], retire: Optional[bool], fuse_kv: Optional[bool] = None) -> dict:
