@@ -192,8 +192,9 @@ bench_ab_same_gpu() {
 
 # the logs and A/B plots as one file (at most 8 files come back per call), then the listing:
 # $1 = call number
-pack_logs() {
-  printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz \$(ls *.log *.png 2>/dev/null) && rm -f *.log *.png && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
+pack_logs() {  # pack_logs N [GLOB]: logs, plots (and GLOB's files) into one tarball: <= 8 files return
+  local extra=${2:+ $2}
+  printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz \$(ls *.log *.png$extra 2>/dev/null) && rm -f *.log *.png$extra && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
 }
 
 # the skipping test as a shell function `skip TAG` (JSON + log under $OUT), for A/B calls

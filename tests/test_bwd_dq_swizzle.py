@@ -57,7 +57,15 @@ def test_config_rule(monkeypatch):
 
     for name in (bwd.DQ_SWIZZLE_ENV, bwd.FUSED_DQ_ENV, bwd.D256_STAGES_ENV):
         monkeypatch.delenv(name, raising=False)
-    assert not interface.backward_config("bfloat16", 128, True, 1).dq_swizzle  # off by default
+    # by default on for D = 64 only (the H200 A/B: faster there, slower at D = 128)
+    assert interface.backward_config("bfloat16", 64, True, 1).dq_swizzle
+    assert not interface.backward_config("bfloat16", 128, True, 1).dq_swizzle
+    assert not interface.backward_config("bfloat16", 256, True, 1).dq_swizzle
+    monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "0")
+    assert not interface.backward_config("bfloat16", 64, True, 1).dq_swizzle
+    monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "yes")
+    with pytest.raises(ValueError, match=bwd.DQ_SWIZZLE_ENV):
+        interface.backward_config("bfloat16", 64, True, 1)
     monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "1")
     for d in (64, 128, 256):
         cfg = interface.backward_config("bfloat16", d, True, 1)

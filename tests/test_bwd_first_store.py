@@ -1,7 +1,7 @@
 """The dQ accumulator without zeroing (BwdConfig.dq_first_store), on the CPU: the config rule, the
 workspace, and the host API up to the launches (real sm_90a compile of the preprocess, main
 kernel and postprocess, whose argument packing checks the flags). The numbers are checked on the
-H200 (tests/gpu/bwd_check.py with PADDLE_FLASHMASK_BWD_FIRST_STORE=1)."""
+H200 (tests/gpu/bwd_check.py; on by default since session 8)."""
 from __future__ import annotations
 
 import pytest
@@ -14,7 +14,9 @@ def test_config_rule_and_workspace(monkeypatch):
 
     for name in (bwd.FIRST_STORE_ENV, bwd.FUSED_DQ_ENV, bwd.D256_STAGES_ENV, bwd.PERSISTENT_ENV):
         monkeypatch.delenv(name, raising=False)
-    assert not interface.backward_config("bfloat16", 128, True, 1).dq_first_store  # off by default
+    assert interface.backward_config("bfloat16", 128, True, 1).dq_first_store  # on by default
+    monkeypatch.setenv(bwd.FIRST_STORE_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1).dq_first_store
     monkeypatch.setenv(bwd.FIRST_STORE_ENV, "1")
     on = interface.backward_config("bfloat16", 128, True, 1)
     assert on.dq_first_store and on.prepost.first_store and on.prepost.has_post

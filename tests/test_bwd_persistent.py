@@ -35,6 +35,8 @@ def test_host_api_resets_the_counter_and_packs_its_argument(monkeypatch, hk):
 
     monkeypatch.setenv(bwd.PERSISTENT_ENV, "1")
     monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "1")
+    # the counter alone (the first-store flags add two arguments: tests/test_bwd_first_store.py)
+    monkeypatch.setenv(bwd.FIRST_STORE_ENV, "0")
     api = HostApiHarness(monkeypatch, num_sms=132)
     t = api.tensor
     b, s, h, d = 1, 300, 4, 128

@@ -104,9 +104,12 @@ def variants(full: bool = False) -> list[Variant]:
     def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False, row_ranges=False,
             gqa_in_cta=False, persistent=False, two_stages=False, key_major=False,
             det_chains=1, fused_dq=False, late_loads=False, det_sync=None,
-            first_store=False, swizzle=False):
+            first_store: Optional[bool] = None, swizzle: Optional[bool] = None):
+        # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
+        if two_stages or fused_dq:  # both need the zeroed, row-major dQ accumulator
+            cfg = dataclasses.replace(cfg, dq_first_store=False, dq_swizzle=False)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
             cfg = dataclasses.replace(cfg, gqa_in_cta=True)
         if persistent:  # a persistent grid claiming tiles (BwdConfig.persistent_ctas)
@@ -121,10 +124,10 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, det_sync=det_sync)
         if late_loads:  # multi-column masks: delta / column values loaded late (BwdConfig.late_loads)
             cfg = dataclasses.replace(cfg, late_loads=True)
-        if first_store:  # dQ accumulator not zeroed: first writer stores (BwdConfig.dq_first_store)
-            cfg = dataclasses.replace(cfg, dq_first_store=True)
-        if swizzle:  # one bulk op per staged dQ tile (BwdConfig.dq_swizzle)
-            cfg = dataclasses.replace(cfg, dq_swizzle=True)
+        if first_store is not None:  # dQ accumulator not zeroed (BwdConfig.dq_first_store)
+            cfg = dataclasses.replace(cfg, dq_first_store=first_store)
+        if swizzle is not None:  # one bulk op per staged dQ tile (BwdConfig.dq_swizzle)
+            cfg = dataclasses.replace(cfg, dq_swizzle=swizzle)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
@@ -138,8 +141,8 @@ def variants(full: bool = False) -> list[Variant]:
                          " fused-dq" if fused_dq else "",
                          " late-loads" if late_loads else "",
                          f" det-sync-{det_sync}" if det_sync else "",
-                         " first-store" if first_store else "",
-                         " dq-swizzle" if swizzle else ""])
+                         {None: "", True: " first-store", False: " no-first-store"}[first_store],
+                         {None: "", True: " dq-swizzle", False: " no-dq-swizzle"}[swizzle]])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -206,6 +209,8 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, True, 1, det=True, swizzle=True)
     bwd("float16", 64, False, 2, gqa=True, sink=True, swizzle=True)
     bwd("bfloat16", 256, True, 1, gqa=True, gqa_in_cta=True, swizzle=True)
+    bwd("bfloat16", 128, True, 1, first_store=False)  # the env-off forms of the two defaults
+    bwd("float16", 64, False, 2, gqa=True, sink=True, first_store=False, swizzle=False)
     return out
 
 

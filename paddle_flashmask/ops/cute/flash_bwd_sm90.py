@@ -154,12 +154,16 @@ def default_fused_dq() -> bool:
 DQ_SWIZZLE_ENV = "PADDLE_FLASHMASK_BWD_DQ_SWIZZLE"
 
 
-def default_dq_swizzle() -> bool:
+def default_dq_swizzle(head_dim: int) -> bool:
     """``BwdConfig.dq_swizzle`` wanted where it applies (dQ staged in smem, D in {64, 128, 256},
-    no fused_dq): off until its H200 check; env ``PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1``."""
-    from .launch_args import env_flag
+    no fused_dq): on for D = 64 only. H200, session 8 (same-GPU A/B, with dq_first_store):
+    D = 64 8K backward +3-9 % (full 364 -> 396 TFLOP/s); D = 128 1-4 % slower (its main kernel
+    +3 % on 16 documents at 8K). D = 256 was not measured. Env
+    ``PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1``/``0`` forces it on/off for every D."""
+    from .launch_args import env_choice
 
-    return env_flag(DQ_SWIZZLE_ENV)
+    forced = env_choice(DQ_SWIZZLE_ENV, ("0", "1"))
+    return forced == "1" if forced else head_dim == 64
 
 
 FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_FIRST_STORE"
@@ -167,10 +171,12 @@ FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_FIRST_STORE"
 
 def default_dq_first_store() -> bool:
     """``BwdConfig.dq_first_store`` wanted where it applies (not deterministic, dQ staged in
-    smem, no fused_dq): off until its H200 check; env ``PADDLE_FLASHMASK_BWD_FIRST_STORE=1``."""
+    smem, no fused_dq): on since the H200 check of session 8 (oracle 27/27; the 16-document 8K
+    preprocess 141 -> 72 us, backward B=2 S=8K causal documents 0.847 -> 0.805 ms, GQA 0.847 ->
+    0.795 ms, full unchanged); env ``PADDLE_FLASHMASK_BWD_FIRST_STORE=0`` turns it off."""
     from .launch_args import env_flag
 
-    return env_flag(FIRST_STORE_ENV)
+    return env_flag(FIRST_STORE_ENV, default="1")
 
 
 VECTOR_DKV_ENV = "PADDLE_FLASHMASK_BWD_VECTOR_DKV"
@@ -344,7 +350,7 @@ class BwdConfig:
     # writer that claims a tile's flag first (atomic OR) stores its rows with a bulk copy and
     # marks the flag once the copy completed, the others add after that mark; the postprocess
     # writes dq zeros where no key tile wrote. Not deterministic, dQ staged in smem, no fused_dq.
-    # The host's choice: default_dq_first_store (off until the H200 check).
+    # The host's choice: default_dq_first_store (on).
     dq_first_store: bool = False
     # dQ staged unpadded, its 16-byte chunks XOR-swizzled by row (chunk ^= row % 8: the
     # consumers' 8-byte stores stay conflict-free without the row padding), so a query tile is
@@ -352,7 +358,7 @@ class BwdConfig:
     # per-row bulk op, whose lane-dependent addresses the compiler serialises over the 32 lanes
     # (~512 writer instructions per tile, scripts/sass_loop_mix.py). dq_accum holds the same
     # swizzle; the postprocess undoes it. D in {64, 128, 256}, no fused_dq. The host's choice:
-    # default_dq_swizzle (off until the H200 check).
+    # default_dq_swizzle (on for D = 64).
     dq_swizzle: bool = False
 
     def __post_init__(self):

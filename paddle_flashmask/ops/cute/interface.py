@@ -330,7 +330,8 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                             default_lazy_release(bool(deterministic)),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
                             default_vector_dkv(), default_det_sync(bool(deterministic)),
-                            default_late_loads(), default_dq_first_store(), default_dq_swizzle())
+                            default_late_loads(), default_dq_first_store(),
+                            default_dq_swizzle(head_dim))
 
 
 @functools.lru_cache(maxsize=256)
