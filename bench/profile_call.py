@@ -5,7 +5,8 @@ For each mask of the zoo (B=4, S=8K, H=16, D=128 by default) it prints, forward 
   * ``direct``: the same through ``ops.cute.interface`` with preallocated outputs (no frontend);
   * ``kernels``: the summed device time of the CUDA kernels of one call (``torch.profiler``);
   * ``host_us``: host time per call with the queue kept full (no synchronisation);
-and, with ``--cprofile``, the top host functions of 50 frontend forward calls.
+and, with ``--cprofile``, the top host functions (own and total time) of the direct forward,
+the direct backward and the frontend forward+backward.
 
     python3 bench/profile_call.py [--masks causal_document,sliding_window] [--cprofile]
 """
@@ -146,16 +147,20 @@ def main() -> None:
         }
         report[name] = rec
         print(name, json.dumps(rec), flush=True)
-        if args.cprofile:
-            prof = cProfile.Profile()
-            prof.enable()
-            for _ in range(50):
-                front_fb()
-            prof.disable()
-            torch.cuda.synchronize()
-            s = io.StringIO()
-            pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(45)
-            print(s.getvalue()[-9000:], flush=True)
+        if args.cprofile:  # the host functions of each entry point: own time first, then total
+            for label, fn, calls in (("direct_fwd", direct, 200), ("direct_bwd", direct_bwd, 100),
+                                     ("frontend_fwdbwd", front_fb, 50)):
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(calls):
+                    fn()
+                prof.disable()
+                torch.cuda.synchronize()
+                for order in ("tottime", "cumulative"):
+                    s = io.StringIO()
+                    pstats.Stats(prof, stream=s).sort_stats(order).print_stats(28)
+                    print(f"--- cProfile {name} {label} x{calls} by {order}", flush=True)
+                    print(s.getvalue()[-7000:], flush=True)
     with open(os.path.join(args.out, "profile_call.json"), "w") as f:
         json.dump(report, f, indent=1)
 
