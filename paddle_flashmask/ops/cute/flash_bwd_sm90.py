@@ -263,6 +263,11 @@ def default_row_ranges(num_columns: Optional[int]) -> bool:
     return num_columns is not None and env_flag(ROW_RANGES_ENV, default="1")
 
 
+# every environment switch the default_* functions above read: the host keys its cached choice of
+# variant on their values (interface.backward_config), so a switch flipped between calls counts
+ENV_SWITCHES = tuple(value for name, value in list(globals().items()) if name.endswith("_ENV"))
+
+
 @dataclass(frozen=True)
 class BwdConfig:
     """Compile-time parameters of the backward main kernel (frozen, hashable: a cache key).

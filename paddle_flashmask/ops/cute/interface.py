@@ -30,6 +30,7 @@ from paddle_flashmask import semantics
 from . import cache
 from ..arguments import TensorMemo
 from .dlpack import DeviceBuffer, TensorInfo, check, inspect, runtime_tensor
+from .launch_args import ReusableLaunch
 from .summary_kernel import SummaryConfig, compile_summary
 
 # head_dim -> the value head dim it is supported with (DESIGN §4: 64/96/128/192-128/256)
@@ -313,6 +314,17 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                     num_sms: int = 132):
     """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
+    from .flash_bwd_sm90 import ENV_SWITCHES
+
+    # every env switch the defaults read is part of the key: they may flip between calls
+    switches = tuple(os.environ.get(name) for name in ENV_SWITCHES)
+    return _backward_variant(dtype, head_dim, bool(causal), num_columns, bool(gqa),
+                             bool(has_sink), bool(deterministic), int(num_sms), switches)
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic, num_sms,
+                      _env_switches):
     from .flash_bwd_sm90 import (default_det_sync, default_dq_chains, default_dq_count_lag,
                                  default_dq_first_store, default_dq_swizzle, default_fused_dq,
                                  default_gqa_in_cta, default_key_major, default_late_loads,
@@ -320,16 +332,16 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                                  default_row_ranges, default_rs_dkv, default_vector_dkv)
 
     row_ranges = default_row_ranges(num_columns)
-    persistent_ctas = default_persistent_ctas(bool(deterministic), num_sms)
-    return _backward_config(dtype, head_dim, bool(causal), num_columns, bool(gqa), bool(has_sink),
-                            bool(deterministic), row_ranges, default_rs_dkv(head_dim),
-                            default_gqa_in_cta(bool(gqa)), persistent_ctas,
+    persistent_ctas = default_persistent_ctas(deterministic, num_sms)
+    return _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink,
+                            deterministic, row_ranges, default_rs_dkv(head_dim),
+                            default_gqa_in_cta(gqa), persistent_ctas,
                             default_qdo_stages(head_dim),
                             persistent_ctas > 0 and default_key_major(),
-                            default_dq_chains(bool(deterministic)),
-                            default_lazy_release(bool(deterministic)),
+                            default_dq_chains(deterministic),
+                            default_lazy_release(deterministic),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
-                            default_vector_dkv(), default_det_sync(bool(deterministic)),
+                            default_vector_dkv(), default_det_sync(deterministic),
                             default_late_loads(), default_dq_first_store(),
                             default_dq_swizzle(head_dim))
 
@@ -385,10 +397,19 @@ KERNEL_BUILDERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def compiled_kernel(name: str, config: Any) -> Any:
+# one launcher per compiled kernel, so its remembered argument sets live as long as the kernel
+_launchers: dict[tuple[str, Any], ReusableLaunch] = {}
+
+
+def compiled_kernel(name: str, config: Any) -> ReusableLaunch:
     """The jitted kernel ``name`` (a key of :data:`KERNEL_BUILDERS`) for ``config``, through the
-    JIT cache (memory, then disk, then a compile)."""
-    return cache.get_or_compile(name, config, KERNEL_BUILDERS[name])
+    JIT cache (memory, then disk, then a compile), as a :class:`ReusableLaunch` (a repeated call
+    reuses its packed arguments)."""
+    compiled = cache.get_or_compile(name, config, KERNEL_BUILDERS[name])
+    launcher = _launchers.get((name, config))
+    if launcher is None or launcher.compiled is not compiled:
+        launcher = _launchers[(name, config)] = ReusableLaunch(compiled)
+    return launcher
 
 
 def compiled_forward(config):
