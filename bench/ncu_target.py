@@ -29,8 +29,9 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--deterministic", action="store_true", help="the deterministic backward")
     p.add_argument("--system", default="paddle_flashmask", choices=["paddle_flashmask", "fa4"],
-                   help="fa4: FlashAttention-4's native kernels (full / causal masks), to compare "
-                        "stall reasons with ours (ncu -k regex:Backward for its backward)")
+                   help="fa4: FlashAttention-4's kernels (native full / causal, varlen for the "
+                        "document masks), to compare stall reasons with ours (ncu -k "
+                        "regex:Backward for its backward)")
     args = p.parse_args()
     if args.system == "fa4":
         run_fa4(args)
@@ -56,18 +57,34 @@ def main() -> None:
 
 
 def run_fa4(args) -> None:
-    """FA4's forward and backward twice on the same shape (native causal or full only)."""
-    from flash_attn.cute import flash_attn_func
+    """FA4's forward and backward twice on the same shape: native full / causal, or varlen (as
+    the benchmark runs it) for the zoo's document masks (``ncu -k regex:Forward`` / ``Backward``)."""
+    from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
 
-    if args.mask not in ("full", "causal"):
-        raise SystemExit(f"--mask: expected full or causal with --system fa4, found {args.mask!r}")
     B, S, H, D = args.batch, args.seqlen, args.heads, 128
+    mask = make_zoo(B, S)[args.mask]
+    if args.mask not in ("full", "causal") and mask.doc_lens is None:
+        raise SystemExit(f"--mask: expected full, causal or a document mask with --system fa4, "
+                         f"found {args.mask!r}")
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
     do = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16)
+    deterministic = {"deterministic": True} if args.deterministic else {}
+    if mask.doc_lens is not None:  # every row's documents as one packed varlen batch
+        lens = [n for row in mask.doc_lens for n in row]
+        cu = torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
+        flat = [t.reshape(B * S, H, D) for t in (q, k, v)]
+
+        def attention():
+            return flash_attn_varlen_func(*flat, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                          max_seqlen_q=max(lens), max_seqlen_k=max(lens),
+                                          causal=mask.causal, **deterministic)
+        do = do.reshape(B * S, H, D)
+    else:
+        def attention():
+            return flash_attn_func(q, k, v, causal=args.mask == "causal", **deterministic)
     for _ in range(2):
-        out = flash_attn_func(q, k, v, causal=args.mask == "causal",
-                              deterministic=args.deterministic)
+        out = attention()
         out = out[0] if isinstance(out, tuple) else out
         torch.autograd.backward(out, do)
     torch.cuda.synchronize()
