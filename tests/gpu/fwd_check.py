@@ -301,7 +301,8 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
     if cfg.tile_ranges:
         order_info.update(check_tile_ranges(ranges, idx, causal, cfg, sq))
     if work_order:
-        order_info = check_work_order(workspace, order, idx, causal, cfg, b, sq, sk, h, hm)
+        # update, not replace: the tile-range check above wrote its verdict here too
+        order_info.update(check_work_order(workspace, order, idx, causal, cfg, b, sq, sk, h, hm))
         # Each work tile runs the same code whatever its place in the order, so the default
         # scheduler should give the same bits (reported, not a pass criterion).
         import dataclasses
