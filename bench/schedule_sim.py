@@ -1,0 +1,86 @@
+"""How close a persistent grid's claim order comes to the best makespan (a model, not a benchmark).
+
+Each forward work item is one query tile of one (batch, head); its cost is modelled as the key
+tiles it visits (``semantics.classify_tiles``: partial tiles weigh ``1 + partial_extra``) plus a
+fixed per-item cost ``item_cost`` (Q load, epilogue). ``grid`` workers take the next item of a
+list as soon as they are free (the forward's dynamic schedule). Printed per mask of the benchmark
+zoo: makespan / max(total / grid, heaviest item) for
+
+* ``current``: the kernel's list, (batch, head) groups in order, last query tile first inside one;
+* ``classes``: work classes ``floor(log2(key tiles))``, heaviest class first, the current order
+  inside a class (heads stay together, so K/V stay in L2 as in ``current``);
+* ``global-LPT``: every item heaviest first (heads interleaved; the work-ordered scheduler's goal).
+
+    python3 bench/schedule_sim.py [--batch 4 --seqlen 8192 --heads 16 --grid 132]
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from mask_zoo import make_zoo  # noqa: E402
+from paddle_flashmask import semantics  # noqa: E402
+
+
+def makespan(costs: list[float], grid: int) -> float:
+    """Finish time of ``grid`` workers each taking the next cost of the list when free."""
+    free_at = [0.0] * grid
+    for cost in costs:
+        heapq.heappush(free_at, heapq.heappop(free_at) + cost)
+    return max(free_at)
+
+
+def visited_tiles(indices, causal: bool, seqlen: int, tile_m: int, tile_n: int,
+                  batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(visited, partial) key tiles per [batch, query tile] (mask head 0)."""
+    if indices is None:  # plain causal / full: no summary, the diagonal tile is the partial one
+        m = np.arange(-(-seqlen // tile_m))
+        visited = np.minimum((m + 1) * tile_m // tile_n + 1, -(-seqlen // tile_n)) if causal \
+            else np.full_like(m, -(-seqlen // tile_n))
+        return np.tile(visited, (batch, 1)), np.full((batch, m.size), int(causal))
+    classes = semantics.classify_tiles(semantics.tile_summary(indices, tile_n), causal, seqlen,
+                                       tile_m)[:, 0]
+    return (classes != semantics.SKIP).sum(-1), (classes == semantics.PARTIAL).sum(-1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seqlen", type=int, default=8192)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--grid", type=int, default=132)
+    p.add_argument("--tile", type=int, default=128)
+    p.add_argument("--item-cost", type=float, default=2.0, help="per-item cost in key tiles")
+    p.add_argument("--partial-extra", type=float, default=0.3)
+    args = p.parse_args()
+    b, s, h, grid, tile = args.batch, args.seqlen, args.heads, args.grid, args.tile
+    zoo = make_zoo(b, s, device="cpu")
+    print(f"B={b} S={s} H={h} grid={grid} tile {tile}x{tile}; makespan / lower bound")
+    for name, mask in zoo.items():
+        visited, partial = visited_tiles(mask.indices, mask.causal, s, tile, tile, b)
+        cost = np.where(visited > 0, visited + args.partial_extra * partial + args.item_cost, 0.0)
+        nm = cost.shape[1]
+        items = [(bi, hi, nm - 1 - r) for bi in range(b) for hi in range(h) for r in range(nm)]
+        work_class = {it: int(np.log2(max(visited[it[0], it[2]], 1))) for it in items}
+        orders = {
+            "current": items,
+            "classes": sorted(items, key=lambda it: -work_class[it]),  # stable: current inside
+            "global-LPT": sorted(items, key=lambda it: -cost[it[0], it[2]]),
+        }
+        costs = [cost[it[0], it[2]] for it in items]
+        bound = max(sum(costs) / grid, max(costs))
+        print(f"{name:22}" + "  ".join(
+            f"{label} {makespan([cost[it[0], it[2]] for it in order], grid) / bound:.3f}"
+            for label, order in orders.items()))
+
+
+if __name__ == "__main__":
+    main()
