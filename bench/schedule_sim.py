@@ -6,12 +6,16 @@ fixed per-item cost ``item_cost`` (Q load, epilogue). ``grid`` workers take the 
 list as soon as they are free (the forward's dynamic schedule). Printed per mask of the benchmark
 zoo: makespan / max(total / grid, heaviest item) for
 
-* ``current``: the kernel's list, (batch, head) groups in order, last query tile first inside one;
+* ``current``: the kernel's list, (batch, head) groups in order, last query tile first inside one
+  (``--backward``: key tiles, first one first);
 * ``classes``: work classes ``floor(log2(key tiles))``, heaviest class first, the current order
   inside a class (heads stay together, so K/V stay in L2 as in ``current``);
-* ``global-LPT``: every item heaviest first (heads interleaved; the work-ordered scheduler's goal).
+* ``global-LPT``: every item heaviest first (heads interleaved; the work-ordered scheduler's goal);
+* ``key-major`` (``--backward``): ``BwdConfig.key_major``, key tile n of every head, then n + 1;
+* ``3-pass``: ``BwdConfig.claim_passes = 3``, the list claimed three times, pass p taking work
+  class p of ``tile_scheduler.claim_pass`` (>= 1/4 of the tiles, >= 1/16, the rest).
 
-    python3 bench/schedule_sim.py [--batch 4 --seqlen 8192 --heads 16 --grid 132]
+    python3 bench/schedule_sim.py [--batch 4 --seqlen 8192 --heads 16 --grid 132] [--backward]
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from mask_zoo import make_zoo  # noqa: E402
 from paddle_flashmask import semantics  # noqa: E402
+from paddle_flashmask.ops.cute.tile_scheduler import claim_pass  # noqa: E402
 
 
 def makespan(costs: list[float], grid: int) -> float:
@@ -38,17 +43,28 @@ def makespan(costs: list[float], grid: int) -> float:
     return max(free_at)
 
 
-def visited_tiles(indices, causal: bool, seqlen: int, tile_m: int, tile_n: int,
-                  batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """(visited, partial) key tiles per [batch, query tile] (mask head 0)."""
-    if indices is None:  # plain causal / full: no summary, the diagonal tile is the partial one
-        m = np.arange(-(-seqlen // tile_m))
-        visited = np.minimum((m + 1) * tile_m // tile_n + 1, -(-seqlen // tile_n)) if causal \
-            else np.full_like(m, -(-seqlen // tile_n))
-        return np.tile(visited, (batch, 1)), np.full((batch, m.size), int(causal))
-    classes = semantics.classify_tiles(semantics.tile_summary(indices, tile_n), causal, seqlen,
-                                       tile_m)[:, 0]
-    return (classes != semantics.SKIP).sum(-1), (classes == semantics.PARTIAL).sum(-1)
+def visited_tiles(indices, causal: bool, seqlen: int, tile_m: int, tile_n: int, batch: int,
+                  backward: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(visited, partial) tiles per [batch, work item] (mask head 0): key tiles per query tile
+    (forward items), or with ``backward`` query tiles per key tile (backward items)."""
+    if indices is None:  # plain causal / full: every pair visible, or only rows >= columns
+        rows = np.arange(seqlen)
+        tiles = np.zeros((batch, 1, -(-seqlen // tile_m), -(-seqlen // tile_n)), np.int8)
+        rb = (np.arange(tiles.shape[2]) * tile_m)[:, None]
+        cb = (np.arange(tiles.shape[3]) * tile_n)[None, :]
+        if causal:
+            re = np.minimum(rb + tile_m, seqlen) - 1
+            tiles[:] = np.where(re < cb, semantics.SKIP,
+                                np.where(rb >= cb + tile_n - 1, semantics.FULL, semantics.PARTIAL))
+        else:
+            tiles[:] = semantics.FULL
+        del rows
+    else:
+        tiles = semantics.classify_tiles(semantics.tile_summary(indices, tile_n), causal, seqlen,
+                                         tile_m)
+    axis = -2 if backward else -1
+    return ((tiles[:, 0] != semantics.SKIP).sum(axis),
+            (tiles[:, 0] == semantics.PARTIAL).sum(axis))
 
 
 def main() -> None:
@@ -60,21 +76,34 @@ def main() -> None:
     p.add_argument("--tile", type=int, default=128)
     p.add_argument("--item-cost", type=float, default=2.0, help="per-item cost in key tiles")
     p.add_argument("--partial-extra", type=float, default=0.3)
+    p.add_argument("--backward", action="store_true",
+                   help="backward items: key tiles (tile_n) visiting 64-row query tiles; the "
+                        "current list is a head's key tiles in ascending order")
     args = p.parse_args()
     b, s, h, grid, tile = args.batch, args.seqlen, args.heads, args.grid, args.tile
+    tile_m, tile_n = (64, tile) if args.backward else (tile, tile)
     zoo = make_zoo(b, s, device="cpu")
-    print(f"B={b} S={s} H={h} grid={grid} tile {tile}x{tile}; makespan / lower bound")
+    print(f"{'backward' if args.backward else 'forward'} B={b} S={s} H={h} grid={grid} tile "
+          f"{tile_m}x{tile_n}; makespan / lower bound")
     for name, mask in zoo.items():
-        visited, partial = visited_tiles(mask.indices, mask.causal, s, tile, tile, b)
+        visited, partial = visited_tiles(mask.indices, mask.causal, s, tile_m, tile_n, b,
+                                         args.backward)
         cost = np.where(visited > 0, visited + args.partial_extra * partial + args.item_cost, 0.0)
         nm = cost.shape[1]
-        items = [(bi, hi, nm - 1 - r) for bi in range(b) for hi in range(h) for r in range(nm)]
+        items = [(bi, hi, r if args.backward else nm - 1 - r)
+                 for bi in range(b) for hi in range(h) for r in range(nm)]
         work_class = {it: int(np.log2(max(visited[it[0], it[2]], 1))) for it in items}
         orders = {
             "current": items,
             "classes": sorted(items, key=lambda it: -work_class[it]),  # stable: current inside
             "global-LPT": sorted(items, key=lambda it: -cost[it[0], it[2]]),
         }
+        if args.backward:  # BwdConfig.key_major: key tile n of every head of a batch, then n + 1
+            orders["key-major"] = sorted(items, key=lambda it: (it[0], it[2], it[1]))
+        # BwdConfig.claim_passes = 3: the kernel's own rule (tile_scheduler.claim_pass)
+        visitable = -(-s // (tile_m if args.backward else tile_n))  # the other side's tiles
+        orders["3-pass"] = sorted(items, key=lambda it: claim_pass(int(visited[it[0], it[2]]),
+                                                                   visitable, 3))
         costs = [cost[it[0], it[2]] for it in items]
         bound = max(sum(costs) / grid, max(costs))
         print(f"{name:22}" + "  ".join(

@@ -104,7 +104,8 @@ def variants(full: bool = False) -> list[Variant]:
     def bwd(dtype, d, causal, c, gqa=False, sink=False, det=False, row_ranges=False,
             gqa_in_cta=False, persistent=False, two_stages=False, key_major=False,
             det_chains=1, fused_dq=False, late_loads=False, det_sync=None,
-            first_store: Optional[bool] = None, swizzle: Optional[bool] = None):
+            first_store: Optional[bool] = None, swizzle: Optional[bool] = None,
+            claim_passes: int = 1):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -128,6 +129,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, dq_first_store=first_store)
         if swizzle is not None:  # one bulk op per staged dQ tile (BwdConfig.dq_swizzle)
             cfg = dataclasses.replace(cfg, dq_swizzle=swizzle)
+        if claim_passes > 1:  # the persistent grid claims by work class (BwdConfig.claim_passes)
+            cfg = dataclasses.replace(cfg, claim_passes=claim_passes)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
@@ -142,7 +145,8 @@ def variants(full: bool = False) -> list[Variant]:
                          " late-loads" if late_loads else "",
                          f" det-sync-{det_sync}" if det_sync else "",
                          {None: "", True: " first-store", False: " no-first-store"}[first_store],
-                         {None: "", True: " dq-swizzle", False: " no-dq-swizzle"}[swizzle]])
+                         {None: "", True: " dq-swizzle", False: " no-dq-swizzle"}[swizzle],
+                         f" claim-passes-{claim_passes}" if claim_passes > 1 else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -209,6 +213,8 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, True, 1, det=True, swizzle=True)
     bwd("float16", 64, False, 2, gqa=True, sink=True, swizzle=True)
     bwd("bfloat16", 256, True, 1, gqa=True, gqa_in_cta=True, swizzle=True)
+    bwd("bfloat16", 128, False, 4, claim_passes=3)
+    bwd("bfloat16", 128, True, None, claim_passes=3)
     bwd("bfloat16", 128, True, 1, first_store=False)  # the env-off forms of the two defaults
     bwd("float16", 64, False, 2, gqa=True, sink=True, first_store=False, swizzle=False)
     return out

@@ -236,6 +236,18 @@ def default_key_major() -> bool:
     return env_flag(KEY_MAJOR_ENV)
 
 
+CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_PASSES"
+
+
+def default_claim_passes() -> int:
+    """``BwdConfig.claim_passes`` wanted for a persistent grid: 1 (the list in order) until the
+    H200 A/B; env ``PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3`` claims by work class (the schedule model,
+    ``bench/schedule_sim.py --backward``: tail 1.8-20 % -> 0.5-1.5 % on the zoo's masks)."""
+    from .launch_args import env_choice
+
+    return int(env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4")) or 1)
+
+
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
     """``BwdConfig.persistent_ctas``: one CTA per SM (not with deterministic), else 0 (one CTA per
     key tile). On since the H200 check (bwd_check 27/27; causal documents 0.96 -> 0.89 ms, causal
@@ -309,6 +321,12 @@ class BwdConfig:
     # *all* heads, not on the sawtooth of one head (a CPU simulation of 16 documents at 32K: 3 % of
     # tail idle -> 1 %).
     key_major: bool = False
+    # Persistent grid: claims run ``claim_passes`` times over the tile list; pass p takes only the
+    # key tiles of work class p (tile_scheduler.claim_pass: visiting >= 1/4 of the query tiles,
+    # >= 1/16, ..., the rest), so heavy key tiles start first wherever they are in the list (the
+    # global tokens' tile of every head, the first tiles of long documents) and the grid ends on
+    # light ones. 1 = the list once, in order. The host's choice: default_claim_passes.
+    claim_passes: int = 1
     # Deterministic mode's dQ chains: 1 = every key tile visiting a query tile adds into one fp32
     # accumulator in decreasing key-tile order (each add waits for the previous one); 2 = even and
     # odd key tiles keep separate chains and accumulators, summed in a fixed order by the
@@ -388,6 +406,11 @@ class BwdConfig:
                              f"{self.persistent_ctas} (deterministic={self.deterministic})")
         if self.key_major and not self.persistent_ctas:
             raise ValueError("key_major: expected only with a persistent grid (persistent_ctas > 0)")
+        if self.claim_passes not in (1, 2, 3, 4) or (self.claim_passes > 1
+                                                     and not self.persistent_ctas):
+            raise ValueError(f"claim_passes: expected 1, or 2..4 with a persistent grid "
+                             f"(persistent_ctas > 0), found {self.claim_passes} "
+                             f"(persistent_ctas={self.persistent_ctas})")
         if self.lazy_release and not (self.deterministic and self.dq_in_smem):
             raise ValueError("lazy_release: expected only with deterministic=True and dQ staged in "
                              "smem")
@@ -768,47 +791,85 @@ class FlashMaskBwdSm90:
                        tma_v, tma_do, pipe_q, pipe_do, pipe_kv):
         """Producer warp of a persistent CTA: claim a tile, publish it with its K/V stage (the
         slot is written before the arrive that completes the stage with K/V's bytes), then its
-        Q/dO; a claim past the end is published as the exit signal."""
+        Q/dO; a claim past the end is published as the exit signal. With ``claim_passes`` > 1 the
+        claims run that many times over the list and pass p publishes only work class p."""
         lane = cute.arch.lane_idx()
         seqlen_k = mK.shape[0]
         total = self._num_tiles(grid, seqlen_k, mQ.shape[3])
+        passes = self.cfg.claim_passes
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-        # loop-carried objects must not be namespaces (the DSL carries what a loop writes to)
-        s_slot = grid.s_slot
         t = sched.claim_work(grid.mCounter, lane)
-        while t < total:
-            n_blk, y, b = self._tile_of(t, grid, seqlen_k)
+        while t < total * passes:
+            item = t
+            if const_expr(passes > 1):
+                item = t - (t // total) * total
+            n_blk, y, b = self._tile_of(item, grid, seqlen_k)
             h, hk, hm, group = self._tile_heads(y, grid.num_h, mK, grid.mIdx)
             n0 = n_blk * self.tile_n
-            pipe_kv.sync_object_empty.wait(kv_state.index, kv_state.phase)
-            kv_bar = pipe_kv.producer_get_barrier(kv_state)
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_expect_tx(kv_bar, self.kv_bytes)
-            gK = cute.local_tile(mK[None, None, hk, b], (self.tile_n, self.d), (n_blk, 0))
-            gV = cute.local_tile(mV[None, None, hk, b], (self.tile_n, self.dv), (n_blk, 0))
-            tKs, tKg = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
-                                             cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
-            tVs, tVg = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
-                                             cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
-            cute.copy(tma_k, tKg, tKs, tma_bar_ptr=kv_bar)
-            cute.copy(tma_v, tVg, tVs, tma_bar_ptr=kv_bar)
-            if lane == 0:
-                s_slot[0] = t
-            cute.arch.sync_warp()
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(kv_bar)
-            kv_state.advance()
             bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
-            state = self._load_heads(state, grid, h, group, b, n_blk, n0, num_m, diag, bmax, bmin,
-                                     mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
+            publish = (item, grid, b, h, hk, group, n_blk, n0, num_m, diag, bmax, bmin, mQ, mK,
+                       mV, mdO, sQ, sK, sV, sdO, tma_q, tma_k, tma_v, tma_do, pipe_q, pipe_do,
+                       pipe_kv)
+            if const_expr(passes > 1):
+                visited = self._visited_count(n0, bmax, bmin, grid.seqlen_q, diag, num_m)
+                if sched.claim_pass(visited, num_m, passes) == t // total:
+                    kv_state, state = self._publish_tile(*publish, kv_state, state)
+            else:
+                kv_state, state = self._publish_tile(*publish, kv_state, state)
             t = sched.claim_work(grid.mCounter, lane)
         pipe_kv.sync_object_empty.wait(kv_state.index, kv_state.phase)
+        s_slot = grid.s_slot
         if lane == 0:
             s_slot[0] = total
         cute.arch.sync_warp()
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive(pipe_kv.producer_get_barrier(kv_state))
+
+    @cute.jit
+    def _publish_tile(self, item, grid, b, h, hk, group, n_blk, n0, num_m, diag, bmax, bmin, mQ,
+                      mK, mV, mdO, sQ, sK, sV, sdO, tma_q, tma_k, tma_v, tma_do, pipe_q, pipe_do,
+                      pipe_kv, kv_state, state):
+        """Producer: K/V of tile ``item`` into the K/V stage, the slot written before the arrive
+        that completes the stage, then the Q/dO of its query tiles; returns the advanced K/V and
+        Q/dO pipeline states (assigned by the caller, so a branch around the call carries them)."""
+        lane = cute.arch.lane_idx()
+        s_slot = grid.s_slot  # a local: the DSL carries what a branch writes to
+        pipe_kv.sync_object_empty.wait(kv_state.index, kv_state.phase)
+        kv_bar = pipe_kv.producer_get_barrier(kv_state)
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_expect_tx(kv_bar, self.kv_bytes)
+        gK = cute.local_tile(mK[None, None, hk, b], (self.tile_n, self.d), (n_blk, 0))
+        gV = cute.local_tile(mV[None, None, hk, b], (self.tile_n, self.dv), (n_blk, 0))
+        tKs, tKg = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
+                                         cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
+        tVs, tVg = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
+                                         cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+        cute.copy(tma_k, tKg, tKs, tma_bar_ptr=kv_bar)
+        cute.copy(tma_v, tVg, tVs, tma_bar_ptr=kv_bar)
+        if lane == 0:
+            s_slot[0] = item
+        cute.arch.sync_warp()
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(kv_bar)
+        kv_state.advance()
+        state = self._load_heads(state, grid, h, group, b, n_blk, n0, num_m, diag, bmax, bmin,
+                                 mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
+        return kv_state, state
+
+    @cute.jit
+    def _visited_count(self, n0, bmax, bmin, seqlen_q, diag, num_m):
+        """How many query tiles ``_skipped`` keeps for this key tile (its claim class's
+        measure), 32 per warp ballot; every lane gets the same value. Called by whole warps."""
+        lane = cute.arch.lane_idx()
+        visited = Int32(0)
+        for chunk in cutlass.range((num_m + 31) // 32, unroll=1):
+            m = chunk * 32 + lane
+            skip = self._skipped(cutlass.min(m, num_m - 1), n0, bmax, bmin, seqlen_q, diag)
+            skip = skip | (m >= num_m)
+            keep = Uint32(cute.arch.vote_ballot_sync(skip)) ^ Uint32(0xFFFFFFFF)
+            visited = visited + Int32(cute.arch.popc(keep))
+        return visited
 
     @cute.jit
     def _next_tile(self, grid, pipe_kv, kv_state):

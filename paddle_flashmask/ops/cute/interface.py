@@ -325,14 +325,16 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
 @functools.lru_cache(maxsize=256)
 def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic, num_sms,
                       _env_switches):
-    from .flash_bwd_sm90 import (default_det_sync, default_dq_chains, default_dq_count_lag,
-                                 default_dq_first_store, default_dq_swizzle, default_fused_dq,
-                                 default_gqa_in_cta, default_key_major, default_late_loads,
-                                 default_lazy_release, default_persistent_ctas, default_qdo_stages,
-                                 default_row_ranges, default_rs_dkv, default_vector_dkv)
+    from .flash_bwd_sm90 import (default_claim_passes, default_det_sync, default_dq_chains,
+                                 default_dq_count_lag, default_dq_first_store, default_dq_swizzle,
+                                 default_fused_dq, default_gqa_in_cta, default_key_major,
+                                 default_late_loads, default_lazy_release, default_persistent_ctas,
+                                 default_qdo_stages, default_row_ranges, default_rs_dkv,
+                                 default_vector_dkv)
 
     row_ranges = default_row_ranges(num_columns)
     persistent_ctas = default_persistent_ctas(deterministic, num_sms)
+    claim_passes = default_claim_passes()  # read (and checked) even where nothing is claimed
     return _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink,
                             deterministic, row_ranges, default_rs_dkv(head_dim),
                             default_gqa_in_cta(gqa), persistent_ctas,
@@ -343,21 +345,22 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
                             default_vector_dkv(), default_det_sync(deterministic),
                             default_late_loads(), default_dq_first_store(),
-                            default_dq_swizzle(head_dim))
+                            default_dq_swizzle(head_dim),
+                            claim_passes if persistent_ctas > 0 else 1)
 
 
 @functools.lru_cache(maxsize=256)
 def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
-                     late_loads, dq_first_store, dq_swizzle):
+                     late_loads, dq_first_store, dq_swizzle, claim_passes):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
                     has_sink=has_sink, deterministic=deterministic, row_ranges=row_ranges,
                     rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta, persistent_ctas=persistent_ctas,
                     qdo_stages=qdo_stages, key_major=key_major, vector_dkv=vector_dkv,
-                    late_loads=late_loads)
+                    late_loads=late_loads, claim_passes=claim_passes)
     if cfg.dq_in_smem:  # chains and the lazy release live in the smem-staged dQ path
         cfg = replace(cfg, dq_chains=dq_chains, lazy_release=lazy_release,
                       det_sync=det_sync)
@@ -524,7 +527,8 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
                              has_sink=problem.has_sink, deterministic=deterministic,
                              num_sms=sms - reserved_sms)
     if retire and config.persistent:  # one CTA per (key tile, head, batch), launched in order
-        config = replace(config, persistent_ctas=0, key_major=False, fused_dq=False)
+        config = replace(config, persistent_ctas=0, key_major=False, fused_dq=False,
+                         claim_passes=1)
     from .flash_bwd_sm90 import workspace_shapes
 
     workspace, buffers = {}, []

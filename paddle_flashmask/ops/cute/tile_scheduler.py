@@ -118,3 +118,24 @@ def work_tile(order: Optional[cute.Tensor], t: Int32, total: Int32, num_m_blocks
         return decode_work(t, num_m_blocks, num_heads, batch)
     grid = Int32(cute.arch.grid_dim()[0])
     return decode_item(order[snake_slot(t, total, grid)], num_m_blocks, num_heads)
+
+
+CLAIM_CLASS_RATIO = 4  # work classes of a multi-pass claim: each 4x lighter than the one before
+
+
+def claim_pass(visited, num_tiles, passes: int):
+    """The claim pass (work class) of an item visiting ``visited`` of ``num_tiles`` tiles.
+
+    A persistent grid that claims over ``passes`` passes of its work list takes in pass ``p``
+    only the items of class ``p``: class 0 visits at least ``num_tiles / 4``, class 1 at least
+    ``num_tiles / 16``, ..., the last class the rest. The heaviest items then start first wherever
+    they sit in the list, and the list's order (a head's tiles together, for L2) holds inside a
+    class; the last items claimed are the lightest, so the grid's tail stays short
+    (``bench/schedule_sim.py``). Plain arithmetic: runs on DSL integers and on Python ints.
+    """
+    lighter_thresholds_met = 0
+    for q in range(passes - 1):
+        met = visited * (CLAIM_CLASS_RATIO ** (q + 1)) >= num_tiles
+        lighter_thresholds_met = lighter_thresholds_met + (int(met) if isinstance(met, bool)
+                                                           else Int32(met))
+    return (passes - 1) - lighter_thresholds_met

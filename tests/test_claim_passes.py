@@ -1,0 +1,70 @@
+"""Claims by work class (BwdConfig.claim_passes, tile_scheduler.claim_pass), on the CPU: the
+class rule, the config rule and its env switch, the compile-check variants, and the host API
+(the claims need no new argument). The schedule it buys is modelled by bench/schedule_sim.py;
+its speed and correctness are checked on the H200 (tests/gpu/bwd_check.py and the benchmark with
+PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3)."""
+from __future__ import annotations
+
+import pytest
+
+from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+from paddle_flashmask.ops.cute.tile_scheduler import claim_pass
+
+
+def test_classes_split_by_quarters_and_cover_every_item():
+    num = 512
+    classes = [claim_pass(v, num, 3) for v in range(num + 1)]
+    assert classes[num] == classes[128] == 0 and classes[127] == 1  # >= 1/4 of the tiles
+    assert classes[32] == 1 and classes[31] == 2 and classes[0] == 2  # >= 1/16, the rest
+    assert classes == sorted(classes, reverse=True)  # heavier never in a later pass
+    assert {claim_pass(v, num, 1) for v in range(num + 1)} == {0}  # one pass: the list in order
+    assert sorted({claim_pass(v, num, 4) for v in range(num + 1)}) == [0, 1, 2, 3]
+    assert claim_pass(1, 1, 3) == 0  # a single query tile: the heaviest class
+
+
+def test_config_rule_and_env_switch(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.CLAIM_PASSES_ENV, bwd.PERSISTENT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert interface.backward_config("bfloat16", 128, False, 4).claim_passes == 1  # off by default
+    monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, "3")
+    cfg = interface.backward_config("bfloat16", 128, False, 4)
+    assert cfg.persistent and cfg.claim_passes == 3
+    # deterministic mode launches one CTA per key tile: nothing is claimed
+    assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).claim_passes == 1
+    monkeypatch.setenv(bwd.PERSISTENT_ENV, "0")
+    assert interface.backward_config("bfloat16", 128, False, 4).claim_passes == 1
+    monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, "5")
+    with pytest.raises(ValueError, match=bwd.CLAIM_PASSES_ENV):
+        interface.backward_config("bfloat16", 128, False, 4)
+    with pytest.raises(ValueError, match="claim_passes"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, claim_passes=3)  # no persistent grid
+
+
+def test_compile_check_builds_the_option():
+    from paddle_flashmask.ops.cute import compile_check
+
+    chosen = {v.label: v.config for v in compile_check.variants()}
+    assert chosen["bwd bfloat16 d128 bidir-C4 claim-passes-3"].claim_passes == 3
+    assert chosen["bwd bfloat16 d128 causal claim-passes-3"].claim_passes == 3
+
+
+def test_host_api_launches_the_same_arguments(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, "3")
+    monkeypatch.setenv(bwd.PERSISTENT_ENV, "1")
+    monkeypatch.setenv(bwd.FIRST_STORE_ENV, "0")  # the counter alone, as test_bwd_persistent
+    api = HostApiHarness(monkeypatch, num_sms=132)
+    t = api.tensor
+    b, s, h, d = 1, 300, 4, 128
+    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, h, d)
+    interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, h, d),
+                            t(b, s, h, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
+                            softmax_scale=0.1, stream=0)
+    assert api.launched[-3:] == ["flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
+    main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
+    assert len(main_args) == 22 and len(api.counter_resets) == 1  # the counter, reset once
