@@ -68,3 +68,46 @@ def test_host_api_launches_the_same_arguments(monkeypatch):
     assert api.launched[-3:] == ["flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
     main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
     assert len(main_args) == 22 and len(api.counter_resets) == 1  # the counter, reset once
+
+
+def test_forward_config_rule_and_env_switch(monkeypatch):
+    from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(fwd.CLAIM_PASSES_ENV, raising=False)
+    monkeypatch.delenv(fwd.DYNAMIC_SCHEDULE_ENV, raising=False)
+    assert interface.forward_config("bfloat16", 128, True, 1).claim_passes == 1  # off by default
+    monkeypatch.setenv(fwd.CLAIM_PASSES_ENV, "3")
+    cfg = interface.forward_config("bfloat16", 128, True, 1)
+    assert cfg.dynamic_schedule and cfg.claim_passes == 3
+    monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "0")  # static slots: nothing is claimed
+    assert interface.forward_config("bfloat16", 128, True, 1).claim_passes == 1
+    monkeypatch.setenv(fwd.CLAIM_PASSES_ENV, "x")
+    with pytest.raises(ValueError, match=fwd.CLAIM_PASSES_ENV):
+        interface.forward_config("bfloat16", 128, True, 1)
+    with pytest.raises(ValueError, match="claim_passes"):
+        fwd.FwdConfig("bfloat16", 128, 128, True, 1, claim_passes=3)  # no dynamic schedule
+
+
+def test_forward_host_api_and_compile_check(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from host_api_harness import HostApiHarness
+    from paddle_flashmask.ops.cute import compile_check, interface
+    from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
+
+    labels = {v.label for v in compile_check.variants()}
+    assert {"fwd bfloat16 d128 causal-C1 claim-passes-3",
+            "fwd bfloat16 d128 causal claim-passes-3"} <= labels
+    monkeypatch.setenv(fwd.CLAIM_PASSES_ENV, "3")
+    monkeypatch.delenv(fwd.DYNAMIC_SCHEDULE_ENV, raising=False)
+    api = HostApiHarness(monkeypatch, num_sms=132)
+    t = api.tensor
+    b, s, h, d = 1, 300, 4, 128
+    q, k, v, out, _, lse = api.attention_tensors(b, s, h, h, d)
+    idx = t(b, 1, s, 1, dtype=torch.int32)
+    interface.flashmask_fwd(q, k, v, out, lse, idx, causal=True, softmax_scale=0.1, stream=0)
+    assert api.launched[-1] == "flash_fwd_sm90" and len(api.counter_resets) == 1
+    # retire (one CTA per work tile, nothing claimed) drops the passes with the dynamic schedule
+    interface.flashmask_fwd(q, k, v, out, lse, idx, causal=True, softmax_scale=0.1, stream=0,
+                            retire=True)
+    assert api.launched[-1] == "flash_fwd_sm90" and len(api.counter_resets) == 1

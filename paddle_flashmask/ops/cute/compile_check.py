@@ -76,14 +76,17 @@ def variants(full: bool = False) -> list[Variant]:
             out.append(Variant(label, kind, config, fast_path))
 
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
-            partial_overlap=False):
+            partial_overlap=False, claim_passes=1):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
+        if claim_passes > 1:  # the dynamic schedule claims by work class (FwdConfig.claim_passes)
+            cfg = dataclasses.replace(cfg, claim_passes=claim_passes)
+            extra += f" claim-passes-{claim_passes}"
         if partial_overlap:  # partial tiles masked with P·V in flight (FwdConfig.partial_overlap)
             cfg = dataclasses.replace(cfg, partial_overlap=True)
             extra += " partial-overlap"
         if not dynamic:  # the static persistent schedule (FwdConfig.dynamic_schedule off)
-            cfg = dataclasses.replace(cfg, dynamic_schedule=False)
+            cfg = dataclasses.replace(cfg, dynamic_schedule=False, claim_passes=1)
             extra += " static"
         if tile_ranges:  # per-query-tile key-tile ranges (FwdConfig.tile_ranges) + their kernel
             from .tile_range_kernel import TileRangeConfig
@@ -95,7 +98,8 @@ def variants(full: bool = False) -> list[Variant]:
         if work_order:  # the work-ordered scheduler (FwdConfig.work_order) + its ordering kernels
             from .work_order_kernel import WorkOrderConfig
 
-            cfg = dataclasses.replace(cfg, work_order=True, dynamic_schedule=False)
+            cfg = dataclasses.replace(cfg, work_order=True, dynamic_schedule=False,
+                                      claim_passes=1)
             extra += " work-order"
             add(f"work-order {_form_label(causal, c)}", "work_order",
                 WorkOrderConfig.for_forward(cfg), False)
@@ -183,6 +187,8 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 256, False, 2, dynamic=False)
     fwd("bfloat16", 128, True, 1, partial_overlap=True)
     fwd("bfloat16", 128, False, 4, partial_overlap=True)
+    fwd("bfloat16", 128, True, 1, claim_passes=3)
+    fwd("bfloat16", 128, True, None, claim_passes=3)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)

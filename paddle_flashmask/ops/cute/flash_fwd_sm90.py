@@ -96,6 +96,11 @@ class FwdConfig:
     # Partial tiles keep P_{j-1}·V_{j-1} in flight while S_j is masked (as full tiles do), instead
     # of draining the wgmma pipeline first. On by default since the H200 A/B (24/24, masks +1-3 %).
     partial_overlap: bool = False
+    # Dynamic schedule: claims run ``claim_passes`` times over the work list; pass p takes only
+    # the query tiles of work class p (tile_scheduler.claim_pass of the key-tile range the
+    # producer scans), so heavy query tiles start first wherever they are in the list and the
+    # grid ends on light ones. 1 = the list once (default until the H200 A/B).
+    claim_passes: int = 1
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -129,6 +134,11 @@ class FwdConfig:
         if self.tile_ranges and self.mask_columns is None:
             raise ValueError("FwdConfig.tile_ranges: expected mask_columns (ranges come from the "
                              "tile summary of startend_row_indices), found None")
+        if self.claim_passes not in (1, 2, 3, 4) or (self.claim_passes > 1
+                                                     and not self.dynamic_schedule):
+            raise ValueError(f"FwdConfig.claim_passes: expected 1, or 2..4 with "
+                             f"dynamic_schedule=True, found {self.claim_passes} "
+                             f"(dynamic_schedule={self.dynamic_schedule})")
         # setmaxnreg only moves registers inside the CTA's launch allocation (ptxas caps a
         # 384-thread CTA at 168/thread): what the producer warpgroup gives back must cover what
         # the two consumer warpgroups take, or setmaxnreg.inc waits forever.
@@ -145,6 +155,7 @@ WORK_ORDER_ENV = "PADDLE_FLASHMASK_FWD_WORK_ORDER"
 TILE_RANGES_ENV = "PADDLE_FLASHMASK_FWD_TILE_RANGES"
 DYNAMIC_SCHEDULE_ENV = "PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE"
 PARTIAL_OVERLAP_ENV = "PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP"
+CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_PASSES"
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
 
 
@@ -194,12 +205,16 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     dynamic_schedule = bool(dynamic_schedule) and not work_order
     if partial_overlap is None:  # fast path only; on since the H200 A/B (24/24, masks +1-3 %)
         partial_overlap = env_flag(PARTIAL_OVERLAP_ENV, default="1")
+    # claims by work class: off until the H200 A/B (env PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3)
+    claim_passes = int(env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4")) or 1)
+    claim_passes = claim_passes if dynamic_schedule else 1
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
         return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                          128, tile_n, stages, work_order=bool(work_order),
-                         tile_ranges=tile_ranges, dynamic_schedule=dynamic_schedule)
+                         tile_ranges=tile_ranges, dynamic_schedule=dynamic_schedule,
+                         claim_passes=claim_passes)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
@@ -208,7 +223,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                      128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
                      tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
                      work_order=bool(work_order), tile_ranges=tile_ranges,
-                     dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap))
+                     dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap),
+                     claim_passes=claim_passes)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -247,6 +263,7 @@ class FlashFwdSm90:
         self.work_order = config.work_order
         self.tile_ranges = config.tile_ranges
         self.dynamic = config.dynamic_schedule
+        self.claim_passes = config.claim_passes
         self.causal = config.causal
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
@@ -493,7 +510,7 @@ class FlashFwdSm90:
                  num_heads, num_kv_heads, num_mask_heads, num_m_blocks: Int32, num_batch: Int32,
                  mOrder: Optional[cute.Tensor], mRanges: Optional[cute.Tensor],
                  mCounter: Optional[cute.Tensor], s_work: cute.Tensor):
-        tm, tn = self.tile_m, self.tile_n
+        tn = self.tile_n
         lane = cute.arch.lane_idx()
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
@@ -503,100 +520,26 @@ class FlashFwdSm90:
         t = sched.first_work()
         if cutlass.const_expr(self.dynamic):
             t = sched.claim_work(mCounter, lane)
-        while t < total:
-            m_block, head, batch = sched.work_tile(mOrder, t, total, num_m_blocks, num_heads,
-                                                   num_batch)
-            kv_head = head // (num_heads // num_kv_heads)
-            mask_head = head // (num_heads // num_mask_heads)
-            row_begin = m_block * tm
-            row_end = cutlass.min(row_begin + tm, seqlen_q)
-
-            gQ = cute.local_tile(mQ[None, None, head, batch], (tm, self.d), (m_block, 0))
-            tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
-                                               cute.group_modes(sQ, 0, 2),
-                                               cute.group_modes(gQ, 0, 2))
-            gK = cute.local_tile(mK[None, None, kv_head, batch], (tn, self.d), (None, 0))
-            tKsK, tKgK = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
-                                               cute.group_modes(sK, 0, 2),
-                                               cute.group_modes(gK, 0, 2))
-            gVt = cute.local_tile(mVt[None, None, kv_head, batch], (self.dv, tn), (0, None))
-            tVsV, tVgV = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
-                                               cute.group_modes(sVt, 0, 2),
-                                               cute.group_modes(gVt, 0, 2))
-
-            if cutlass.const_expr(self.dynamic):
-                # The work tile travels with its Q stage: written before the producer's arrive,
-                # which completes the stage's barrier together with Q's bytes.
-                pipe_q.sync_object_empty.wait(q_state.index, q_state.phase)
-                q_bar = pipe_q.producer_get_barrier(q_state)
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_expect_tx(q_bar, self.q_bytes)
-                cute.copy(tma_q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=q_bar)
-                if lane == 0:
-                    s_work[q_state.index] = t
-                cute.arch.sync_warp()
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive(q_bar)
+        passes = self.claim_passes
+        while t < total * passes:
+            item = t
+            if cutlass.const_expr(passes > 1):
+                item = t - (t // total) * total
+            work = (item, total, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
+                    mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q, seqlen_k,
+                    diag_offset, num_heads, num_kv_heads, num_mask_heads, num_m_blocks,
+                    num_batch, mOrder, mRanges, s_work, num_k_tiles, lane)
+            if cutlass.const_expr(passes > 1):
+                if sched.claim_pass(self.visited_key_tiles(item, total, mOrder, mRanges,
+                                                           seqlen_q, diag_offset, num_heads,
+                                                           num_mask_heads, num_m_blocks,
+                                                           num_batch, num_k_tiles),
+                                    num_k_tiles, passes) == t // total:
+                    q_state, k_state, v_state = self.produce_work_tile(*work, q_state, k_state,
+                                                                       v_state)
             else:
-                pipe_q.producer_acquire(q_state)
-                cute.copy(tma_q, tQgQ, tQsQ[None, q_state.index],
-                          tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
-            q_state.advance()
-
-            # Key tiles right of the causal diagonal of the last row are never visited; with
-            # tile ranges, neither are those outside the query tile's [n_lo, n_hi).
-            n_end = fm_mask.key_tile_end(row_end, diag_offset, tn, num_k_tiles, self.causal)
-            n_begin = 0
-            if cutlass.const_expr(self.tile_ranges):
-                n_begin = mRanges[0, m_block, mask_head, batch]
-                n_end = cutlass.min(n_end, mRanges[1, m_block, mask_head, batch])
-            for chunk in cutlass.range(n_begin // 32, (n_end + 31) // 32, unroll=1):
-                todo, partial_bits = fm_mask.chunk_visit_bits(
-                    mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, tn,
-                    seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal,
-                    self.mask_columns)
-                # Visit only the set bits of the chunk, lowest first: a chunk of skipped tiles
-                # (most chunks of a document mask) costs one ballot, not 32 loop trips.
-                while todo != Uint32(0):
-                    lowest = todo & (Uint32(0) - todo)
-                    todo = todo ^ lowest
-                    bit = Int32(31) - Int32(cute.arch.clz(lowest))
-                    n_block = chunk * 32 + bit
-                    is_partial = (partial_bits >> bit) & 1
-                    # K and V loads start first; the tile's metadata and bounds are staged
-                    # while they fly. The K stage's full barrier completes only after both
-                    # the TMA bytes and the arrive below, which follows the staging, so the
-                    # bounds still travel in lockstep with K.
-                    pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
-                    k_bar = pipe_k.producer_get_barrier(k_state)
-                    with cute.arch.elect_one():
-                        cute.arch.mbarrier_expect_tx(k_bar, self.k_bytes)
-                    cute.copy(tma_k, tKgK[None, n_block], tKsK[None, k_state.index],
-                              tma_bar_ptr=k_bar)
-                    pipe_v.producer_acquire(v_state)
-                    cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
-                              tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
-                    if lane == 0:
-                        s_meta[0, k_state.index] = n_block
-                        s_meta[1, k_state.index] = is_partial
-                    if cutlass.const_expr(self.mask_columns is not None):
-                        if is_partial != 0:
-                            self.stage_bounds(mIdx, s_bounds, k_state.index, n_block,
-                                              mask_head, batch, seqlen_k, lane)
-                    cute.arch.sync_warp()
-                    with cute.arch.elect_one():
-                        cute.arch.mbarrier_arrive(k_bar)
-                    k_state.advance()
-                    v_state.advance()
-            # Sentinel: a K stage with no data and key-tile index -1 ends this work tile.
-            pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
-            if lane == 0:
-                s_meta[0, k_state.index] = -1
-                s_meta[1, k_state.index] = 0
-            cute.arch.sync_warp()
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(pipe_k.producer_get_barrier(k_state))
-            k_state.advance()
+                q_state, k_state, v_state = self.produce_work_tile(*work, q_state, k_state,
+                                                                   v_state)
             if cutlass.const_expr(self.dynamic):
                 t = sched.claim_work(mCounter, lane)
             else:
@@ -609,6 +552,127 @@ class FlashFwdSm90:
             cute.arch.sync_warp()
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(pipe_q.producer_get_barrier(q_state))
+
+    @cute.jit
+    def produce_work_tile(self, item, total, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt,
+                          s_meta, s_bounds, mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v,
+                          seqlen_q, seqlen_k, diag_offset, num_heads, num_kv_heads,
+                          num_mask_heads, num_m_blocks, num_batch, mOrder, mRanges, s_work,
+                          num_k_tiles, lane, q_state, k_state, v_state):
+        """Producer: Q and the visited K/V tiles of work tile ``item`` (its index published with
+        the Q stage under the dynamic schedule), then the end-of-tile sentinel; returns the
+        advanced Q, K and V pipeline states (assigned by the caller, so a branch carries them)."""
+        tm, tn = self.tile_m, self.tile_n
+        m_block, head, batch = sched.work_tile(mOrder, item, total, num_m_blocks, num_heads,
+                                               num_batch)
+        kv_head = head // (num_heads // num_kv_heads)
+        mask_head = head // (num_heads // num_mask_heads)
+        row_begin = m_block * tm
+        row_end = cutlass.min(row_begin + tm, seqlen_q)
+
+        gQ = cute.local_tile(mQ[None, None, head, batch], (tm, self.d), (m_block, 0))
+        tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
+                                           cute.group_modes(sQ, 0, 2),
+                                           cute.group_modes(gQ, 0, 2))
+        gK = cute.local_tile(mK[None, None, kv_head, batch], (tn, self.d), (None, 0))
+        tKsK, tKgK = cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
+                                           cute.group_modes(sK, 0, 2),
+                                           cute.group_modes(gK, 0, 2))
+        gVt = cute.local_tile(mVt[None, None, kv_head, batch], (self.dv, tn), (0, None))
+        tVsV, tVgV = cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
+                                           cute.group_modes(sVt, 0, 2),
+                                           cute.group_modes(gVt, 0, 2))
+
+        if cutlass.const_expr(self.dynamic):
+            # The work tile travels with its Q stage: written before the producer's arrive,
+            # which completes the stage's barrier together with Q's bytes.
+            pipe_q.sync_object_empty.wait(q_state.index, q_state.phase)
+            q_bar = pipe_q.producer_get_barrier(q_state)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_expect_tx(q_bar, self.q_bytes)
+            cute.copy(tma_q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=q_bar)
+            if lane == 0:
+                s_work[q_state.index] = item
+            cute.arch.sync_warp()
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(q_bar)
+        else:
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_q, tQgQ, tQsQ[None, q_state.index],
+                      tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        q_state.advance()
+
+        # Key tiles right of the causal diagonal of the last row are never visited; with
+        # tile ranges, neither are those outside the query tile's [n_lo, n_hi).
+        n_end = fm_mask.key_tile_end(row_end, diag_offset, tn, num_k_tiles, self.causal)
+        n_begin = 0
+        if cutlass.const_expr(self.tile_ranges):
+            n_begin = mRanges[0, m_block, mask_head, batch]
+            n_end = cutlass.min(n_end, mRanges[1, m_block, mask_head, batch])
+        for chunk in cutlass.range(n_begin // 32, (n_end + 31) // 32, unroll=1):
+            todo, partial_bits = fm_mask.chunk_visit_bits(
+                mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, tn,
+                seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal,
+                self.mask_columns)
+            # Visit only the set bits of the chunk, lowest first: a chunk of skipped tiles
+            # (most chunks of a document mask) costs one ballot, not 32 loop trips.
+            while todo != Uint32(0):
+                lowest = todo & (Uint32(0) - todo)
+                todo = todo ^ lowest
+                bit = Int32(31) - Int32(cute.arch.clz(lowest))
+                n_block = chunk * 32 + bit
+                is_partial = (partial_bits >> bit) & 1
+                # K and V loads start first; the tile's metadata and bounds are staged
+                # while they fly. The K stage's full barrier completes only after both
+                # the TMA bytes and the arrive below, which follows the staging, so the
+                # bounds still travel in lockstep with K.
+                pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
+                k_bar = pipe_k.producer_get_barrier(k_state)
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_expect_tx(k_bar, self.k_bytes)
+                cute.copy(tma_k, tKgK[None, n_block], tKsK[None, k_state.index],
+                          tma_bar_ptr=k_bar)
+                pipe_v.producer_acquire(v_state)
+                cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
+                          tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
+                if lane == 0:
+                    s_meta[0, k_state.index] = n_block
+                    s_meta[1, k_state.index] = is_partial
+                if cutlass.const_expr(self.mask_columns is not None):
+                    if is_partial != 0:
+                        self.stage_bounds(mIdx, s_bounds, k_state.index, n_block,
+                                          mask_head, batch, seqlen_k, lane)
+                cute.arch.sync_warp()
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive(k_bar)
+                k_state.advance()
+                v_state.advance()
+        # Sentinel: a K stage with no data and key-tile index -1 ends this work tile.
+        pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
+        if lane == 0:
+            s_meta[0, k_state.index] = -1
+            s_meta[1, k_state.index] = 0
+        cute.arch.sync_warp()
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(pipe_k.producer_get_barrier(k_state))
+        k_state.advance()
+        return q_state, k_state, v_state
+
+    @cute.jit
+    def visited_key_tiles(self, item, total, mOrder, mRanges, seqlen_q, diag_offset, num_heads,
+                          num_mask_heads, num_m_blocks, num_batch, num_k_tiles):
+        """The key-tile range the producer scans for work tile ``item`` (its claim class's
+        measure, ``claim_passes``): up to the causal diagonal, within the tile range."""
+        m_block, head, batch = sched.work_tile(mOrder, item, total, num_m_blocks, num_heads,
+                                               num_batch)
+        row_end = cutlass.min(m_block * self.tile_m + self.tile_m, seqlen_q)
+        n_end = fm_mask.key_tile_end(row_end, diag_offset, self.tile_n, num_k_tiles, self.causal)
+        n_begin = Int32(0)
+        if cutlass.const_expr(self.tile_ranges):
+            mask_head = head // (num_heads // num_mask_heads)
+            n_begin = mRanges[0, m_block, mask_head, batch]
+            n_end = cutlass.min(n_end, mRanges[1, m_block, mask_head, batch])
+        return cutlass.max(n_end - n_begin, Int32(0))
 
     @cute.jit
     def stage_bounds(self, mIdx: cute.Tensor, s_bounds: cute.Tensor, stage: Int32,
