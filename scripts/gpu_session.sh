@@ -470,7 +470,21 @@ NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 170 python3 -m torch.distributed.run --s
 $(pack_logs 31)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31"
+call35() {
+  emit "call 35 (for session 9, right after call 5a on nvidia-h200-x2) - stage part b; claims by work class (BwdConfig/FwdConfig.claim_passes = 3; the schedule model puts the current lists' tails at 1.03-1.79x on the zoo's masks): backward oracle + determinism (GPU 0) || forward oracle (GPU 1) with the switches on, then the benchmark A/B on both GPUs, 8K every mask and 32K [<= 9.5 min]" \
+    nvidia-h200-x2 590 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3; timeout -s INT -k 10 130 python3 tests/gpu/bwd_check.py --bench --json-name bwd_claim3.json > $OUT/bwd_claim3.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3; timeout -s INT -k 10 130 python3 tests/gpu/fwd_check.py --json-name fwd_claim3.json > $OUT/fwd_claim3.log 2>&1 ) &
+wait; tail -n 1 $OUT/bwd_claim3.log $OUT/fwd_claim3.log
+ab() { timeout -s INT -k 10 130 python3 bench/bench_attention.py --cases 0,1 --systems paddle_flashmask --tag $1 > $OUT/bench_$1.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; ab g0_base; PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 ab g0_claim3 ) &
+( export CUDA_VISIBLE_DEVICES=1; PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 ab g1_claim3; ab g1_base ) &
+wait; grep -H -E "paddle_flashmask " $OUT/bench_g*.log | sed "s/.*bench_//"'"
+$(pack_logs 35)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -646,7 +660,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
