@@ -85,3 +85,19 @@ class HostApiHarness:
         t = self.tensor
         return (t(b, s, h, d), t(b, s, hk, d), t(b, s, hk, d), t(b, s, h, d), t(b, s, h, d),
                 t(b, h, s, dtype=self.torch.float32))
+
+    def backward(self, b: int = 1, s: int = 300, h: int = 4, hk: int = 4, d: int = 128,
+                 **kwargs) -> None:
+        """``interface.flashmask_bwd`` on zeros: a causal [B, S, H / Hk, D] problem with a
+        one-column mask (``kwargs`` go to the call: sink, dsink, ...)."""
+        from paddle_flashmask.ops.cute import interface
+
+        torch, t = self.torch, self.tensor
+        q, k, v, out, dout, lse = self.attention_tensors(b, s, h, hk, d)
+        interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, hk, d),
+                                t(b, s, hk, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
+                                softmax_scale=0.1, stream=0, **kwargs)
+
+    def last_args(self, name: str) -> tuple:
+        """The arguments of the last launch of kernel ``name``."""
+        return [args for kernel, args in self.launch_args if kernel == name][-1]

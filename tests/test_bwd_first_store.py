@@ -41,27 +41,20 @@ def test_config_rule_and_workspace(monkeypatch):
 
 @pytest.mark.parametrize("persistent", ["1", "0"])
 def test_host_api_passes_the_flags_to_all_three_kernels(monkeypatch, persistent):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from host_api_harness import HostApiHarness
-    from paddle_flashmask.ops.cute import interface
 
     monkeypatch.setenv(bwd.FIRST_STORE_ENV, "1")
     monkeypatch.setenv(bwd.PERSISTENT_ENV, persistent)
     monkeypatch.delenv(bwd.FUSED_DQ_ENV, raising=False)
     api = HostApiHarness(monkeypatch, num_sms=132)
-    t = api.tensor
-    b, s, h, d = 1, 300, 4, 128
-    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, h, d)
-    interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, h, d),
-                            t(b, s, h, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
-                            softmax_scale=0.1, stream=0)
+    api.backward(h=4)
     assert api.launched[-3:] == ["flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
-    pre_args = [args for name, args in api.launch_args if name == "flash_bwd_pre"][-1]
-    main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
-    post_args = [args for name, args in api.launch_args if name == "flash_bwd_post"][-1]
+    pre_args, main_args, post_args = (api.last_args(name) for name in
+                                      ("flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"))
     flags = pre_args[9]
     assert flags is not None and pre_args[10] is None  # the flags; no dq for the preprocess
     assert main_args[-2] is flags and main_args[-1] is None  # (counter,) flags, no dq
     assert len(main_args) == 24  # the 21 of every variant + counter (None without), flags, dq
     assert post_args[-1] is flags
-    assert (1, h, 5) in api.scratch  # dq_flags
+    assert (1, 4, 5) in api.scratch  # dq_flags: [B, H, query tiles]

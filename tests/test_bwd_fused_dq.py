@@ -83,26 +83,21 @@ def test_visit_counts_sum_to_the_computed_tiles(causal):
 def test_host_api_passes_counts_and_dq_and_skips_the_postprocess(monkeypatch, sink):
     torch = pytest.importorskip("torch")
     from host_api_harness import HostApiHarness
-    from paddle_flashmask.ops.cute import interface
 
     monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")
     monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)
     api = HostApiHarness(monkeypatch, num_sms=132)
     t = api.tensor
-    b, s, h, d = 1, 300, 4, 128
-    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, h, d)
+    h = 4
     extra = {}
     if sink:
         extra = dict(learnable_sink=t(h, dtype=torch.float32), dsink=t(h, dtype=torch.float32))
-    interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, h, d),
-                            t(b, s, h, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
-                            softmax_scale=0.1, stream=0, **extra)
+    api.backward(h=h, **extra)
     expected = ["flash_bwd_pre", "flash_bwd_sm90"] + (["flash_bwd_post"] if sink else [])
     assert api.launched[-len(expected):] == expected
     assert api.launched[-len(expected) - 1] != "flash_bwd_post"
-    main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
-    assert len(main_args) == 24  # the 21 of every variant + tile counter, counts, dq
-    pre_args = [args for name, args in api.launch_args if name == "flash_bwd_pre"][-1]
+    assert len(api.last_args("flash_bwd_sm90")) == 24  # the 21 + tile counter, counts, dq
+    pre_args = api.last_args("flash_bwd_pre")
     assert pre_args[9] is not None and pre_args[10] is not None  # counts, dq
     assert pre_args[11] is not None and pre_args[12] is not None  # the tile summary
     assert (1, h, 5) in api.scratch  # dq_pending

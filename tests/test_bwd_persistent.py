@@ -29,7 +29,7 @@ def test_config_rule_and_workspace(monkeypatch):
 
 @pytest.mark.parametrize("hk", [4, 2])
 def test_host_api_resets_the_counter_and_packs_its_argument(monkeypatch, hk):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from host_api_harness import HostApiHarness
     from paddle_flashmask.ops.cute import interface
 
@@ -38,18 +38,12 @@ def test_host_api_resets_the_counter_and_packs_its_argument(monkeypatch, hk):
     # the counter alone (the first-store flags add two arguments: tests/test_bwd_first_store.py)
     monkeypatch.setenv(bwd.FIRST_STORE_ENV, "0")
     api = HostApiHarness(monkeypatch, num_sms=132)
-    t = api.tensor
-    b, s, h, d = 1, 300, 4, 128
-    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, hk, d)
-    interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, hk, d),
-                            t(b, s, hk, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
-                            softmax_scale=0.1, stream=0)
+    api.backward(h=4, hk=hk)
     assert api.launched[-3:] == ["flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
     assert len(api.counter_resets) == 1  # zeroed once, before the main kernel
     # the stream's work counter, shared with the forward's dynamic schedule (not a new buffer)
     assert api.counter_resets[0] is interface.schedule_counter(0, 0)
-    main_args = [args for name, args in api.launch_args if name == "flash_bwd_sm90"][-1]
-    assert len(main_args) == 22  # the 21 arguments of every variant + the tile counter
+    assert len(api.last_args("flash_bwd_sm90")) == 22  # the 21 of every variant + the counter
 
 
 def test_key_major_claim_order_switch(monkeypatch):

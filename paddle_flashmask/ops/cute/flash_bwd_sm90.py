@@ -861,13 +861,9 @@ class FlashMaskBwdSm90:
     def _visited_count(self, n0, bmax, bmin, seqlen_q, diag, num_m):
         """How many query tiles ``_skipped`` keeps for this key tile (its claim class's
         measure), 32 per warp ballot; every lane gets the same value. Called by whole warps."""
-        lane = cute.arch.lane_idx()
         visited = Int32(0)
         for chunk in cutlass.range((num_m + 31) // 32, unroll=1):
-            m = chunk * 32 + lane
-            skip = self._skipped(cutlass.min(m, num_m - 1), n0, bmax, bmin, seqlen_q, diag)
-            skip = skip | (m >= num_m)
-            keep = Uint32(cute.arch.vote_ballot_sync(skip)) ^ Uint32(0xFFFFFFFF)
+            keep = self._kept_query_tiles(chunk, n0, bmax, bmin, seqlen_q, diag, num_m)
             visited = visited + Int32(cute.arch.popc(keep))
         return visited
 
@@ -958,16 +954,21 @@ class FlashMaskBwdSm90:
         """(m_lo, m_hi): the first and one past the last query tile ``_skipped`` keeps for this
         key tile (0, 0 when none), 32 query tiles per warp ballot; every lane gets the same
         values, so every role that calls it walks the same tiles. Called by whole warps."""
-        lane = cute.arch.lane_idx()
         m_lo = Int32(0)
         m_hi = Int32(0)
         for chunk in cutlass.range((num_m + 31) // 32, unroll=1):
-            m = chunk * 32 + lane
-            skip = self._skipped(cutlass.min(m, num_m - 1), n0, bmax, bmin, seqlen_q, diag)
-            skip = skip | (m >= num_m)
-            visit = Uint32(cute.arch.vote_ballot_sync(skip)) ^ Uint32(0xFFFFFFFF)
+            visit = self._kept_query_tiles(chunk, n0, bmax, bmin, seqlen_q, diag, num_m)
             m_lo, m_hi = fm_mask.widen_range(m_lo, m_hi, visit, chunk * 32)
         return m_lo, m_hi
+
+    @cute.jit
+    def _kept_query_tiles(self, chunk, n0, bmax, bmin, seqlen_q, diag, num_m):
+        """Warp ballot of the query tiles ``chunk * 32 + lane`` that ``_skipped`` keeps for
+        this key tile (bit i: tile chunk * 32 + i; tiles past the end are not kept)."""
+        m = chunk * 32 + cute.arch.lane_idx()
+        skip = self._skipped(cutlass.min(m, num_m - 1), n0, bmax, bmin, seqlen_q, diag)
+        skip = skip | (m >= num_m)
+        return Uint32(cute.arch.vote_ballot_sync(skip)) ^ Uint32(0xFFFFFFFF)
 
     @cute.jit
     def _walk(self, n0, bmax, bmin, seqlen_q, diag, num_m):
