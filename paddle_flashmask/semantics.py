@@ -102,6 +102,20 @@ def rows_from(bands: Bands, origin: Any) -> Bands:
     return Bands(*(None if bound is None else bound - origin for bound in bands))
 
 
+def diagonal_col_limit(row: Any, seqlen_q: Any, seqlen_k: Any, causal: bool,
+                       diag_offset: Any, select: Any = None) -> Any:
+    """First key column masked for ``row`` when no band touches it (a partial tile outside every
+    band): ``element_masked`` with bands that mask nothing inside the sequence, plus the sequence
+    edge, is ``col >= diagonal_col_limit(row)`` (one compare per element). Rows past ``seqlen_q``
+    (a last query tile's padding) are fully masked: limit 0. ``select(cond, a, b)``: the caller's
+    ternary (numpy ``np.where`` by default; DSL code passes its own)."""
+    pick = np.where if select is None else select
+    limit = seqlen_k
+    if causal:
+        limit = pick(row + diag_offset + 1 < seqlen_k, row + diag_offset + 1, seqlen_k)
+    return pick(row >= seqlen_q, 0, limit)
+
+
 def causal_first_row(col: Any, seqlen_q: int, seqlen_k: int) -> Any:
     """First query row the bottom-right causal diagonal lets see key ``col``, clipped to [0, Sq].
 
@@ -132,13 +146,11 @@ def tile_fully_masked(row_begin: Any, row_end: Any, col_begin: Any, band_max: Ba
     return covered
 
 
-def tile_needs_mask(row_begin: Any, row_end: Any, col_begin: Any, col_end: Any, seqlen_k: Any,
-                    band_max: Bands, band_min: Bands, causal: bool, diag_offset: Any) -> Any:
-    """Conservative PARTIAL test: False only if no element of the tile is masked.
-
-    ``col_end`` is the unclipped end of the key tile, so a tile reaching past ``seqlen_k`` (the
-    sequence edge) always needs the element mask.
-    """
+def tile_band_touched(row_begin: Any, row_end: Any, band_max: Bands, band_min: Bands) -> Any:
+    """Conservative test of the bands alone: False only if no band of any of the tile's columns
+    masks a row of ``[row_begin, row_end)`` (``band_max`` / ``band_min``: the tile's column max /
+    min). A partial tile the bands do not touch is masked by the causal diagonal and the sequence
+    edge only, which need no column values."""
     touched = band_min.lt_start < row_end
     if band_max.lt_end is not None:
         touched = touched & (band_max.lt_end > row_begin)
@@ -147,6 +159,17 @@ def tile_needs_mask(row_begin: Any, row_end: Any, col_begin: Any, col_end: Any, 
         if band_min.ut_start is not None:
             upper = upper & (band_min.ut_start < row_end)
         touched = touched | upper
+    return touched
+
+
+def tile_needs_mask(row_begin: Any, row_end: Any, col_begin: Any, col_end: Any, seqlen_k: Any,
+                    band_max: Bands, band_min: Bands, causal: bool, diag_offset: Any) -> Any:
+    """Conservative PARTIAL test: False only if no element of the tile is masked.
+
+    ``col_end`` is the unclipped end of the key tile, so a tile reaching past ``seqlen_k`` (the
+    sequence edge) always needs the element mask.
+    """
+    touched = tile_band_touched(row_begin, row_end, band_max, band_min)
     if causal:
         touched = touched | (col_end - 1 > row_begin + diag_offset)
     return touched | (col_end > seqlen_k)

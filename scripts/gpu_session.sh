@@ -471,17 +471,18 @@ $(pack_logs 31)"
 }
 
 call35() {
-  emit "call 35 (for session 9, right after call 5a on nvidia-h200-x2) - stage part b; claims by work class (BwdConfig/FwdConfig.claim_passes = 3; the schedule model puts the current lists' tails at 1.03-1.79x on the zoo's masks): backward oracle + determinism (GPU 0) || forward oracle (GPU 1) with the switches on, then the benchmark A/B on both GPUs, 8K every mask and 32K [<= 9.5 min]" \
+  emit "call 35 (for session 9, right after call 5a on nvidia-h200-x2) - stage part b; the session-8 options, never GPU-run: claims by work class (PADDLE_FLASHMASK_{BWD,FWD}_CLAIM_PASSES=3; the schedule model puts the current lists' tails at 1.03-1.79x on the zoo's masks) and diagonal-only partial tiles (PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1: 172 instead of 414 mask instructions per partial tile): backward oracle + determinism (GPU 0) || forward oracle with both forward options (GPU 1), then the benchmark (8K, 32K, every mask) on both GPUs: base / claim passes / all (GPU 0), all / diagonal partials / base (GPU 1) [<= 9.5 min]" \
     nvidia-h200-x2 590 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3; timeout -s INT -k 10 130 python3 tests/gpu/bwd_check.py --bench --json-name bwd_claim3.json > $OUT/bwd_claim3.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3; timeout -s INT -k 10 130 python3 tests/gpu/fwd_check.py --json-name fwd_claim3.json > $OUT/fwd_claim3.log 2>&1 ) &
-wait; tail -n 1 $OUT/bwd_claim3.log $OUT/fwd_claim3.log
-ab() { timeout -s INT -k 10 130 python3 bench/bench_attention.py --cases 0,1 --systems paddle_flashmask --tag $1 > $OUT/bench_$1.log 2>&1; }
-( export CUDA_VISIBLE_DEVICES=0; ab g0_base; PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 ab g0_claim3 ) &
-( export CUDA_VISIBLE_DEVICES=1; PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 ab g1_claim3; ab g1_base ) &
+CLAIM="PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3"; DIAG="PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1"
+( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3; timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --bench --json-name bwd_claim3.json > $OUT/bwd_claim3.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1; timeout -s INT -k 10 120 python3 tests/gpu/fwd_check.py --json-name fwd_claim3_diag.json > $OUT/fwd_claim3_diag.log 2>&1 ) &
+wait; tail -n 1 $OUT/bwd_claim3.log $OUT/fwd_claim3_diag.log
+ab() { env $2 timeout -s INT -k 10 120 python3 bench/bench_attention.py --cases 0,1 --systems paddle_flashmask --tag $1 > $OUT/bench_$1.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; ab g0_base ""; ab g0_claim "$CLAIM"; ab g0_all "$CLAIM $DIAG" ) &
+( export CUDA_VISIBLE_DEVICES=1; ab g1_all "$CLAIM $DIAG"; ab g1_diag "$DIAG"; ab g1_base "" ) &
 wait; grep -H -E "paddle_flashmask " $OUT/bench_g*.log | sed "s/.*bench_//"'"
-$(pack_logs 35)"
+$(pack_logs 35 '*_claim3*.json')"
 }
 
 CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35"

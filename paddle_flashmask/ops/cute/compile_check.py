@@ -76,9 +76,12 @@ def variants(full: bool = False) -> list[Variant]:
             out.append(Variant(label, kind, config, fast_path))
 
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
-            partial_overlap=False, claim_passes=1):
+            partial_overlap=False, claim_passes=1, diagonal_partials=False):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
+        if diagonal_partials:  # diagonal-only partial tiles (FwdConfig.diagonal_partials)
+            cfg = dataclasses.replace(cfg, diagonal_partials=True)
+            extra += " diagonal-partials"
         if claim_passes > 1:  # the dynamic schedule claims by work class (FwdConfig.claim_passes)
             cfg = dataclasses.replace(cfg, claim_passes=claim_passes)
             extra += f" claim-passes-{claim_passes}"
@@ -189,6 +192,8 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, False, 4, partial_overlap=True)
     fwd("bfloat16", 128, True, 1, claim_passes=3)
     fwd("bfloat16", 128, True, None, claim_passes=3)
+    fwd("bfloat16", 128, True, 1, diagonal_partials=True)
+    fwd("bfloat16", 128, False, 4, diagonal_partials=True)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)

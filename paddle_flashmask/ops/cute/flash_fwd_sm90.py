@@ -101,6 +101,11 @@ class FwdConfig:
     # producer scans), so heavy query tiles start first wherever they are in the list and the
     # grid ends on light ones. 1 = the list once (default until the H200 A/B).
     claim_passes: int = 1
+    # Masks: a partial tile whose bands touch none of its rows (tile summary) is masked by the
+    # causal diagonal and the sequence edge only; the producer tells it apart (s_meta kind 2, no
+    # column values staged) and the consumers run that cheaper mask (document masks: most
+    # partial tiles are the diagonal tiles inside one document). Off until the H200 A/B.
+    diagonal_partials: bool = False
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -134,6 +139,9 @@ class FwdConfig:
         if self.tile_ranges and self.mask_columns is None:
             raise ValueError("FwdConfig.tile_ranges: expected mask_columns (ranges come from the "
                              "tile summary of startend_row_indices), found None")
+        if self.diagonal_partials and self.mask_columns is None:
+            raise ValueError("FwdConfig.diagonal_partials: expected mask_columns (plain causal "
+                             "tiles have no bands to tell apart), found None")
         if self.claim_passes not in (1, 2, 3, 4) or (self.claim_passes > 1
                                                      and not self.dynamic_schedule):
             raise ValueError(f"FwdConfig.claim_passes: expected 1, or 2..4 with "
@@ -156,6 +164,7 @@ TILE_RANGES_ENV = "PADDLE_FLASHMASK_FWD_TILE_RANGES"
 DYNAMIC_SCHEDULE_ENV = "PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE"
 PARTIAL_OVERLAP_ENV = "PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP"
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_PASSES"
+DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
 
 
@@ -174,6 +183,11 @@ def _shared_memory_bytes(cfg: "FwdConfig") -> int:
 
 
 FwdConfig.shared_memory_bytes = _shared_memory_bytes
+
+
+# every environment switch default_config reads: the host keys its cached choice of variant on
+# their values (interface.forward_config), so a switch flipped between calls counts
+ENV_SWITCHES = tuple(value for name, value in list(globals().items()) if name.endswith("_ENV"))
 
 
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
@@ -208,13 +222,15 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     # claims by work class: off until the H200 A/B (env PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3)
     claim_passes = int(env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4")) or 1)
     claim_passes = claim_passes if dynamic_schedule else 1
+    # diagonal-only partial tiles: off until the H200 A/B (env ..._FWD_DIAGONAL_PARTIALS=1)
+    diagonal_partials = env_flag(DIAGONAL_PARTIALS_ENV) and mask_columns is not None
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
         return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                          128, tile_n, stages, work_order=bool(work_order),
                          tile_ranges=tile_ranges, dynamic_schedule=dynamic_schedule,
-                         claim_passes=claim_passes)
+                         claim_passes=claim_passes, diagonal_partials=diagonal_partials)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
@@ -224,7 +240,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                      tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
                      work_order=bool(work_order), tile_ranges=tile_ranges,
                      dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap),
-                     claim_passes=claim_passes)
+                     claim_passes=claim_passes, diagonal_partials=diagonal_partials)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -610,10 +626,17 @@ class FlashFwdSm90:
             n_begin = mRanges[0, m_block, mask_head, batch]
             n_end = cutlass.min(n_end, mRanges[1, m_block, mask_head, batch])
         for chunk in cutlass.range(n_begin // 32, (n_end + 31) // 32, unroll=1):
-            todo, partial_bits = fm_mask.chunk_visit_bits(
-                mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, tn,
-                seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal,
-                self.mask_columns)
+            band_bits = Uint32(0xFFFFFFFF)  # every partial tile needs its column values
+            if cutlass.const_expr(self.cfg.diagonal_partials):
+                todo, partial_bits, band_bits = fm_mask.chunk_visit_bits(
+                    mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, tn,
+                    seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal,
+                    self.mask_columns, True)
+            else:
+                todo, partial_bits = fm_mask.chunk_visit_bits(
+                    mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, tn,
+                    seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal,
+                    self.mask_columns)
             # Visit only the set bits of the chunk, lowest first: a chunk of skipped tiles
             # (most chunks of a document mask) costs one ballot, not 32 loop trips.
             while todo != Uint32(0):
@@ -622,6 +645,9 @@ class FlashFwdSm90:
                 bit = Int32(31) - Int32(cute.arch.clz(lowest))
                 n_block = chunk * 32 + bit
                 is_partial = (partial_bits >> bit) & 1
+                if cutlass.const_expr(self.cfg.diagonal_partials):
+                    # kind 2: partial, but the bands touch no row: diagonal and edge only
+                    is_partial = is_partial * (Int32(2) - Int32((Uint32(band_bits) >> bit) & 1))
                 # K and V loads start first; the tile's metadata and bounds are staged
                 # while they fly. The K stage's full barrier completes only after both
                 # the TMA bytes and the arrive below, which follows the staging, so the
@@ -639,7 +665,7 @@ class FlashFwdSm90:
                     s_meta[0, k_state.index] = n_block
                     s_meta[1, k_state.index] = is_partial
                 if cutlass.const_expr(self.mask_columns is not None):
-                    if is_partial != 0:
+                    if is_partial == 1:  # kind 2 needs no column values
                         self.stage_bounds(mIdx, s_bounds, k_state.index, n_block,
                                           mask_head, batch, seqlen_k, lane)
                 cute.arch.sync_warp()
@@ -912,8 +938,20 @@ class FlashFwdSm90:
     @cute.jit
     def mask_scores(self, acc_S, tScS_mn, s_bounds, stage, is_partial, row_base, n_block,
                     seqlen_q, seqlen_k, diag_offset):
-        """Element mask for partial tiles only; full tiles skip this code at run time."""
-        if is_partial != 0:
+        """Element mask for partial tiles only; full tiles skip this code at run time. With
+        ``diagonal_partials`` a kind-2 tile (bands touch none of its rows) is masked by the
+        causal diagonal and the sequence edge only, without its column values."""
+        if cutlass.const_expr(self.cfg.diagonal_partials):
+            col_base = n_block * self.tile_n
+            if is_partial == 1:
+                fm_mask.apply_element_mask(acc_mn_view(acc_S), tScS_mn,
+                                           s_bounds[None, None, stage], row_base, col_base,
+                                           seqlen_q, seqlen_k, diag_offset, self.causal,
+                                           self.ncols)
+            elif is_partial == 2:  # no column values: one column limit per row
+                fm_mask.apply_diagonal_mask(acc_mn_view(acc_S), tScS_mn, row_base, col_base,
+                                            seqlen_q, seqlen_k, diag_offset, self.causal)
+        elif is_partial != 0:
             bounds = None
             if cutlass.const_expr(self.mask_columns is not None):
                 bounds = s_bounds[None, None, stage]

@@ -291,13 +291,10 @@ def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
 def forward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optional[int],
                    has_sink: bool = False):
     """The forward kernel variant used for these compile-time facts (tile sizes per head dim)."""
-    from .flash_fwd_sm90 import (CLAIM_PASSES_ENV, D128_TILE_ENV, DYNAMIC_SCHEDULE_ENV, FAST_ENV,
-                                 PARTIAL_OVERLAP_ENV, TILE_RANGES_ENV, WORK_ORDER_ENV)
+    from .flash_fwd_sm90 import ENV_SWITCHES
 
     # every env switch default_config reads is part of the key: they may flip between calls
-    switches = tuple(os.environ.get(name) for name in (FAST_ENV, WORK_ORDER_ENV, TILE_RANGES_ENV,
-                                                        DYNAMIC_SCHEDULE_ENV, PARTIAL_OVERLAP_ENV,
-                                                        D128_TILE_ENV, CLAIM_PASSES_ENV))
+    switches = tuple(os.environ.get(name) for name in ENV_SWITCHES)
     return _forward_config(dtype, head_dim, bool(causal), num_columns, bool(has_sink), switches)
 
 

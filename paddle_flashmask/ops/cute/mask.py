@@ -125,6 +125,7 @@ def chunk_visit_bits(
     batch: Int32,
     causal: cutlass.Constexpr[bool],
     mask_columns: cutlass.Constexpr,
+    with_band_bits: cutlass.Constexpr[bool] = False,
 ):
     """Warp-wide classification of the 32 key tiles ``chunk * 32 + lane`` (one per lane).
 
@@ -132,6 +133,9 @@ def chunk_visit_bits(
     ``visit_bits`` is set when tile ``chunk * 32 + i`` lies in ``[n_begin, n_end)`` and is not
     fully masked for query rows ``[row_begin, row_end)``; ``partial_bits`` marks the tiles that
     need the element mask. ``n_begin`` is the Python int 0 or a DSL integer (a tile range).
+    ``with_band_bits``: a third ballot, the tiles whose bands touch the rows
+    (``semantics.tile_band_touched``); a partial tile outside it needs only the causal diagonal
+    and the sequence edge.
     """
     n_lane = chunk * 32 + lane
     n_probe = cutlass.min(n_lane, n_end - 1)
@@ -146,6 +150,10 @@ def chunk_visit_bits(
         skip = skip | (n_lane < n_begin)
     skip_bits = cute.arch.vote_ballot_sync(skip)
     partial_bits = cute.arch.vote_ballot_sync(partial)
+    if cutlass.const_expr(with_band_bits):
+        band_bits = cute.arch.vote_ballot_sync(
+            semantics.tile_band_touched(row_begin, row_end, band_max, band_min))
+        return Uint32(skip_bits) ^ Uint32(0xFFFFFFFF), partial_bits, band_bits
     return Uint32(skip_bits) ^ Uint32(0xFFFFFFFF), partial_bits
 
 
@@ -195,3 +203,31 @@ def apply_element_mask(
             row = row_base + coords_mn[r, 0][0]
             masked = semantics.element_masked(row, col, bands, causal, diag_offset) | out_of_seq
             acc_s_mn[r, c] = -Float32.inf if masked else acc_s_mn[r, c]
+
+
+@cute.jit
+def apply_diagonal_mask(
+    acc_s_mn: cute.Tensor,
+    coords_mn: cute.Tensor,
+    row_base: Int32,
+    col_base: Int32,
+    seqlen_q: Int32,
+    seqlen_k: Int32,
+    diag_offset: Int32,
+    causal: cutlass.Constexpr[bool],
+):
+    """Set masked scores of a partial tile that no band touches to -inf: the causal diagonal and
+    the sequence edge only, one column limit per row (``semantics.diagonal_col_limit``) and one
+    compare per element, where :func:`apply_element_mask` evaluates every band."""
+    for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
+        row = row_base + coords_mn[r, 0][0]
+        limit = semantics.diagonal_col_limit(row, seqlen_q, seqlen_k, causal, diag_offset,
+                                             select=_select)
+        for c in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[1])):
+            col = col_base + coords_mn[0, c][1]
+            acc_s_mn[r, c] = -Float32.inf if col >= limit else acc_s_mn[r, c]
+
+
+def _select(cond, a, b):
+    """DSL ternary for ``semantics`` rules written with a ``select`` argument."""
+    return cutlass.select_(cond, Int32(a), Int32(b))
