@@ -341,7 +341,7 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
     return {**order_info,
         "name": name, "ok": ok, "dtype": dt, "d": d, "dv": dv, "mask": kind, "causal": causal,
         "C": cols, "B": b, "Sq": sq, "Sk": sk, "H": h, "Hk": hk, "Hm": hm, "sink": has_sink,
-        "tile_n": cfg.tile_n, "max_abs_err_o": err_o, "rel_err_o": rel_o, "max_abs_err_lse": err_lse,
+        "tile_n": cfg.tile_n, "config": repr(cfg), "max_abs_err_o": err_o, "rel_err_o": rel_o, "max_abs_err_lse": err_lse,
         "nan_in_out": nan_out, "neg_inf_lse_match": inf_match, "empty_rows": empty_rows,
         "compile_s": round(compile_s, 2), "tiles": stats, "work_order": work_order,
         "tile_ranges": cfg.tile_ranges, "dynamic_schedule": cfg.dynamic_schedule,
