@@ -286,6 +286,8 @@ def main():
     args.masks = [s for s in args.masks.split(",") if s]
     os.makedirs(args.out, exist_ok=True)
     meta = versions()
+    # the kernel-variant switches this run was given (A/B runs differ only in these)
+    meta["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("PADDLE_FLASHMASK_")}
     print(json.dumps(meta), flush=True)
     results = []
     args.tag = args.tag or "cases" + args.cases.replace(",", "_")
