@@ -22,24 +22,34 @@ def test_classes_split_by_quarters_and_cover_every_item():
     assert claim_pass(1, 1, 3) == 0  # a single query tile: the heaviest class
 
 
-def test_config_rule_and_env_switch(monkeypatch):
+@pytest.mark.parametrize("side", ["backward", "forward"])
+def test_config_rule_and_env_switch(monkeypatch, side):
+    from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
     from paddle_flashmask.ops.cute import interface
 
-    for name in (bwd.CLAIM_PASSES_ENV, bwd.PERSISTENT_ENV):
+    if side == "backward":  # a persistent grid claims; env PERSISTENT=0 launches one CTA per tile
+        module, grid_env, grid_on = bwd, bwd.PERSISTENT_ENV, "persistent"
+        config = lambda: interface.backward_config("bfloat16", 128, False, 4)  # noqa: E731
+        bare = lambda: bwd.BwdConfig("bfloat16", 128, 128, True, 1, claim_passes=3)  # noqa: E731
+    else:  # the dynamic schedule claims; static slots do not
+        module, grid_env, grid_on = fwd, fwd.DYNAMIC_SCHEDULE_ENV, "dynamic_schedule"
+        config = lambda: interface.forward_config("bfloat16", 128, True, 1)  # noqa: E731
+        bare = lambda: fwd.FwdConfig("bfloat16", 128, 128, True, 1, claim_passes=3)  # noqa: E731
+    for name in (module.CLAIM_PASSES_ENV, grid_env):
         monkeypatch.delenv(name, raising=False)
-    assert interface.backward_config("bfloat16", 128, False, 4).claim_passes == 1  # off by default
-    monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, "3")
-    cfg = interface.backward_config("bfloat16", 128, False, 4)
-    assert cfg.persistent and cfg.claim_passes == 3
-    # deterministic mode launches one CTA per key tile: nothing is claimed
-    assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).claim_passes == 1
-    monkeypatch.setenv(bwd.PERSISTENT_ENV, "0")
-    assert interface.backward_config("bfloat16", 128, False, 4).claim_passes == 1
-    monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, "5")
-    with pytest.raises(ValueError, match=bwd.CLAIM_PASSES_ENV):
-        interface.backward_config("bfloat16", 128, False, 4)
+    assert config().claim_passes == 1  # off by default
+    monkeypatch.setenv(module.CLAIM_PASSES_ENV, "3")
+    assert getattr(config(), grid_on) and config().claim_passes == 3
+    if side == "backward":  # deterministic mode launches one CTA per key tile: nothing is claimed
+        assert interface.backward_config("bfloat16", 128, True, 1,
+                                         deterministic=True).claim_passes == 1
+    monkeypatch.setenv(grid_env, "0")
+    assert config().claim_passes == 1
+    monkeypatch.setenv(module.CLAIM_PASSES_ENV, "5")
+    with pytest.raises(ValueError, match=module.CLAIM_PASSES_ENV):
+        config()
     with pytest.raises(ValueError, match="claim_passes"):
-        bwd.BwdConfig("bfloat16", 128, 128, True, 1, claim_passes=3)  # no persistent grid
+        bare()  # no claiming grid
 
 
 def test_compile_check_builds_the_option():
@@ -62,25 +72,6 @@ def test_host_api_launches_the_same_arguments(monkeypatch):
     assert api.launched[-3:] == ["flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
     assert len(api.last_args("flash_bwd_sm90")) == 22  # the counter, no new argument
     assert len(api.counter_resets) == 1
-
-
-def test_forward_config_rule_and_env_switch(monkeypatch):
-    from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
-    from paddle_flashmask.ops.cute import interface
-
-    monkeypatch.delenv(fwd.CLAIM_PASSES_ENV, raising=False)
-    monkeypatch.delenv(fwd.DYNAMIC_SCHEDULE_ENV, raising=False)
-    assert interface.forward_config("bfloat16", 128, True, 1).claim_passes == 1  # off by default
-    monkeypatch.setenv(fwd.CLAIM_PASSES_ENV, "3")
-    cfg = interface.forward_config("bfloat16", 128, True, 1)
-    assert cfg.dynamic_schedule and cfg.claim_passes == 3
-    monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "0")  # static slots: nothing is claimed
-    assert interface.forward_config("bfloat16", 128, True, 1).claim_passes == 1
-    monkeypatch.setenv(fwd.CLAIM_PASSES_ENV, "x")
-    with pytest.raises(ValueError, match=fwd.CLAIM_PASSES_ENV):
-        interface.forward_config("bfloat16", 128, True, 1)
-    with pytest.raises(ValueError, match="claim_passes"):
-        fwd.FwdConfig("bfloat16", 128, 128, True, 1, claim_passes=3)  # no dynamic schedule
 
 
 def test_forward_host_api_and_compile_check(monkeypatch):

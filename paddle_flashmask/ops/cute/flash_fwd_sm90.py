@@ -949,8 +949,9 @@ class FlashFwdSm90:
                                            seqlen_q, seqlen_k, diag_offset, self.causal,
                                            self.ncols)
             elif is_partial == 2:  # no column values: one column limit per row
-                fm_mask.apply_diagonal_mask(acc_mn_view(acc_S), tScS_mn, row_base, col_base,
-                                            seqlen_q, seqlen_k, diag_offset, self.causal)
+                fm_mask.apply_element_mask(acc_mn_view(acc_S), tScS_mn, None, row_base,
+                                           col_base, seqlen_q, seqlen_k, diag_offset, self.causal,
+                                           self.ncols, True)
         elif is_partial != 0:
             bounds = None
             if cutlass.const_expr(self.mask_columns is not None):

@@ -182,13 +182,25 @@ def apply_element_mask(
     diag_offset: Int32,
     causal: cutlass.Constexpr[bool],
     num_columns: cutlass.Constexpr[int],
+    diagonal_only: cutlass.Constexpr[bool] = False,
 ):
     """Set masked scores of one partial tile to -inf, in registers.
 
     ``acc_s_mn``: the thread's scores as an (M, N) view; ``coords_mn``: the matching (row, col)
     coordinates inside the tile; ``s_bounds``: the tile's column values in shared memory,
-    ``(tile_n, C)`` int32, or None for plain attention (constant bands).
+    ``(tile_n, C)`` int32, or None for plain attention (constant bands). ``diagonal_only``: a
+    tile no band touches (``semantics.tile_band_touched``): the causal diagonal and the sequence
+    edge alone, one column limit per row (``semantics.diagonal_col_limit``) and one compare per
+    element; ``s_bounds`` is not read.
     """
+    if cutlass.const_expr(diagonal_only):
+        for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
+            limit = semantics.diagonal_col_limit(row_base + coords_mn[r, 0][0], seqlen_q,
+                                                 seqlen_k, causal, diag_offset, select=_select)
+            for c in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[1])):
+                col = col_base + coords_mn[0, c][1]
+                acc_s_mn[r, c] = -Float32.inf if col >= limit else acc_s_mn[r, c]
+        return
     for c in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[1])):
         col_local = coords_mn[0, c][1]
         col = col_base + col_local
@@ -203,29 +215,6 @@ def apply_element_mask(
             row = row_base + coords_mn[r, 0][0]
             masked = semantics.element_masked(row, col, bands, causal, diag_offset) | out_of_seq
             acc_s_mn[r, c] = -Float32.inf if masked else acc_s_mn[r, c]
-
-
-@cute.jit
-def apply_diagonal_mask(
-    acc_s_mn: cute.Tensor,
-    coords_mn: cute.Tensor,
-    row_base: Int32,
-    col_base: Int32,
-    seqlen_q: Int32,
-    seqlen_k: Int32,
-    diag_offset: Int32,
-    causal: cutlass.Constexpr[bool],
-):
-    """Set masked scores of a partial tile that no band touches to -inf: the causal diagonal and
-    the sequence edge only, one column limit per row (``semantics.diagonal_col_limit``) and one
-    compare per element, where :func:`apply_element_mask` evaluates every band."""
-    for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
-        row = row_base + coords_mn[r, 0][0]
-        limit = semantics.diagonal_col_limit(row, seqlen_q, seqlen_k, causal, diag_offset,
-                                             select=_select)
-        for c in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[1])):
-            col = col_base + coords_mn[0, c][1]
-            acc_s_mn[r, c] = -Float32.inf if col >= limit else acc_s_mn[r, c]
 
 
 def _select(cond, a, b):
