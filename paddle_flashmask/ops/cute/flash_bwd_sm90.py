@@ -807,11 +807,11 @@ class FlashMaskBwdSm90:
             n_blk, y, b = self._tile_of(item, grid, seqlen_k)
             h, hk, hm, group = self._tile_heads(y, grid.num_h, mK, grid.mIdx)
             n0 = n_blk * self.tile_n
-            bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
-            publish = (item, grid, b, h, hk, group, n_blk, n0, num_m, diag, bmax, bmin, mQ, mK,
-                       mV, mdO, sQ, sK, sV, sdO, tma_q, tma_k, tma_v, tma_do, pipe_q, pipe_do,
-                       pipe_kv)
+            publish = (item, grid, b, h, hk, hm, group, n_blk, n0, num_m, diag, mQ, mK, mV, mdO,
+                       sQ, sK, sV, sdO, tma_q, tma_k, tma_v, tma_do, pipe_q, pipe_do, pipe_kv)
             if const_expr(passes > 1):
+                bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk,
+                                              grid.seqlen_q)
                 visited = self._visited_count(n0, bmax, bmin, grid.seqlen_q, diag, num_m)
                 if sched.claim_pass(visited, num_m, passes) == t // total:
                     kv_state, state = self._publish_tile(*publish, kv_state, state)
@@ -827,12 +827,13 @@ class FlashMaskBwdSm90:
             cute.arch.mbarrier_arrive(pipe_kv.producer_get_barrier(kv_state))
 
     @cute.jit
-    def _publish_tile(self, item, grid, b, h, hk, group, n_blk, n0, num_m, diag, bmax, bmin, mQ,
-                      mK, mV, mdO, sQ, sK, sV, sdO, tma_q, tma_k, tma_v, tma_do, pipe_q, pipe_do,
-                      pipe_kv, kv_state, state):
+    def _publish_tile(self, item, grid, b, h, hk, hm, group, n_blk, n0, num_m, diag, mQ, mK, mV,
+                      mdO, sQ, sK, sV, sdO, tma_q, tma_k, tma_v, tma_do, pipe_q, pipe_do, pipe_kv,
+                      kv_state, state):
         """Producer: K/V of tile ``item`` into the K/V stage, the slot written before the arrive
-        that completes the stage, then the Q/dO of its query tiles; returns the advanced K/V and
-        Q/dO pipeline states (assigned by the caller, so a branch around the call carries them)."""
+        that completes the stage, then the Q/dO of its query tiles (their bands read while K/V
+        fly); returns the advanced K/V and Q/dO pipeline states (assigned by the caller, so a
+        branch around the call carries them)."""
         lane = cute.arch.lane_idx()
         s_slot = grid.s_slot  # a local: the DSL carries what a branch writes to
         pipe_kv.sync_object_empty.wait(kv_state.index, kv_state.phase)
@@ -853,6 +854,7 @@ class FlashMaskBwdSm90:
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive(kv_bar)
         kv_state.advance()
+        bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk, grid.seqlen_q)
         state = self._load_heads(state, grid, h, group, b, n_blk, n0, num_m, diag, bmax, bmin,
                                  mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
         return kv_state, state
