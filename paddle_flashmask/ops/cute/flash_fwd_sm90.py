@@ -618,13 +618,8 @@ class FlashFwdSm90:
                       tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         q_state.advance()
 
-        # Key tiles right of the causal diagonal of the last row are never visited; with
-        # tile ranges, neither are those outside the query tile's [n_lo, n_hi).
-        n_end = fm_mask.key_tile_end(row_end, diag_offset, tn, num_k_tiles, self.causal)
-        n_begin = 0
-        if cutlass.const_expr(self.tile_ranges):
-            n_begin = mRanges[0, m_block, mask_head, batch]
-            n_end = cutlass.min(n_end, mRanges[1, m_block, mask_head, batch])
+        n_begin, n_end = self.key_tile_scan(m_block, mask_head, batch, row_end, mRanges,
+                                            diag_offset, num_k_tiles)
         for chunk in cutlass.range(n_begin // 32, (n_end + 31) // 32, unroll=1):
             band_bits = Uint32(0xFFFFFFFF)  # every partial tile needs its column values
             if cutlass.const_expr(self.cfg.diagonal_partials):
@@ -684,20 +679,29 @@ class FlashFwdSm90:
         k_state.advance()
         return q_state, k_state, v_state
 
+    def key_tile_scan(self, m_block, mask_head, batch, row_end, mRanges, diag_offset,
+                      num_k_tiles):
+        """``(n_begin, n_end)``: the key tiles the producer scans for a query tile. Those right of
+        the causal diagonal of its last row are never visited; with tile ranges, neither are
+        those outside the query tile's [n_lo, n_hi). ``n_begin`` is the Python int 0 without
+        tile ranges (``chunk_visit_bits`` then traces no lower bound)."""
+        n_end = fm_mask.key_tile_end(row_end, diag_offset, self.tile_n, num_k_tiles, self.causal)
+        n_begin = 0
+        if cutlass.const_expr(self.tile_ranges):
+            n_begin = mRanges[0, m_block, mask_head, batch]
+            n_end = cutlass.min(n_end, mRanges[1, m_block, mask_head, batch])
+        return n_begin, n_end
+
     @cute.jit
     def visited_key_tiles(self, item, total, mOrder, mRanges, seqlen_q, diag_offset, num_heads,
                           num_mask_heads, num_m_blocks, num_batch, num_k_tiles):
-        """The key-tile range the producer scans for work tile ``item`` (its claim class's
-        measure, ``claim_passes``): up to the causal diagonal, within the tile range."""
+        """The length of the key-tile scan of work tile ``item`` (:meth:`key_tile_scan`), the
+        measure of its claim class (``claim_passes``)."""
         m_block, head, batch = sched.work_tile(mOrder, item, total, num_m_blocks, num_heads,
                                                num_batch)
         row_end = cutlass.min(m_block * self.tile_m + self.tile_m, seqlen_q)
-        n_end = fm_mask.key_tile_end(row_end, diag_offset, self.tile_n, num_k_tiles, self.causal)
-        n_begin = Int32(0)
-        if cutlass.const_expr(self.tile_ranges):
-            mask_head = head // (num_heads // num_mask_heads)
-            n_begin = mRanges[0, m_block, mask_head, batch]
-            n_end = cutlass.min(n_end, mRanges[1, m_block, mask_head, batch])
+        n_begin, n_end = self.key_tile_scan(m_block, head // (num_heads // num_mask_heads),
+                                            batch, row_end, mRanges, diag_offset, num_k_tiles)
         return cutlass.max(n_end - n_begin, Int32(0))
 
     @cute.jit

@@ -90,7 +90,8 @@ class ReusableLaunch:
         self.compiled = compiled
         execution_args = getattr(compiled, "execution_args", None)
         meta = getattr(execution_args, "_meta", None)
-        self.reuses = (env_flag(REUSE_LAUNCH_ENV, default="1") and meta is not None and hasattr(execution_args, "generate_execution_args")
+        self.reuses = (env_flag(REUSE_LAUNCH_ENV, default="1") and meta is not None
+                       and hasattr(execution_args, "generate_execution_args")
                        and callable(getattr(compiled, "run_compiled_program", None))
                        and getattr(compiled, "_pyir_spec", None) is None)
         self._arg_count = getattr(meta, "arg_count", 0)
