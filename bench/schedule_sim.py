@@ -47,21 +47,11 @@ def visited_tiles(indices, causal: bool, seqlen: int, tile_m: int, tile_n: int, 
                   backward: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(visited, partial) tiles per [batch, work item] (mask head 0): key tiles per query tile
     (forward items), or with ``backward`` query tiles per key tile (backward items)."""
-    if indices is None:  # plain causal / full: every pair visible, or only rows >= columns
-        rows = np.arange(seqlen)
-        tiles = np.zeros((batch, 1, -(-seqlen // tile_m), -(-seqlen // tile_n)), np.int8)
-        rb = (np.arange(tiles.shape[2]) * tile_m)[:, None]
-        cb = (np.arange(tiles.shape[3]) * tile_n)[None, :]
-        if causal:
-            re = np.minimum(rb + tile_m, seqlen) - 1
-            tiles[:] = np.where(re < cb, semantics.SKIP,
-                                np.where(rb >= cb + tile_n - 1, semantics.FULL, semantics.PARTIAL))
-        else:
-            tiles[:] = semantics.FULL
-        del rows
-    else:
-        tiles = semantics.classify_tiles(semantics.tile_summary(indices, tile_n), causal, seqlen,
-                                         tile_m)
+    if indices is None:  # plain causal / full: columns whose bands mask nothing (LTS = Sq, UTE = 0)
+        nothing = [seqlen] if causal else [seqlen, 0]
+        indices = np.broadcast_to(np.array(nothing, np.int32), (batch, 1, seqlen, len(nothing)))
+    tiles = semantics.classify_tiles(semantics.tile_summary(indices, tile_n), causal, seqlen,
+                                     tile_m)
     axis = -2 if backward else -1
     return ((tiles[:, 0] != semantics.SKIP).sum(axis),
             (tiles[:, 0] == semantics.PARTIAL).sum(axis))
