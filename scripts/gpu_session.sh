@@ -485,7 +485,18 @@ wait; grep -H -E "paddle_flashmask " $OUT/bench_g*.log | sed "s/.*bench_//"'"
 $(pack_logs 35 '*_claim3*.json')"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35"
+call36() {
+  emit "call 36 (for session 10, on the warm nvidia-h200-x2 right after call 35) - the d256 forward with 128x80 key tiles (PADDLE_FLASHMASK_FWD_D256_TILE_N=80, FA4's d256 tile; 543 instead of 503 loop instructions for 80 instead of 64 keys on full tiles): forward oracle on the d256 cases (GPU 0) || the D=256 benchmark rows next to FA4, 128x64 then 128x80 (GPU 1) [<= 4 min]" \
+    nvidia-h200-x2 240 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_FWD_D256_TILE_N=80; timeout -s INT -k 10 90 python3 tests/gpu/fwd_check.py --only d256_causal_window_sink,d256_full --json-name fwd_d256_n80.json > $OUT/fwd_d256_n80.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; for n in 64 80; do PADDLE_FLASHMASK_FWD_D256_TILE_N=$n timeout -s INT -k 10 100 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag d256_n$n > $OUT/bench_d256_n$n.log 2>&1; done ) &
+wait; tail -n 2 $OUT/fwd_d256_n80.log; grep -h -E "paddle_flashmask |fa4 " $OUT/bench_d256_n*.log'"
+$(pack_logs 36 '*_n80*.json')"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -661,10 +672,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -77,9 +77,10 @@ def main(argv: list[str]) -> int:
         if not path.is_dir():
             print(f"seed_venv.py: {label} {path} is not a directory", file=sys.stderr)
             return 2
-    seeded = seed(report, source, target)
+    seeded = sorted(seed(report, source, target))
+    shown = ", ".join(seeded[:6]) + (" ..." if len(seeded) > 6 else "") if seeded else "none"
     print(f"[setup] linked {len(seeded)} distributions from {source.parent.parent.parent.name}: "
-          + (", ".join(sorted(seeded)[:6]) + (" ..." if len(seeded) > 6 else "") if seeded else "none"))
+          f"{shown}")
     return 0
 
 

@@ -68,8 +68,55 @@ def test_shared_memory_budget():
         for d, dv in fwd.SUPPORTED_HEAD_DIMS:
             for causal, c in ((True, None), (True, 2), (False, 4)):
                 cfg = fwd.default_config("bf16", d, dv, causal, c, True, fast=fast)
-                assert cfg.shared_memory_bytes() <= fwd.SMEM_LIMIT_BYTES
+                assert fwd.fits_shared_memory(cfg.shared_memory_bytes())
                 assert cfg.tile_n % 16 == 0
+
+
+def test_d256_wide_key_tile_only_where_it_fits(monkeypatch):
+    monkeypatch.delenv(fwd.D256_TILE_ENV, raising=False)
+    assert fwd.default_config("bf16", 256, 256, True, 1).tile_n == 64  # default: 128x64
+    monkeypatch.setenv(fwd.D256_TILE_ENV, "80")
+    for causal, c, sink in ((True, None, False), (False, None, False), (True, 1, True),
+                            (True, 2, True), (False, 2, False)):
+        cfg = fwd.default_config("bf16", 256, 256, causal, c, sink)
+        assert cfg.tile_n == 80 and fwd.fits_shared_memory(cfg.shared_memory_bytes())
+    # four column values per key staged: 232,448 B + 1 KB static is over the limit
+    wide = fwd.default_config("bf16", 256, 256, False, 4)
+    assert wide.tile_n == 64
+    assert not fwd.fits_shared_memory(wide.shared_memory_bytes(80))
+    assert fwd.default_config("bf16", 128, 128, True, 1).tile_n == 128  # d256 only
+    monkeypatch.setenv(fwd.D256_TILE_ENV, "96")
+    with pytest.raises(ValueError, match=fwd.D256_TILE_ENV):
+        fwd.default_config("bf16", 256, 256, True, 1)
+
+
+_TRACED_SMEM = textwrap.dedent("""
+    import dataclasses, sys
+    sys.path.insert(0, {root!r})
+    from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
+    for causal, c, sink, tile_n in {cases!r}:
+        cfg = fwd.default_config("bf16", {d}, {d}, causal, c, sink)
+        cfg = cfg if tile_n is None else dataclasses.replace(cfg, tile_n=tile_n)
+        print(fwd.compile_forward(cfg).smem_bytes, cfg.shared_memory_bytes())
+""")
+
+
+@pytest.mark.parametrize("d,cases", [
+    (256, ((False, 2, False, 80), (True, 1, True, 80))),  # the first: at the 227 KB limit
+    (64, ((True, 2, True, None), (False, 4, False, None))),  # two Q stages, TMA-store O
+], ids=["d256-n80", "d64"])
+def test_shared_memory_estimate_is_the_traced_struct(d, cases):
+    # FwdConfig sizes shared memory before tracing (the d256 128x80 choice depends on it); the
+    # traced SharedStorage must match it exactly
+    code = _TRACED_SMEM.format(root=str(ROOT), d=d, cases=cases)
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, CUTE_DSL_ARCH="sm_90a"),
+                         check=True, timeout=600, capture_output=True, text=True).stdout
+    pairs = [tuple(map(int, line.split())) for line in out.split("\n") if line.strip()]
+    assert len(pairs) == len(cases)
+    for traced, estimate in pairs:
+        assert traced == estimate
+    if d == 256:
+        assert pairs[0][0] + fwd.STATIC_SMEM_BYTES == fwd.SMEM_LIMIT_BYTES
 
 
 def test_default_config_is_hashable_and_fast_switch(monkeypatch):

@@ -76,9 +76,13 @@ def variants(full: bool = False) -> list[Variant]:
             out.append(Variant(label, kind, config, fast_path))
 
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
-            partial_overlap=False, claim_passes=1, diagonal_partials=False):
+            partial_overlap=False, claim_passes=1, diagonal_partials=False,
+            tile_n: Optional[int] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
+        if tile_n is not None:  # another key-tile width (e.g. d256's 128x80, env D256_TILE_N)
+            cfg = dataclasses.replace(cfg, tile_n=tile_n)
+            extra += f" n{tile_n}"
         if diagonal_partials:  # diagonal-only partial tiles (FwdConfig.diagonal_partials)
             cfg = dataclasses.replace(cfg, diagonal_partials=True)
             extra += " diagonal-partials"
@@ -96,7 +100,8 @@ def variants(full: bool = False) -> list[Variant]:
 
             cfg = dataclasses.replace(cfg, tile_ranges=True)
             extra += " tile-ranges"
-            add(f"tile-ranges {_form_label(causal, c)}", "tile_ranges",
+            width = f" n{tile_n}" if tile_n else ""
+            add(f"tile-ranges {_form_label(causal, c)}{width}", "tile_ranges",
                 TileRangeConfig.for_forward(cfg), False)
         if work_order:  # the work-ordered scheduler (FwdConfig.work_order) + its ordering kernels
             from .work_order_kernel import WorkOrderConfig
@@ -194,6 +199,9 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, True, None, claim_passes=3)
     fwd("bfloat16", 128, True, 1, diagonal_partials=True)
     fwd("bfloat16", 128, False, 4, diagonal_partials=True)
+    fwd("bfloat16", 256, True, 1, tile_n=80, tile_ranges=True)  # 230,400 B of smem
+    fwd("bfloat16", 256, False, 2, tile_n=80)  # 231,424 B + 1 KB static: the 227 KB limit
+    add("tile-summary C1 n80", "summary", SummaryConfig(80, 1), False)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)

@@ -29,6 +29,7 @@ Host side: :class:`FwdConfig` (compile-time parameters) and :func:`compile_forwa
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -125,10 +126,11 @@ class FwdConfig:
             raise ValueError(f"FwdConfig.num_stages: expected >= 1, found {self.num_stages}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"FwdConfig.q_stages: expected 1 or 2, found {self.q_stages}")
-        if self.shared_memory_bytes() > SMEM_LIMIT_BYTES:
+        if not fits_shared_memory(self.shared_memory_bytes()):
             raise ValueError(
-                f"FwdConfig: shared memory {self.shared_memory_bytes()} B exceeds the SM90 limit "
-                f"{SMEM_LIMIT_BYTES} B (reduce tile_n, num_stages or q_stages, or tma_store_o)")
+                f"FwdConfig: shared memory {self.shared_memory_bytes()} B + {STATIC_SMEM_BYTES} B "
+                f"static exceeds the SM90 limit {SMEM_LIMIT_BYTES} B (reduce tile_n, num_stages "
+                f"or q_stages, or tma_store_o)")
         if self.partial_overlap and not self.intra_wg_overlap:
             raise ValueError("FwdConfig.partial_overlap: needs intra_wg_overlap=True")
         if self.pingpong and not self.intra_wg_overlap:
@@ -166,20 +168,38 @@ PARTIAL_OVERLAP_ENV = "PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP"
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_PASSES"
 DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
+D256_TILE_ENV = "PADDLE_FLASHMASK_FWD_D256_TILE_N"  # "80": 128x80 where it fits (else 128x64)
 
 
-SMEM_LIMIT_BYTES = 232448  # 227 KB of dynamic shared memory per CTA on SM90
+SMEM_LIMIT_BYTES = 232448  # 227 KB of shared memory per CTA on SM90, static + dynamic
+# Every forward kernel the DSL builds also holds 1 KB of static shared memory (the cubin's
+# .nv.shared.<kernel>, compile_check's "smem" column); it counts toward the same 227 KB.
+STATIC_SMEM_BYTES = 1024
 
 
-def _shared_memory_bytes(cfg: "FwdConfig") -> int:
+def _align(nbytes: int, alignment: int) -> int:
+    return -(-nbytes // alignment) * alignment
+
+
+def _shared_memory_bytes(cfg: "FwdConfig", tile_n: Optional[int] = None) -> int:
+    """Dynamic shared memory of a config: the size of the kernel's ``SharedStorage`` (mbarriers,
+    tile meta and work slots, staged column values; then the Q, K, V and O buffers, each aligned
+    to 1 KB), known before tracing; ``tile_n``: of the same config with key tiles that wide.
+    ``compile_forward`` checks it against the traced struct (tests/test_fwd_kernel.py)."""
     elem = 2
-    q = cfg.q_stages * cfg.tile_m * cfg.head_dim * elem
-    kv = cfg.num_stages * cfg.tile_n * (cfg.head_dim + cfg.head_dim_v) * elem
-    o = cfg.tile_m * cfg.head_dim_v * elem if cfg.tma_store_o else 0
+    tile_n = cfg.tile_n if tile_n is None else tile_n
     ncols = fm_mask.num_mask_columns(cfg.causal, cfg.mask_columns)
-    meta = (cfg.num_stages * (cfg.tile_n * ncols * 4 + 8) + (cfg.q_stages + 2 * cfg.num_stages) * 16
-            + cfg.q_stages * 4)
-    return q + kv + o + meta + 4 * 1024  # alignment padding of the buffers
+    header = (cfg.q_stages * 2 + cfg.num_stages * 4) * 8 + cfg.num_stages * 2 * 4 + cfg.q_stages * 4
+    header = _align(header, 16) + cfg.num_stages * tile_n * ncols * 4
+    q = cfg.q_stages * cfg.tile_m * cfg.head_dim * elem
+    kv = cfg.num_stages * tile_n * (cfg.head_dim + cfg.head_dim_v) * elem
+    o = cfg.tile_m * cfg.head_dim_v * elem if cfg.tma_store_o else 0
+    return _align(header, 1024) + _align(q, 1024) + _align(kv, 1024) + _align(o, 1024)
+
+
+def fits_shared_memory(dynamic_bytes: int) -> bool:
+    """Whether a kernel with this much dynamic shared memory can launch on SM90."""
+    return dynamic_bytes + STATIC_SMEM_BYTES <= SMEM_LIMIT_BYTES
 
 
 FwdConfig.shared_memory_bytes = _shared_memory_bytes
@@ -235,12 +255,24 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
         tile_n, q_stages = 112, 2  # the session-3 shape: 128x112 with a double-buffered Q
-    return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
-                     128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
-                     tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
-                     work_order=bool(work_order), tile_ranges=tile_ranges,
-                     dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap),
-                     claim_passes=claim_passes, diagonal_partials=diagonal_partials)
+    config = FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
+                       128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
+                       tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
+                       work_order=bool(work_order), tile_ranges=tile_ranges,
+                       dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap),
+                       claim_passes=claim_passes, diagonal_partials=diagonal_partials)
+    if head_dim == 256 and env_choice(D256_TILE_ENV, ("64", "80")) == "80":
+        config = _widest_fitting_tile(config, 80)
+    return config
+
+
+def _widest_fitting_tile(config: FwdConfig, tile_n: int) -> FwdConfig:
+    """``config`` with key tiles ``tile_n`` wide if two stages of them still fit (FA4's d256 tile
+    is 128x80); else ``config`` unchanged. At d256, 128x80 fits with up to two column values per
+    key staged (230,400-231,424 B + 1 KB static), not with four (232,448 B)."""
+    if not fits_shared_memory(_shared_memory_bytes(config, tile_n)):
+        return config
+    return dataclasses.replace(config, tile_n=tile_n)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
@@ -1105,9 +1137,10 @@ def compile_forward(config: FwdConfig) -> CompiledForward:
         cuda.CUstream(0),
     )
     compiled = cute.compile(kernel, *args)
-    if kernel.smem_bytes > SMEM_LIMIT_BYTES:  # the estimate in FwdConfig should have caught it
-        raise ValueError(f"compile_forward: {config} needs {kernel.smem_bytes} B of shared memory, "
-                         f"over the {SMEM_LIMIT_BYTES} B limit")
+    if kernel.smem_bytes > config.shared_memory_bytes():  # FwdConfig's check relies on it
+        raise RuntimeError(f"compile_forward: {config} traced {kernel.smem_bytes} B of shared "
+                           f"memory, more than FwdConfig.shared_memory_bytes() "
+                           f"{config.shared_memory_bytes()} B: update _shared_memory_bytes")
     result = CompiledForward(config, compiled)
     result.smem_bytes = kernel.smem_bytes
     return result
