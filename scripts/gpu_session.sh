@@ -496,7 +496,19 @@ wait; tail -n 2 $OUT/fwd_d256_n80.log; grep -h -E "paddle_flashmask |fa4 " $OUT/
 $(pack_logs 36 '*_n80*.json')"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36"
+call37() {
+  emit "call 37 (for session 10, on the warm nvidia-h200-x2 after call 36) - the GPU suite with every prepared option on through the env (claims by work class both ways, diagonal-only partial tiles, d256 128x80), so that defaults can be flipped on this evidence: precompile + the whole GPU suite + the skipping test twice (GPU 0) || backward and forward oracle checks with timings (GPU 1) [<= 7 min]" \
+    nvidia-h200-x2 420 '[".devtools"]' \
+"$PRELUDE
+$SKIP_FN"'
+export PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1 PADDLE_FLASHMASK_FWD_D256_TILE_N=80
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 90 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report_opts.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1; for r in a b; do skip opts_$r; done ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --bench --json-name bwd_check_opts.json > $OUT/bwd.log 2>&1; timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_check_opts.json > $OUT/fwd.log 2>&1 ) &
+wait; tail -n 3 $OUT/pytest_gpu.log; tail -n 1 $OUT/bwd.log $OUT/fwd.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report_opts.json $OUT/skip_*.json'"
+$(pack_logs 37 'skip_*.json')"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -672,10 +684,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
