@@ -486,22 +486,22 @@ $(pack_logs 35 '*_claim3*.json')"
 }
 
 call36() {
-  emit "call 36 (for session 10, on the warm nvidia-h200-x2 right after call 35) - the d256 forward with 128x80 key tiles (PADDLE_FLASHMASK_FWD_D256_TILE_N=80, FA4's d256 tile; 543 instead of 503 loop instructions for 80 instead of 64 keys on full tiles): forward oracle on the d256 cases (GPU 0) || the D=256 benchmark rows next to FA4, 128x64 then 128x80 (GPU 1) [<= 4 min]" \
-    nvidia-h200-x2 240 '[".devtools", ".whl"]' \
+  emit "call 36 (for session 10, on the warm nvidia-h200-x2 right after call 35) - two forward tile shapes of FA4, never GPU-run: d256 with 128x80 key tiles (PADDLE_FLASHMASK_FWD_D256_TILE_N=80; 6.8 instead of 7.9 loop instructions per key on full tiles) and d64 with 192-row query tiles on three consumer warpgroups (PADDLE_FLASHMASK_FWD_D64_TILE_M=192): forward oracle on the d256 and d64 cases (GPU 0) || the D=256 and D=64 benchmark rows next to FA4, default tile then the new one (GPU 1) [<= 5.5 min]" \
+    nvidia-h200-x2 330 '[".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_FWD_D256_TILE_N=80; timeout -s INT -k 10 90 python3 tests/gpu/fwd_check.py --only d256_causal_window_sink,d256_full --json-name fwd_d256_n80.json > $OUT/fwd_d256_n80.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1; for n in 64 80; do PADDLE_FLASHMASK_FWD_D256_TILE_N=$n timeout -s INT -k 10 100 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag d256_n$n > $OUT/bench_d256_n$n.log 2>&1; done ) &
-wait; tail -n 2 $OUT/fwd_d256_n80.log; grep -h -E "paddle_flashmask |fa4 " $OUT/bench_d256_n*.log'"
-$(pack_logs 36 '*_n80*.json')"
+( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_FWD_D256_TILE_N=80 PADDLE_FLASHMASK_FWD_D64_TILE_M=192; timeout -s INT -k 10 120 python3 tests/gpu/fwd_check.py --only d256_causal_window_sink,d256_full,fp16_d64_causal_doc_sink,d64_full_sink --json-name fwd_tiles_new.json > $OUT/fwd_tiles_new.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; for v in "" "PADDLE_FLASHMASK_FWD_D256_TILE_N=80 PADDLE_FLASHMASK_FWD_D64_TILE_M=192"; do t=${v:+new}; env $v timeout -s INT -k 10 130 python3 bench/bench_attention.py --cases 3,4 --systems paddle_flashmask,fa4 --tag tiles_${t:-base} > $OUT/bench_tiles_${t:-base}.log 2>&1; done ) &
+wait; tail -n 2 $OUT/fwd_tiles_new.log; grep -h -E "paddle_flashmask |fa4 " $OUT/bench_tiles_*.log'"
+$(pack_logs 36 '*_new*.json')"
 }
 
 call37() {
-  emit "call 37 (for session 10, on the warm nvidia-h200-x2 after call 36) - the GPU suite with every prepared option on through the env (claims by work class both ways, diagonal-only partial tiles, d256 128x80), so that defaults can be flipped on this evidence: precompile + the whole GPU suite + the skipping test twice (GPU 0) || backward and forward oracle checks with timings (GPU 1) [<= 7 min]" \
+  emit "call 37 (for session 10, on the warm nvidia-h200-x2 after call 36) - the GPU suite with every prepared option on through the env (claims by work class both ways, diagonal-only partial tiles, d256 128x80, d64 192x128), so that defaults can be flipped on this evidence: precompile + the whole GPU suite + the skipping test twice (GPU 0) || backward and forward oracle checks with timings (GPU 1) [<= 7 min]" \
     nvidia-h200-x2 420 '[".devtools"]' \
 "$PRELUDE
 $SKIP_FN"'
-export PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1 PADDLE_FLASHMASK_FWD_D256_TILE_N=80
+export PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1 PADDLE_FLASHMASK_FWD_D256_TILE_N=80 PADDLE_FLASHMASK_FWD_D64_TILE_M=192
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 90 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report_opts.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1; for r in a b; do skip opts_$r; done ) &
 ( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --bench --json-name bwd_check_opts.json > $OUT/bwd.log 2>&1; timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_check_opts.json > $OUT/fwd.log 2>&1 ) &
 wait; tail -n 3 $OUT/pytest_gpu.log; tail -n 1 $OUT/bwd.log $OUT/fwd.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report_opts.json $OUT/skip_*.json'"

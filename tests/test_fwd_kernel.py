@@ -163,3 +163,58 @@ def test_sm90a_sass_has_tma_and_async_wgmma(tmp_path, fast, work_order):
     assert depbar <= 8, f"wgmma serialised by ptxas: {depbar} DEPBAR for {hgmma} HGMMA"
     if fast:
         assert "UTMASTG" in sass, "fast path: TMA store of O missing"
+
+
+def test_three_consumer_warpgroups_config(monkeypatch):
+    assert fwd.launch_registers(128) == 168 and fwd.launch_registers(192) == 128
+    base = fwd.default_config("bf16", 64, 64, True, 2, True)
+    three = fwd.with_consumer_warpgroups(base, 3)
+    assert (three.tile_m, three.producer_regs, three.consumer_regs) == (192, 32, 160)
+    assert fwd.with_consumer_warpgroups(three, 2) == base  # the default split comes back
+    # 512 threads launch with 128 registers: 232 per consumer thread cannot be handed over
+    with pytest.raises(ValueError, match="register split"):
+        fwd.FwdConfig("bf16", 64, 64, True, 1, tile_m=192, producer_regs=32, consumer_regs=232)
+    with pytest.raises(NotImplementedError, match="tile_m"):
+        fwd.FwdConfig("bf16", 64, 64, True, 1, tile_m=256)
+    with pytest.raises(ValueError, match="count"):
+        fwd.with_consumer_warpgroups(base, 4)
+    monkeypatch.delenv(fwd.D64_TILE_M_ENV, raising=False)
+    assert fwd.default_config("bf16", 64, 64, True, 1).tile_m == 128
+    monkeypatch.setenv(fwd.D64_TILE_M_ENV, "192")
+    for causal, c, sink in ((True, None, False), (True, 1, False), (False, 4, True)):
+        cfg = fwd.default_config("bf16", 64, 64, causal, c, sink)
+        assert cfg.tile_m == 192 and fwd.fits_shared_memory(cfg.shared_memory_bytes())
+    assert fwd.default_config("bf16", 128, 128, True, 1).tile_m == 128  # d64 only
+    monkeypatch.setenv(fwd.D64_TILE_M_ENV, "256")
+    with pytest.raises(ValueError, match=fwd.D64_TILE_M_ENV):
+        fwd.default_config("bf16", 64, 64, True, 1)
+
+
+def test_three_consumer_warpgroups_sass(tmp_path):
+    # d64, 192 x 128 over three consumer warpgroups: wgmma + TMA, no spills at 160 registers,
+    # the wgmma chain not serialised, and setmaxnreg moving registers to the consumers
+    nvdisasm = _nvdisasm()
+    if nvdisasm is None:
+        pytest.skip("nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="cubin",
+               CUTE_DSL_DUMP_DIR=str(tmp_path), PADDLE_FLASHMASK_FWD_D64_TILE_M="192")
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
+        cfg = fwd.default_config("bf16", 64, 64, True, 2, True)
+        assert cfg.tile_m == 192, cfg
+        fwd.compile_forward(cfg)
+    """)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600,
+                   capture_output=True)
+    cubins = glob.glob(str(tmp_path / "*.cubin"))
+    assert cubins, "the DSL wrote no cubin"
+    sass = subprocess.run([nvdisasm, "-c", cubins[0]], check=True, capture_output=True,
+                          text=True).stdout
+    hgmma = len(re.findall(r"\bHGMMA\.", sass))
+    depbar = len(re.findall(r"WARPGROUP\.DEPBAR", sass))
+    assert hgmma >= 12 and "UTMALDG" in sass and "UTMASTG" in sass
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory spills in the kernel"
+    assert depbar <= 8, f"wgmma serialised by ptxas: {depbar} DEPBAR for {hgmma} HGMMA"
+    assert "USETMAXREG" in sass

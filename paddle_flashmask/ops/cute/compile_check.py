@@ -77,9 +77,14 @@ def variants(full: bool = False) -> list[Variant]:
 
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
             partial_overlap=False, claim_passes=1, diagonal_partials=False,
-            tile_n: Optional[int] = None):
+            tile_n: Optional[int] = None, consumer_wgs: int = 2):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
+        if consumer_wgs != 2:  # e.g. d64's 192-row tile on three warpgroups (env D64_TILE_M)
+            from .flash_fwd_sm90 import with_consumer_warpgroups
+
+            cfg = with_consumer_warpgroups(cfg, consumer_wgs)
+            extra += f" m{cfg.tile_m}"
         if tile_n is not None:  # another key-tile width (e.g. d256's 128x80, env D256_TILE_N)
             cfg = dataclasses.replace(cfg, tile_n=tile_n)
             extra += f" n{tile_n}"
@@ -101,6 +106,7 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, tile_ranges=True)
             extra += " tile-ranges"
             width = f" n{tile_n}" if tile_n else ""
+            width += f" m{cfg.tile_m}" if consumer_wgs != 2 else ""
             add(f"tile-ranges {_form_label(causal, c)}{width}", "tile_ranges",
                 TileRangeConfig.for_forward(cfg), False)
         if work_order:  # the work-ordered scheduler (FwdConfig.work_order) + its ordering kernels
@@ -202,6 +208,9 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 256, True, 1, tile_n=80, tile_ranges=True)  # 230,400 B of smem
     fwd("bfloat16", 256, False, 2, tile_n=80)  # 231,424 B + 1 KB static: the 227 KB limit
     add("tile-summary C1 n80", "summary", SummaryConfig(80, 1), False)
+    fwd("bfloat16", 64, True, 1, consumer_wgs=3, tile_ranges=True)  # 512 threads, 160 registers
+    fwd("bfloat16", 64, False, 4, sink=True, consumer_wgs=3)
+    fwd("bfloat16", 64, True, None, consumer_wgs=3)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)

@@ -118,8 +118,8 @@ class FwdConfig:
                 f"FwdConfig head dims: expected (head_dim, head_dim_v) in {SUPPORTED_HEAD_DIMS}, "
                 f"found ({self.head_dim}, {self.head_dim_v})")
         fm_mask.num_mask_columns(self.causal, self.mask_columns)  # validates the (causal, C) form
-        if self.tile_m != 128:
-            raise NotImplementedError(f"FwdConfig.tile_m: expected 128, found {self.tile_m}")
+        if self.tile_m not in (128, 192):  # two or three consumer warpgroups of 64 rows
+            raise NotImplementedError(f"FwdConfig.tile_m: expected 128 or 192, found {self.tile_m}")
         if self.tile_n % 16 != 0 or not 16 <= self.tile_n <= 256:
             raise ValueError(f"FwdConfig.tile_n: expected a multiple of 16 in [16, 256], found {self.tile_n}")
         if self.num_stages < 1:
@@ -150,14 +150,17 @@ class FwdConfig:
                              f"dynamic_schedule=True, found {self.claim_passes} "
                              f"(dynamic_schedule={self.dynamic_schedule})")
         # setmaxnreg only moves registers inside the CTA's launch allocation (ptxas caps a
-        # 384-thread CTA at 168/thread): what the producer warpgroup gives back must cover what
-        # the two consumer warpgroups take, or setmaxnreg.inc waits forever.
-        launch = 168
-        if 128 * (launch - self.producer_regs) < 256 * (self.consumer_regs - launch):
+        # 384-thread CTA at 168/thread, a 512-thread one at 128): what the producer warpgroup
+        # gives back must cover what the consumer warpgroups take, or setmaxnreg.inc waits
+        # forever.
+        launch = launch_registers(self.tile_m)
+        consumers = 128 * (self.tile_m // 64)
+        if 128 * (launch - self.producer_regs) < consumers * (self.consumer_regs - launch):
             raise ValueError(
                 f"FwdConfig register split: producer {self.producer_regs} / consumer "
-                f"{self.consumer_regs} needs 128*(168-p) >= 256*(c-168), found "
-                f"{128 * (launch - self.producer_regs)} < {256 * (self.consumer_regs - launch)}")
+                f"{self.consumer_regs} needs 128*({launch}-p) >= {consumers}*(c-{launch}), found "
+                f"{128 * (launch - self.producer_regs)} < "
+                f"{consumers * (self.consumer_regs - launch)}")
 
 
 FAST_ENV = "PADDLE_FLASHMASK_FWD_FAST"
@@ -169,12 +172,20 @@ CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_PASSES"
 DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
 D256_TILE_ENV = "PADDLE_FLASHMASK_FWD_D256_TILE_N"  # "80": 128x80 where it fits (else 128x64)
+D64_TILE_M_ENV = "PADDLE_FLASHMASK_FWD_D64_TILE_M"  # "192": three consumer warpgroups at d64
 
 
 SMEM_LIMIT_BYTES = 232448  # 227 KB of shared memory per CTA on SM90, static + dynamic
 # Every forward kernel the DSL builds also holds 1 KB of static shared memory (the cubin's
 # .nv.shared.<kernel>, compile_check's "smem" column); it counts toward the same 227 KB.
 STATIC_SMEM_BYTES = 1024
+
+
+def launch_registers(tile_m: int) -> int:
+    """Registers per thread of the CTA at launch: 64K over a producer warpgroup and one consumer
+    warpgroup per 64 rows, in ptxas' steps of 8."""
+    threads = 128 * (1 + tile_m // 64)
+    return min(255, 65536 // threads) // 8 * 8
 
 
 def _align(nbytes: int, alignment: int) -> int:
@@ -263,7 +274,26 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                        claim_passes=claim_passes, diagonal_partials=diagonal_partials)
     if head_dim == 256 and env_choice(D256_TILE_ENV, ("64", "80")) == "80":
         config = _widest_fitting_tile(config, 80)
+    if head_dim == 64 and env_choice(D64_TILE_M_ENV, ("128", "192")) == "192":
+        config = with_consumer_warpgroups(config, 3)
     return config
+
+
+# (producer, consumer) registers per thread after setmaxnreg, by consumer warpgroups
+_REGISTER_SPLIT = {2: (32, 232), 3: (32, 160)}
+
+
+def with_consumer_warpgroups(config: FwdConfig, count: int) -> FwdConfig:
+    """``config`` with ``count`` consumer warpgroups of 64 query rows each (tile_m = 64 * count)
+    and the register split that fits them. Three is FA4's d64 forward (192 x 128): two
+    warpgroups run their softmax while the third issues GEMMs, since at d64 a tile's softmax
+    outlasts its GEMMs. 512 threads launch with 128 registers each: producer 32, consumers 160."""
+    if count not in _REGISTER_SPLIT:
+        raise ValueError(f"with_consumer_warpgroups count: expected one of "
+                         f"{sorted(_REGISTER_SPLIT)}, found {count}")
+    producer, consumer = _REGISTER_SPLIT[count]
+    return dataclasses.replace(config, tile_m=64 * count, producer_regs=producer,
+                               consumer_regs=consumer)
 
 
 def _widest_fitting_tile(config: FwdConfig, tile_n: int) -> FwdConfig:
@@ -291,8 +321,7 @@ def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:
 
 class FlashFwdSm90:
     threads_per_wg = 128
-    sched_barrier_base = 1  # named barriers 1, 2 (0 is __syncthreads)
-    epi_barrier_base = 3  # named barriers 3, 4: per-warpgroup epilogue
+    sched_barrier_base = 1  # named barriers 1.. one per consumer warpgroup (0 is __syncthreads)
 
     def __init__(self, config: FwdConfig):
         self.cfg = config
@@ -318,6 +347,8 @@ class FlashFwdSm90:
         self.has_sink = config.has_sink
         self.num_consumer_wg = config.tile_m // 64
         self.num_threads = self.threads_per_wg * (1 + self.num_consumer_wg)
+        # per-warpgroup epilogue barriers follow the turn barriers (3, 4 with two warpgroups)
+        self.epi_barrier_base = self.sched_barrier_base + self.num_consumer_wg
 
     # ------------------------------------------------------------------------------------------
     # Host-side trace: tensor views, TMA descriptors, launch
@@ -810,6 +841,10 @@ class FlashFwdSm90:
 
         total = sched.total_work(num_m_blocks, num_heads, num_batch)
         cwg = ctidx // self.threads_per_wg
+        next_wg = cwg  # the warpgroup this one hands the turn to (ping-pong with three only)
+        if cutlass.const_expr(self.pingpong and self.num_consumer_wg > 2):
+            next_wg = cute.arch.make_warp_uniform(
+                (cwg + 1) - self.num_consumer_wg * ((cwg + 1) // self.num_consumer_wg))
         # Same per-thread C fragment as thr_pv, but over this warpgroup's own 64-row slab.
         thr_pv_wg = None
         if cutlass.const_expr(self.tma_store_o):
@@ -884,7 +919,7 @@ class FlashFwdSm90:
                         self.issue_qk(mma_qk, acc_S, tSrQ, tSrK, q_idx, k_state.index)
                         pipe_v.consumer_wait(v_state)
                         self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
-                        self.turn_pass(cwg)
+                        self.turn_pass(cwg, next_wg)
                         if cutlass.const_expr(self.cfg.partial_overlap):
                             # S_j's group is the older one: complete after wait_group(1), while
                             # P_{j-1}·V_{j-1} still runs under the mask code
@@ -949,10 +984,16 @@ class FlashFwdSm90:
                               number_of_threads=2 * self.threads_per_wg)
 
     @cute.jit
-    def turn_pass(self, cwg: Int32):
+    def turn_pass(self, cwg: Int32, next_wg: Int32):
+        """Hand the turn to the next consumer warpgroup (round robin; ``next_wg`` is used with
+        three warpgroups)."""
         if cutlass.const_expr(self.pingpong):
-            cute.arch.barrier_arrive(barrier_id=self.sched_barrier_base + 1 - cwg,
-                                     number_of_threads=2 * self.threads_per_wg)
+            if cutlass.const_expr(self.num_consumer_wg == 2):
+                cute.arch.barrier_arrive(barrier_id=self.sched_barrier_base + 1 - cwg,
+                                         number_of_threads=2 * self.threads_per_wg)
+            else:
+                cute.arch.barrier_arrive(barrier_id=self.sched_barrier_base + next_wg,
+                                         number_of_threads=2 * self.threads_per_wg)
 
     @cute.jit
     def issue_qk(self, mma_qk, acc_S, tSrQ, tSrK, q_idx, k_idx):
