@@ -1,6 +1,7 @@
 """FlashMask forward for Hopper (SM90a) in CuTe DSL.
 
-Structure (one CTA = one 128-row query tile at a time, persistent over work tiles):
+Structure (one CTA = one 128-row query tile at a time -- 192 rows with three consumer
+warpgroups, ``FwdConfig.tile_m`` -- persistent over work tiles):
 
 * warp 0 of warpgroup 0 is the producer. Per work tile it TMA-loads Q, then walks the key tiles:
   32 lanes evaluate ``semantics.tile_fully_masked`` / ``tile_needs_mask`` for 32 key tiles at once
@@ -9,7 +10,7 @@ Structure (one CTA = one 128-row query tile at a time, persistent over work tile
   for partial tiles, the tile's column bounds, written into shared memory *before* the K stage's
   barrier is armed, so they travel in lockstep with K. V goes through its own stage ring. A
   sentinel stage (index -1) ends the work tile. Fully masked tiles are never loaded.
-* warpgroups 1 and 2 are consumers (64 query rows each, one 2-warpgroup tiled wgmma):
+* warpgroups 1 and 2 (and 3) are consumers (64 query rows each, one tiled wgmma over them):
   S = Q·Kᵀ (SS wgmma), element mask in registers from the staged bounds only for partial tiles
   (full tiles run no mask code), online softmax, P converted in registers and O += P·V
   (RS wgmma, P never touches shared memory). Epilogue writes O and the fp32 LSE.
@@ -20,8 +21,8 @@ Structure (one CTA = one 128-row query tile at a time, persistent over work tile
   ``FwdConfig.work_order`` (off by default, compiled but not yet GPU-run) the CTAs walk the
   heaviest-first order that ``work_order_kernel.py`` computes on the GPU from the tile summary.
 * Fast path (``FwdConfig`` flags, ``default_config(fast=True)``): S_j = Q·K_jᵀ in flight with
-  P_{j-1}·V_{j-1} (intra-warpgroup overlap), ping-pong turns between the two consumer
-  warpgroups, double-buffered Q, and a stmatrix + TMA-store epilogue. The default since it was
+  P_{j-1}·V_{j-1} (intra-warpgroup overlap), turns between the consumer warpgroups (ping-pong,
+  round robin with three), double-buffered Q, and a stmatrix + TMA-store epilogue. The default since it was
   verified on the H200; ``PADDLE_FLASHMASK_FWD_FAST=0`` selects the simpler one-tile-at-a-time loop.
 
 Host side: :class:`FwdConfig` (compile-time parameters) and :func:`compile_forward`, which returns a
@@ -843,8 +844,7 @@ class FlashFwdSm90:
         cwg = ctidx // self.threads_per_wg
         next_wg = cwg  # the warpgroup this one hands the turn to (ping-pong with three only)
         if cutlass.const_expr(self.pingpong and self.num_consumer_wg > 2):
-            next_wg = cute.arch.make_warp_uniform(
-                (cwg + 1) - self.num_consumer_wg * ((cwg + 1) // self.num_consumer_wg))
+            next_wg = cute.arch.make_warp_uniform((cwg + 1) % self.num_consumer_wg)
         # Same per-thread C fragment as thr_pv, but over this warpgroup's own 64-row slab.
         thr_pv_wg = None
         if cutlass.const_expr(self.tma_store_o):
