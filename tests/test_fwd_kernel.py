@@ -140,21 +140,27 @@ _COMPILE = textwrap.dedent("""
 """)
 
 
+def _compiled_sass(nvdisasm: str, tmp_path: Path, code: str, **env_vars: str) -> str:
+    """Run ``code`` (which compiles one forward variant) in a fresh process that keeps the
+    cubin, and return its SASS."""
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="cubin",
+               CUTE_DSL_DUMP_DIR=str(tmp_path), **env_vars)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600,
+                   capture_output=True)
+    cubins = glob.glob(str(tmp_path / "*.cubin"))
+    assert cubins, "the DSL wrote no cubin"
+    return subprocess.run([nvdisasm, "-c", cubins[0]], check=True, capture_output=True,
+                          text=True).stdout
+
+
 @pytest.mark.parametrize("fast,work_order", [(False, False), (True, False), (False, True)],
                          ids=["verified", "fast", "work-order"])
 def test_sm90a_sass_has_tma_and_async_wgmma(tmp_path, fast, work_order):
     nvdisasm = _nvdisasm()
     if nvdisasm is None:
         pytest.skip("nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="cubin",
-               CUTE_DSL_DUMP_DIR=str(tmp_path))
-    code = _COMPILE.format(root=str(ROOT), fast=fast, work_order=work_order)
-    subprocess.run([sys.executable, "-c", code],
-                   env=env, check=True, timeout=600, capture_output=True)
-    cubins = glob.glob(str(tmp_path / "*.cubin"))
-    assert cubins, "the DSL wrote no cubin"
-    sass = subprocess.run([nvdisasm, "-c", cubins[0]], check=True, capture_output=True,
-                          text=True).stdout
+    sass = _compiled_sass(nvdisasm, tmp_path,
+                          _COMPILE.format(root=str(ROOT), fast=fast, work_order=work_order))
     hgmma = len(re.findall(r"\bHGMMA\.", sass))
     depbar = len(re.findall(r"WARPGROUP\.DEPBAR", sass))
     assert hgmma >= 16, "tensor-core wgmma (HGMMA) missing"
@@ -196,8 +202,6 @@ def test_three_consumer_warpgroups_sass(tmp_path):
     nvdisasm = _nvdisasm()
     if nvdisasm is None:
         pytest.skip("nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="cubin",
-               CUTE_DSL_DUMP_DIR=str(tmp_path), PADDLE_FLASHMASK_FWD_D64_TILE_M="192")
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
@@ -206,12 +210,7 @@ def test_three_consumer_warpgroups_sass(tmp_path):
         assert cfg.tile_m == 192, cfg
         fwd.compile_forward(cfg)
     """)
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600,
-                   capture_output=True)
-    cubins = glob.glob(str(tmp_path / "*.cubin"))
-    assert cubins, "the DSL wrote no cubin"
-    sass = subprocess.run([nvdisasm, "-c", cubins[0]], check=True, capture_output=True,
-                          text=True).stdout
+    sass = _compiled_sass(nvdisasm, tmp_path, code, PADDLE_FLASHMASK_FWD_D64_TILE_M="192")
     hgmma = len(re.findall(r"\bHGMMA\.", sass))
     depbar = len(re.findall(r"WARPGROUP\.DEPBAR", sass))
     assert hgmma >= 12 and "UTMALDG" in sass and "UTMASTG" in sass
