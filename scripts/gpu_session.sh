@@ -471,16 +471,16 @@ $(pack_logs 31)"
 }
 
 call35() {
-  emit "call 35 (for session 9, right after call 5a on nvidia-h200-x2) - stage part b; the session-8 options, never GPU-run: claims by work class (PADDLE_FLASHMASK_{BWD,FWD}_CLAIM_PASSES=3; the schedule model puts the current lists' tails at 1.03-1.79x on the zoo's masks) and diagonal-only partial tiles (PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1: 172 instead of 414 mask instructions per partial tile): backward oracle + determinism (GPU 0) || forward oracle with both forward options (GPU 1), then the benchmark (8K, 32K, every mask) on both GPUs: base / claim passes / all (GPU 0), all / diagonal partials / base (GPU 1) [<= 9.5 min]" \
+  emit "call 35 (for session 10, right after call 5a on nvidia-h200-x2) - stage part b; the prepared options of sessions 8-9, never GPU-run: claims by work class (PADDLE_FLASHMASK_{BWD,FWD}_CLAIM_PASSES=3; the schedule model puts the current lists' tails at 1.03-1.79x on the zoo's masks), FA4's backward iteration order (PADDLE_FLASHMASK_BWD_PDS_STAGES=2, PADDLE_FLASHMASK_BWD_DQ_EARLY=1: one rendezvous fewer per query tile, the dQ hand-off under the dK GEMM) and diagonal-only partial tiles (PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1: 172 instead of 414 mask instructions per partial tile): backward oracle + determinism with claims and the order (GPU 0) || forward oracle with both forward options (GPU 1), then the benchmark (8K, 32K, every mask) on both GPUs: base / claims / claims + order (GPU 0), all / diagonal partials / base (GPU 1) [<= 9.5 min]" \
     nvidia-h200-x2 590 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-CLAIM="PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3"; DIAG="PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1"
-( export CUDA_VISIBLE_DEVICES=0 PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3; timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --bench --json-name bwd_claim3.json > $OUT/bwd_claim3.log 2>&1 ) &
+CLAIM="PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3"; DIAG="PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1"; ORDER="PADDLE_FLASHMASK_BWD_PDS_STAGES=2 PADDLE_FLASHMASK_BWD_DQ_EARLY=1"
+( export CUDA_VISIBLE_DEVICES=0; env $ORDER PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --bench --json-name bwd_claim3_order.json > $OUT/bwd_claim3_order.log 2>&1 ) &
 ( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1; timeout -s INT -k 10 120 python3 tests/gpu/fwd_check.py --json-name fwd_claim3_diag.json > $OUT/fwd_claim3_diag.log 2>&1 ) &
-wait; tail -n 1 $OUT/bwd_claim3.log $OUT/fwd_claim3_diag.log
+wait; tail -n 1 $OUT/bwd_claim3_order.log $OUT/fwd_claim3_diag.log
 ab() { env $2 timeout -s INT -k 10 120 python3 bench/bench_attention.py --cases 0,1 --systems paddle_flashmask --tag $1 > $OUT/bench_$1.log 2>&1; }
-( export CUDA_VISIBLE_DEVICES=0; ab g0_base ""; ab g0_claim "$CLAIM"; ab g0_all "$CLAIM $DIAG" ) &
-( export CUDA_VISIBLE_DEVICES=1; ab g1_all "$CLAIM $DIAG"; ab g1_diag "$DIAG"; ab g1_base "" ) &
+( export CUDA_VISIBLE_DEVICES=0; ab g0_base ""; ab g0_claim "$CLAIM"; ab g0_claim_order "$CLAIM $ORDER" ) &
+( export CUDA_VISIBLE_DEVICES=1; ab g1_all "$CLAIM $ORDER $DIAG"; ab g1_diag "$DIAG"; ab g1_base "" ) &
 wait; grep -H -E "paddle_flashmask " $OUT/bench_g*.log | sed "s/.*bench_//"'"
 $(pack_logs 35 '*_claim3*.json')"
 }
@@ -497,11 +497,11 @@ $(pack_logs 36 '*_new*.json')"
 }
 
 call37() {
-  emit "call 37 (for session 10, on the warm nvidia-h200-x2 after call 36) - the GPU suite with every prepared option on through the env (claims by work class both ways, diagonal-only partial tiles, d256 128x80, d64 192x128), so that defaults can be flipped on this evidence: precompile + the whole GPU suite + the skipping test twice (GPU 0) || backward and forward oracle checks with timings (GPU 1) [<= 7 min]" \
+  emit "call 37 (for session 10, on the warm nvidia-h200-x2 after call 36) - the GPU suite with every prepared option on through the env (claims by work class both ways, diagonal-only partial tiles, FA4's backward order, d256 128x80, d64 192x128), so that defaults can be flipped on this evidence: precompile + the whole GPU suite + the skipping test twice (GPU 0) || backward and forward oracle checks with timings (GPU 1) [<= 7 min]" \
     nvidia-h200-x2 420 '[".devtools"]' \
 "$PRELUDE
 $SKIP_FN"'
-export PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1 PADDLE_FLASHMASK_FWD_D256_TILE_N=80 PADDLE_FLASHMASK_FWD_D64_TILE_M=192
+export PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3 PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS=1 PADDLE_FLASHMASK_FWD_D256_TILE_N=80 PADDLE_FLASHMASK_FWD_D64_TILE_M=192 PADDLE_FLASHMASK_BWD_PDS_STAGES=2 PADDLE_FLASHMASK_BWD_DQ_EARLY=1
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 90 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report_opts.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1; for r in a b; do skip opts_$r; done ) &
 ( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --bench --json-name bwd_check_opts.json > $OUT/bwd.log 2>&1; timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_check_opts.json > $OUT/fwd.log 2>&1 ) &
 wait; tail -n 3 $OUT/pytest_gpu.log; tail -n 1 $OUT/bwd.log $OUT/fwd.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report_opts.json $OUT/skip_*.json'"

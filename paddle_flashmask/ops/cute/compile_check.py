@@ -123,7 +123,7 @@ def variants(full: bool = False) -> list[Variant]:
             gqa_in_cta=False, persistent=False, two_stages=False, key_major=False,
             det_chains=1, fused_dq=False, late_loads=False, det_sync=None,
             first_store: Optional[bool] = None, swizzle: Optional[bool] = None,
-            claim_passes: int = 1):
+            claim_passes: int = 1, pds_stages: int = 1, dq_early: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -149,6 +149,10 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, dq_swizzle=swizzle)
         if claim_passes > 1:  # the persistent grid claims by work class (BwdConfig.claim_passes)
             cfg = dataclasses.replace(cfg, claim_passes=claim_passes)
+        if pds_stages > 1:  # dS^T in two smem stages (BwdConfig.pds_stages)
+            cfg = dataclasses.replace(cfg, pds_stages=pds_stages)
+        if dq_early:  # dQ GEMM before dK, handed over while dK runs (BwdConfig.dq_early)
+            cfg = dataclasses.replace(cfg, dq_early=True)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
@@ -164,7 +168,9 @@ def variants(full: bool = False) -> list[Variant]:
                          f" det-sync-{det_sync}" if det_sync else "",
                          {None: "", True: " first-store", False: " no-first-store"}[first_store],
                          {None: "", True: " dq-swizzle", False: " no-dq-swizzle"}[swizzle],
-                         f" claim-passes-{claim_passes}" if claim_passes > 1 else ""])
+                         f" claim-passes-{claim_passes}" if claim_passes > 1 else "",
+                         f" pds-{pds_stages}" if pds_stages > 1 else "",
+                         " dq-early" if dq_early else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -212,6 +218,9 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 64, False, 4, sink=True, consumer_wgs=3)
     fwd("bfloat16", 64, True, None, consumer_wgs=3)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
+    bwd("bfloat16", 128, True, 1, pds_stages=2, dq_early=True)  # FA4's iteration order
+    bwd("bfloat16", 128, False, 4, pds_stages=2)
+    bwd("bfloat16", 64, True, None, dq_early=True)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)
     bwd("bfloat16", 128, True, 1, persistent=True)

@@ -248,6 +248,30 @@ def default_claim_passes() -> int:
     return int(env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4")) or 1)
 
 
+PDS_STAGES_ENV = "PADDLE_FLASHMASK_BWD_PDS_STAGES"
+
+
+def default_pds_stages() -> int:
+    """``BwdConfig.pds_stages`` wanted where it applies (P^T from registers, two Q/dO stages,
+    tile_n 128: D <= 128): 1 until the H200 A/B; env ``PADDLE_FLASHMASK_BWD_PDS_STAGES=2`` gives
+    dS^T two buffers and drops one rendezvous of the consumer WGs per visited query tile."""
+    from .launch_args import env_choice
+
+    return int(env_choice(PDS_STAGES_ENV, ("1", "2")) or 1)
+
+
+DQ_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DQ_EARLY"
+
+
+def default_dq_early() -> bool:
+    """``BwdConfig.dq_early`` wanted where it applies (dQ staged in smem, not deterministic): off
+    until the H200 A/B; env ``PADDLE_FLASHMASK_BWD_DQ_EARLY=1`` issues the dQ GEMM before dK and
+    hands its tile over while dK runs."""
+    from .launch_args import env_flag
+
+    return env_flag(DQ_EARLY_ENV)
+
+
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
     """``BwdConfig.persistent_ctas``: one CTA per SM (not with deterministic), else 0 (one CTA per
     key tile). On since the H200 check (bwd_check 27/27; causal documents 0.96 -> 0.89 ms, causal
@@ -383,6 +407,18 @@ class BwdConfig:
     # swizzle; the postprocess undoes it. D in {64, 128, 256}, no fused_dq. The host's choice:
     # default_dq_swizzle (on for D = 64).
     dq_swizzle: bool = False
+    # dS^T in two smem stages, the one of the query tile's Q/dO stage (so they alternate per
+    # visited query tile). The next tile's dS^T then goes to the other buffer while the dQ GEMM
+    # of this one may still read it, and the "P^T/dS^T free" rendezvous of both consumer WGs at
+    # the end of every iteration goes (FA4 keeps two P/dS stages for the same reason). Needs P^T
+    # in registers (rs_dkv: dS^T is then the only operand in smem) and two Q/dO stages; +16 KB
+    # smem at tile 64 x 128. The host's choice: default_pds_stages (1 until the H200 A/B).
+    pds_stages: int = 1
+    # The dQ GEMM is issued before the dK GEMM, in its own commit group, and its tile is handed
+    # to the dQ writer while the dK GEMM still runs (FA4's order), instead of after all three.
+    # Needs dQ staged in smem, not deterministic (its hand-off waits on the semaphore chain).
+    # The host's choice: default_dq_early (off until the H200 A/B).
+    dq_early: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -433,6 +469,14 @@ class BwdConfig:
             raise ValueError(f"dq_swizzle: expected dQ staged in smem, fused_dq=False and head_dim "
                              f"in (64, 128, 256), found dq_in_smem={self.dq_in_smem}, "
                              f"fused_dq={self.fused_dq}, head_dim={self.head_dim}")
+        if self.pds_stages not in (1, 2) or (self.pds_stages == 2 and not (
+                self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128)):
+            raise ValueError(f"pds_stages: expected 1, or 2 with rs_dkv=True, qdo_stages=2 and "
+                             f"tile_n=128, found {self.pds_stages} (rs_dkv={self.rs_dkv}, "
+                             f"qdo_stages={self.qdo_stages}, tile_n={self.tile_n})")
+        if self.dq_early and (self.deterministic or not self.dq_in_smem):
+            raise ValueError(f"dq_early: expected deterministic=False and dQ staged in smem, found "
+                             f"deterministic={self.deterministic}, dq_in_smem={self.dq_in_smem}")
         if self.dq_count_lag not in (1, 2, 3):
             raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
         if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
@@ -451,7 +495,7 @@ class BwdConfig:
         el = 2
         operand_bytes = (self.qdo_stages * self.tile_m * (self.head_dim + self.head_dim_v) * el
                          + self.tile_n * (self.head_dim + self.head_dim_v) * el
-                         + 2 * self.tile_n * self.tile_m * el)
+                         + (1 + self.pds_stages) * self.tile_n * self.tile_m * el)
         return operand_bytes + self.tile_m * self.dq_row_elems * 4 + 4096
 
     @property
@@ -578,6 +622,8 @@ class FlashMaskBwdSm90:
         # tile_n = 128: each consumer WG owns the same 64 key rows in S^T/dP^T and in dK/dV, so
         # P^T and dS^T feed the dV/dK wgmma straight from registers (RS); P never touches smem
         self.rs_dkv = cfg.rs_dkv and self.sdp_atom == (2, 1, 1) and self.dkv_atom == (2, 1, 1)
+        if cfg.pds_stages == 2 and not self.rs_dkv:  # BwdConfig's check should have caught it
+            raise ValueError(f"pds_stages=2 needs P^T from registers, which {cfg} does not have")
         # dQ via padded fp32 smem + bulk reduce-add when it fits next to the operand tiles,
         # else fp32 red.global.add from registers (D = 256 with two Q/dO stages)
         self.dq_bulk = cfg.dq_in_smem
@@ -608,7 +654,9 @@ class FlashMaskBwdSm90:
         self.sK_layout = _smem_layout(dt, tn, self.d, self.d // self.dq_atom[1])
         self.sV_layout = _smem_layout(dt, tn, self.dv, self.dv)
         self.sP_layout = _smem_layout(dt, tn, tm, tm)
-        self.sdS_layout = _smem_layout(dt, tn, tm, tm)
+        # pds_stages == 2: a stage mode, indexed by the query tile's Q/dO stage
+        self.sdS_layout = _smem_layout(dt, tn, tm, tm,
+                                       2 if self.cfg.pds_stages == 2 else None)
 
     @cute.jit
     def __call__(self, q_ptr: cute.Pointer, k_ptr: cute.Pointer, v_ptr: cute.Pointer,
@@ -1323,7 +1371,8 @@ class FlashMaskBwdSm90:
             cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.dtype),
             ops.tiled_sdp).get_slice(ctid)
         tPsP = pds_store.partition_D(ops.sP)
-        tPsdS = pds_store.partition_D(ops.sdS)
+        two_pds = const_expr(cfg.pds_stages == 2)
+        tPsdS = None if two_pds else pds_store.partition_D(ops.sdS)
         wg_dq, th_dq, key_vals = ops.wg_dq, ops.th_dq, ops.key_vals
         tiled_sdp, tiled_dk, tiled_dv = ops.tiled_sdp, ops.tiled_dk, ops.tiled_dv
         tiled_dq = ops.tiled_dq
@@ -1406,18 +1455,32 @@ class FlashMaskBwdSm90:
                     _acc_to_operand_a(rdS, tKrdS)
                 else:
                     cute.copy(pds_store, pds_store.retile(rP), tPsP)
-                cute.copy(pds_store, pds_store.retile(rdS), tPsdS)
+                if const_expr(two_pds):  # this query tile's dS^T buffer: its Q/dO stage's
+                    cute.copy(pds_store, pds_store.retile(rdS),
+                              pds_store.partition_D(ops.sdS[None, None, stage]))
+                else:
+                    cute.copy(pds_store, pds_store.retile(rdS), tPsdS)
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier(barrier_id=_BAR_PDS_READY,
                                   number_of_threads=self.num_consumer_threads)
 
                 warpgroup.fence()
                 self._wgmma(tiled_dv, acc_dV, tVrP, tVrdO[None, None, None, stage], False)
-                self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
+                tQrdS_now = tQrdS[None, None, None, stage] if const_expr(two_pds) else tQrdS
                 acc_dQ = cute.make_rmem_tensor(wg_dq.partition_shape_C((self.tile_m, self.d)),
                                                Float32)
-                self._wgmma(tiled_dq, acc_dQ, tQrdS, tQrK, True)
-                warpgroup.commit_group()
+                if const_expr(cfg.dq_early):
+                    # dV, dQ | dK: the dQ tile goes to the writer while the dK GEMM runs
+                    self._wgmma(tiled_dq, acc_dQ, tQrdS_now, tQrK, True)
+                    warpgroup.commit_group()
+                    self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
+                    warpgroup.commit_group()
+                    warpgroup.wait_group(1)
+                    self._hand_dq_to_writer(acc_dQ, th_dq, sdQ)
+                else:
+                    self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
+                    self._wgmma(tiled_dq, acc_dQ, tQrdS_now, tQrK, True)
+                    warpgroup.commit_group()
                 warpgroup.wait_group(0)
                 pipe_q.consumer_release(state)
                 pipe_do.consumer_release(state)
@@ -1426,12 +1489,8 @@ class FlashMaskBwdSm90:
                 # dQ (fp32) into the global accumulator
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
                 if const_expr(self.dq_bulk):
-                    # hand the tile to the dQ writer warp through smem (named barriers)
-                    cute.arch.barrier(barrier_id=_BAR_DQ_EMPTY, number_of_threads=_DQ_SYNC_THREADS)
-                    cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    cute.arch.barrier_arrive(barrier_id=_BAR_DQ_FULL,
-                                             number_of_threads=_DQ_SYNC_THREADS)
+                    if const_expr(not cfg.dq_early):  # (dq_early handed it over above)
+                        self._hand_dq_to_writer(acc_dQ, th_dq, sdQ)
                 else:
                     tdQg = th_dq.partition_C(gdQ)
                     if const_expr(cfg.deterministic):
@@ -1447,9 +1506,22 @@ class FlashMaskBwdSm90:
                                           number_of_threads=self.num_consumer_threads)
                         self._sem_release(mSem, b, h, m_blk, n_blk, seqlen_k, ctid)
                 # both WGs are past their reads of P^T / dS^T before the next tile overwrites them
-                cute.arch.barrier(barrier_id=_BAR_PDS_FREE,
-                                  number_of_threads=self.num_consumer_threads)
+                # (two dS^T stages: the next tile writes the other one, and the tile after it
+                # only follows the next tile's "P^T/dS^T ready" rendezvous, which both WGs reach
+                # after this tile's GEMMs completed)
+                if const_expr(not two_pds):
+                    cute.arch.barrier(barrier_id=_BAR_PDS_FREE,
+                                      number_of_threads=self.num_consumer_threads)
         return state
+
+    @cute.jit
+    def _hand_dq_to_writer(self, acc_dQ: cute.Tensor, th_dq, sdQ: cute.Tensor):
+        """This consumer thread's part of the fp32 dQ tile into the staging buffer, for the dQ
+        writer warp (named barriers: wait until the buffer is free, then mark it full)."""
+        cute.arch.barrier(barrier_id=_BAR_DQ_EMPTY, number_of_threads=_DQ_SYNC_THREADS)
+        cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier_arrive(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
 
     @cute.jit
     def _dq_writer(self, grid, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,

@@ -323,11 +323,12 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
 def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic, num_sms,
                       _env_switches):
     from .flash_bwd_sm90 import (default_claim_passes, default_det_sync, default_dq_chains,
-                                 default_dq_count_lag, default_dq_first_store, default_dq_swizzle,
-                                 default_fused_dq, default_gqa_in_cta, default_key_major,
-                                 default_late_loads, default_lazy_release, default_persistent_ctas,
-                                 default_qdo_stages, default_row_ranges, default_rs_dkv,
-                                 default_vector_dkv)
+                                 default_dq_count_lag, default_dq_early, default_dq_first_store,
+                                 default_dq_swizzle, default_fused_dq, default_gqa_in_cta,
+                                 default_key_major,
+                                 default_late_loads, default_lazy_release, default_pds_stages,
+                                 default_persistent_ctas, default_qdo_stages, default_row_ranges,
+                                 default_rs_dkv, default_vector_dkv)
 
     row_ranges = default_row_ranges(num_columns)
     persistent_ctas = default_persistent_ctas(deterministic, num_sms)
@@ -343,14 +344,16 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_vector_dkv(), default_det_sync(deterministic),
                             default_late_loads(), default_dq_first_store(),
                             default_dq_swizzle(head_dim),
-                            claim_passes if persistent_ctas > 0 else 1)
+                            claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
+                            default_dq_early())
 
 
 @functools.lru_cache(maxsize=256)
 def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic,
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
-                     late_loads, dq_first_store, dq_swizzle, claim_passes):
+                     late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
+                     dq_early):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -358,6 +361,10 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                     rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta, persistent_ctas=persistent_ctas,
                     qdo_stages=qdo_stages, key_major=key_major, vector_dkv=vector_dkv,
                     late_loads=late_loads, claim_passes=claim_passes)
+    if pds_stages == 2 and cfg.rs_dkv and cfg.qdo_stages == 2 and cfg.tile_n == 128:
+        two = replace(cfg, pds_stages=2)
+        if two.dq_in_smem or not cfg.dq_in_smem:  # only where dQ keeps its staging path
+            cfg = two
     if cfg.dq_in_smem:  # chains and the lazy release live in the smem-staged dQ path
         cfg = replace(cfg, dq_chains=dq_chains, lazy_release=lazy_release,
                       det_sync=det_sync)
@@ -367,6 +374,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, dq_first_store=True)
     if dq_swizzle and cfg.dq_in_smem and not cfg.fused_dq and head_dim in (64, 128, 256):
         cfg = replace(cfg, dq_swizzle=True)
+    if dq_early and cfg.dq_in_smem and not deterministic:
+        cfg = replace(cfg, dq_early=True)
     return cfg
 
 

@@ -1,0 +1,79 @@
+"""FA4's backward iteration order as options (off until their H200 A/B), on the CPU: dS^T in two
+smem stages (``BwdConfig.pds_stages``: no "P^T/dS^T free" rendezvous per visited query tile) and
+the dQ GEMM issued before dK with its hand-off overlapping the dK GEMM (``BwdConfig.dq_early``).
+The config rules, the host's choice, and a real sm_90a compile whose main loop is checked with
+``scripts/sass_loop_mix.py`` (one named barrier fewer; one more wgmma wait; never serialised).
+The numbers are checked on the H200 (tests/gpu/bwd_check.py, scripts/gpu_session.sh)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_config_rules(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.PDS_STAGES_ENV, bwd.DQ_EARLY_ENV, bwd.RS_DKV_ENV, bwd.D256_STAGES_ENV):
+        monkeypatch.delenv(name, raising=False)
+    base = interface.backward_config("bfloat16", 128, True, 1)
+    assert base.pds_stages == 1 and not base.dq_early  # off by default
+    monkeypatch.setenv(bwd.PDS_STAGES_ENV, "2")
+    monkeypatch.setenv(bwd.DQ_EARLY_ENV, "1")
+    both = interface.backward_config("bfloat16", 128, True, 1)
+    assert both.pds_stages == 2 and both.dq_early and both.dq_in_smem
+    # the second dS^T stage is 64 x 128 x 2 bytes more shared memory
+    assert both._staged_bytes() - base._staged_bytes() == 64 * 128 * 2
+    d64 = interface.backward_config("bfloat16", 64, False, 2, gqa=True)
+    assert d64.pds_stages == 2 and d64.dq_early
+    # where they do not apply the host leaves them off instead of failing
+    d256 = interface.backward_config("bfloat16", 256, True, 1)  # tile_n 64: P^T through smem
+    assert d256.pds_stages == 1
+    det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    assert det.pds_stages == 2 and not det.dq_early  # its dQ hand-off waits on the semaphores
+    monkeypatch.setenv(bwd.RS_DKV_ENV, "0")
+    assert interface.backward_config("bfloat16", 128, True, 1).pds_stages == 1
+    # an explicit config that cannot work is an error naming the field
+    with pytest.raises(ValueError, match="pds_stages"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=False, pds_stages=2)
+    with pytest.raises(ValueError, match="pds_stages"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=True, pds_stages=3)
+    with pytest.raises(ValueError, match="dq_early"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, dq_early=True)
+    monkeypatch.setenv(bwd.PDS_STAGES_ENV, "4")
+    with pytest.raises(ValueError, match=bwd.PDS_STAGES_ENV):
+        interface.backward_config("bfloat16", 128, False, 2)
+
+
+def _main_loop(env: dict) -> dict:
+    """Opcode counts of the backward's main loop (d128, full attention) under ``env``."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sass_loop_mix.py"), "bwd", "--head-dim", "128"],
+        env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", **env}, check=True, timeout=600,
+        capture_output=True, text=True).stdout
+    counts = {}
+    for line in out.splitlines():
+        if line.startswith("  ") and "=" in line and not line.lstrip().startswith("skip"):
+            for item in line.split():
+                name, _, value = item.partition("=")
+                counts[name] = int(value)
+            break
+    assert counts, out
+    return counts
+
+
+def test_main_loop_drops_a_rendezvous_and_keeps_wgmma_async():
+    pytest.importorskip("cutlass")
+    base = _main_loop({bwd.PDS_STAGES_ENV: "1", bwd.DQ_EARLY_ENV: "0"})
+    both = _main_loop({bwd.PDS_STAGES_ENV: "2", bwd.DQ_EARLY_ENV: "1"})
+    assert both["HGMMA"] == base["HGMMA"] == 32
+    assert both["BAR"] == base["BAR"] - 1  # no "P^T/dS^T free" barrier
+    # one more wgmma wait (dV, dQ | dK), not one per HGMMA (ptxas serialising the chain)
+    assert both["WARPGROUP"] == base["WARPGROUP"] + 1
