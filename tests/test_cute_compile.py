@@ -67,6 +67,22 @@ def test_fwd_bwd_use_wgmma_and_tma(compile_report):
         assert sass.get("UTMALDG", 0) > 0, r["label"]
 
 
+def test_no_register_spills_in_the_main_kernels(compile_report):
+    """Issue 5/6: spills are reported, and none is allowed in the forward and backward kernels
+    (ptxas' own report, and no local-memory LDL/STL in their SASS)."""
+    _, report = compile_report
+    checked = 0
+    for r in report["results"]:
+        if r["kind"] not in ("fwd", "bwd"):
+            continue
+        for name, k in r["kernels"].items():
+            assert "spill_stores" in k, (r["label"], name, "no ptxas report")
+            assert k["spill_stores"] == 0 and k["spill_loads"] == 0, (r["label"], name, k)
+            assert not k["sass"].get("LDL") and not k["sass"].get("STL"), (r["label"], name)
+            checked += 1
+    assert checked > 0
+
+
 def test_register_counts_agree_with_ptxas(compile_report):
     """The ELF parser's register count equals ptxas' own report for every kernel."""
     _, report = compile_report
