@@ -469,8 +469,8 @@ class BwdConfig:
             raise ValueError(f"dq_swizzle: expected dQ staged in smem, fused_dq=False and head_dim "
                              f"in (64, 128, 256), found dq_in_smem={self.dq_in_smem}, "
                              f"fused_dq={self.fused_dq}, head_dim={self.head_dim}")
-        if self.pds_stages not in (1, 2) or (self.pds_stages == 2 and not (
-                self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128)):
+        if self.pds_stages not in (1, 2) or (self.pds_stages == 2
+                                              and not self.two_pds_stages_apply):
             raise ValueError(f"pds_stages: expected 1, or 2 with rs_dkv=True, qdo_stages=2 and "
                              f"tile_n=128, found {self.pds_stages} (rs_dkv={self.rs_dkv}, "
                              f"qdo_stages={self.qdo_stages}, tile_n={self.tile_n})")
@@ -484,6 +484,12 @@ class BwdConfig:
                              f"0, so not deterministic) and dQ staged in smem with room for the "
                              f"conversion buffer, found persistent_ctas={self.persistent_ctas}, "
                              f"dq_in_smem={self.dq_in_smem}, conv_rows={self.conv_rows}")
+
+    @property
+    def two_pds_stages_apply(self) -> bool:
+        """Whether ``pds_stages=2`` can apply: P^T from registers (rs_dkv, tile_n 128, so dS^T is
+        the only smem operand) and two Q/dO stages to pick the dS^T buffer by."""
+        return self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128
 
     @property
     def persistent(self) -> bool:
@@ -1372,6 +1378,8 @@ class FlashMaskBwdSm90:
             ops.tiled_sdp).get_slice(ctid)
         tPsP = pds_store.partition_D(ops.sP)
         two_pds = const_expr(cfg.pds_stages == 2)
+        # one dS^T buffer: its partition is built once, outside the query-tile loop (built per
+        # tile, as the two-buffer path must, it changes every default variant's SASS)
         tPsdS = None if two_pds else pds_store.partition_D(ops.sdS)
         wg_dq, th_dq, key_vals = ops.wg_dq, ops.th_dq, ops.key_vals
         tiled_sdp, tiled_dk, tiled_dv = ops.tiled_sdp, ops.tiled_dk, ops.tiled_dv
@@ -1466,7 +1474,7 @@ class FlashMaskBwdSm90:
 
                 warpgroup.fence()
                 self._wgmma(tiled_dv, acc_dV, tVrP, tVrdO[None, None, None, stage], False)
-                tQrdS_now = tQrdS[None, None, None, stage] if const_expr(two_pds) else tQrdS
+                tQrdS_now = tQrdS[None, None, None, stage] if two_pds else tQrdS
                 acc_dQ = cute.make_rmem_tensor(wg_dq.partition_shape_C((self.tile_m, self.d)),
                                                Float32)
                 if const_expr(cfg.dq_early):

@@ -842,7 +842,9 @@ class FlashFwdSm90:
 
         total = sched.total_work(num_m_blocks, num_heads, num_batch)
         cwg = ctidx // self.threads_per_wg
-        next_wg = cwg  # the warpgroup this one hands the turn to (ping-pong with three only)
+        # three warpgroups: the one this one hands the turn to, computed once here (computed per
+        # turn it costs the loop a register, and at 160 the d64 C=2 + sink variant spills)
+        next_wg = cwg
         if cutlass.const_expr(self.pingpong and self.num_consumer_wg > 2):
             next_wg = cute.arch.make_warp_uniform((cwg + 1) % self.num_consumer_wg)
         # Same per-thread C fragment as thr_pv, but over this warpgroup's own 64-row slab.

@@ -361,7 +361,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                     rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta, persistent_ctas=persistent_ctas,
                     qdo_stages=qdo_stages, key_major=key_major, vector_dkv=vector_dkv,
                     late_loads=late_loads, claim_passes=claim_passes)
-    if pds_stages == 2 and cfg.rs_dkv and cfg.qdo_stages == 2 and cfg.tile_n == 128:
+    if pds_stages == 2 and cfg.two_pds_stages_apply:
         two = replace(cfg, pds_stages=2)
         if two.dq_in_smem or not cfg.dq_in_smem:  # only where dQ keeps its staging path
             cfg = two
