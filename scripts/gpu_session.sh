@@ -236,7 +236,7 @@ $(pack_logs 11)"
 
 call12() {
   emit "call 12 (session 5, right after call 5a on nvidia-h200-x2) - stage part b; CP with remote phases on their visible rows only (per-rank kernel profile); skipping test with do_bench-style timing + GPU timeline, default (GPU 0) vs key-major backward claims (GPU 1, then its oracle check); D=256 benchmark rows next to FA4 (GPU 0); precompile the GPU suite (GPU 1) [<= 9.5 min]" \
-    nvidia-h200-x2 590 '[".cutedsl/b", ".devtools", ".whl"]' \
+    nvidia-h200-x2 600 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
 NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 120 python3 -m torch.distributed.run --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0,1 --chunk-sizes 1024 --comm-sms 4 --balance-tolerances 0.02,0.05 --profile > $OUT/cp_scaling.log 2>&1; tail -n 5 $OUT/cp_scaling.log
@@ -508,7 +508,30 @@ wait; tail -n 3 $OUT/pytest_gpu.log; tail -n 1 $OUT/bwd.log $OUT/fwd.log; timeou
 $(pack_logs 37 'skip_*.json')"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37"
+call38() {
+  emit "call 38 (for session 10, right after call 5a on nvidia-h200-x2, FA4 wheels carried) - stage part b; the defaults flipped after calls 35-37 (d256 128x80, d64 192x128, FA4's backward order): precompile + the whole GPU suite + the skipping test twice (GPU 0) || the side-by-side benchmark, 8K with every peer, then GQA and D=64 next to FA4 (GPU 1) [<= 9.5 min]" \
+    nvidia-h200-x2 600 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS
+$SKIP_FN"'
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 90 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1; for r in a b; do skip s10_$r; done ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 200 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s10_cases0 > $OUT/bench_s10_cases0.log 2>&1; timeout -s INT -k 10 160 python3 bench/bench_attention.py --cases 2,3 --systems paddle_flashmask,fa4 --tag s10_cases2_3 > $OUT/bench_s10_cases2_3.log 2>&1 ) &
+wait; tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json $OUT/skip_*.json; grep -h -E "paddle_flashmask |fa4" $OUT/bench_s10_*.log'"
+$(pack_logs 38)"
+}
+
+call39() {
+  emit "call 39 (for session 10, on the warm nvidia-h200-x2 after call 38) - the rest of the side-by-side benchmark at the new defaults: 32K with FA4 native/varlen and mask_mod (GPU 0) || D=256 next to FA4, then the backward and forward oracle checks with timings (GPU 1) [<= 8 min]" \
+    nvidia-h200-x2 560 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 300 python3 bench/bench_attention.py --cases 1 --systems '"$BENCH_SYSTEMS"' --tag s10_cases1 > $OUT/bench_s10_cases1.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 130 python3 bench/bench_attention.py --cases 4 --systems paddle_flashmask,fa4 --tag s10_cases4 > $OUT/bench_s10_cases4.log 2>&1; timeout -s INT -k 10 120 python3 tests/gpu/bwd_check.py --bench --json-name bwd_check.json > $OUT/bwd.log 2>&1; timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_check.json > $OUT/fwd.log 2>&1 ) &
+wait; tail -n 1 $OUT/bwd.log $OUT/fwd.log; grep -h -E "paddle_flashmask |fa4" $OUT/bench_s10_*.log'"
+$(pack_logs 39)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -684,10 +707,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
