@@ -27,6 +27,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seqlen", type=int, default=8192)
     p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--head-dim", type=int, default=128, choices=[64, 128, 256])
     p.add_argument("--deterministic", action="store_true", help="the deterministic backward")
     p.add_argument("--system", default="paddle_flashmask", choices=["paddle_flashmask", "fa4"],
                    help="fa4: FlashAttention-4's kernels (native full / causal, varlen for the "
@@ -38,7 +39,7 @@ def main() -> None:
         return
     from paddle_flashmask.ops.cute import interface
 
-    B, S, H, D = args.batch, args.seqlen, args.heads, 128
+    B, S, H, D = args.batch, args.seqlen, args.heads, args.head_dim
     q, k, v, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     out = torch.empty_like(q)
     lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
@@ -61,7 +62,7 @@ def run_fa4(args) -> None:
     the benchmark runs it) for the zoo's document masks (``ncu -k regex:Forward`` / ``Backward``)."""
     from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
 
-    B, S, H, D = args.batch, args.seqlen, args.heads, 128
+    B, S, H, D = args.batch, args.seqlen, args.heads, args.head_dim
     mask = make_zoo(B, S)[args.mask]
     if args.mask not in ("full", "causal") and mask.doc_lens is None:
         raise SystemExit(f"--mask: expected full, causal or a document mask with --system fa4, "

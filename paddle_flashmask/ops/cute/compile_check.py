@@ -77,15 +77,15 @@ def variants(full: bool = False) -> list[Variant]:
 
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
             partial_overlap=False, claim_passes=1, diagonal_partials=False,
-            tile_n: Optional[int] = None, consumer_wgs: int = 2):
+            tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
-        if consumer_wgs != 2:  # e.g. d64's 192-row tile on three warpgroups (env D64_TILE_M)
+        if consumer_wgs is not None:  # d64: 192 rows on three WGs (default) or 128 on two (env)
             from .flash_fwd_sm90 import with_consumer_warpgroups
 
             cfg = with_consumer_warpgroups(cfg, consumer_wgs)
             extra += f" m{cfg.tile_m}"
-        if tile_n is not None:  # another key-tile width (e.g. d256's 128x80, env D256_TILE_N)
+        if tile_n is not None:  # another key-tile width (e.g. d256's 128x64, env D256_TILE_N)
             cfg = dataclasses.replace(cfg, tile_n=tile_n)
             extra += f" n{tile_n}"
         if diagonal_partials:  # diagonal-only partial tiles (FwdConfig.diagonal_partials)
@@ -106,7 +106,7 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, tile_ranges=True)
             extra += " tile-ranges"
             width = f" n{tile_n}" if tile_n else ""
-            width += f" m{cfg.tile_m}" if consumer_wgs != 2 else ""
+            width += f" m{cfg.tile_m}" if consumer_wgs is not None else ""
             add(f"tile-ranges {_form_label(causal, c)}{width}", "tile_ranges",
                 TileRangeConfig.for_forward(cfg), False)
         if work_order:  # the work-ordered scheduler (FwdConfig.work_order) + its ordering kernels
@@ -123,7 +123,8 @@ def variants(full: bool = False) -> list[Variant]:
             gqa_in_cta=False, persistent=False, two_stages=False, key_major=False,
             det_chains=1, fused_dq=False, late_loads=False, det_sync=None,
             first_store: Optional[bool] = None, swizzle: Optional[bool] = None,
-            claim_passes: int = 1, pds_stages: int = 1, dq_early: bool = False):
+            claim_passes: int = 1, pds_stages: Optional[int] = None,
+            dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -136,7 +137,7 @@ def variants(full: bool = False) -> list[Variant]:
         if row_ranges:  # per-key-tile query-tile ranges (BwdConfig.row_ranges)
             cfg = dataclasses.replace(cfg, row_ranges=True)
         if two_stages:  # D = 256 with two Q/dO stages: dQ by per-thread atomics (env A/B switch)
-            cfg = dataclasses.replace(cfg, qdo_stages=2)
+            cfg = dataclasses.replace(cfg, qdo_stages=2, dq_early=False)  # dQ leaves smem
         if det_chains > 1:  # deterministic dQ in two chains (BwdConfig.dq_chains)
             cfg = dataclasses.replace(cfg, dq_chains=det_chains)
         if det_sync:  # the deterministic dQ writer's semaphore ordering (BwdConfig.det_sync)
@@ -149,10 +150,12 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, dq_swizzle=swizzle)
         if claim_passes > 1:  # the persistent grid claims by work class (BwdConfig.claim_passes)
             cfg = dataclasses.replace(cfg, claim_passes=claim_passes)
-        if pds_stages > 1:  # dS^T in two smem stages (BwdConfig.pds_stages)
+        if pds_stages is not None:  # dS^T in one or two smem stages (BwdConfig.pds_stages)
             cfg = dataclasses.replace(cfg, pds_stages=pds_stages)
-        if dq_early:  # dQ GEMM before dK, handed over while dK runs (BwdConfig.dq_early)
-            cfg = dataclasses.replace(cfg, dq_early=True)
+        if dq_early is not None:  # dQ GEMM before dK (default) or after (BwdConfig.dq_early)
+            cfg = dataclasses.replace(cfg, dq_early=dq_early)
+        if prefetch_stats is not None:  # next query tile's LSE / delta loaded early, or not
+            cfg = dataclasses.replace(cfg, prefetch_stats=prefetch_stats)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
@@ -169,8 +172,10 @@ def variants(full: bool = False) -> list[Variant]:
                          {None: "", True: " first-store", False: " no-first-store"}[first_store],
                          {None: "", True: " dq-swizzle", False: " no-dq-swizzle"}[swizzle],
                          f" claim-passes-{claim_passes}" if claim_passes > 1 else "",
-                         f" pds-{pds_stages}" if pds_stages > 1 else "",
-                         " dq-early" if dq_early else ""])
+                         f" pds-{pds_stages}" if pds_stages is not None else "",
+                         {None: "", True: " dq-early", False: " dq-late"}[dq_early],
+                         {None: "", True: " prefetch-stats", False: " no-prefetch-stats"}[
+                             prefetch_stats]])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -213,14 +218,19 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, False, 4, diagonal_partials=True)
     fwd("bfloat16", 256, True, 1, tile_n=80, tile_ranges=True)  # 230,400 B of smem
     fwd("bfloat16", 256, False, 2, tile_n=80)  # 231,424 B + 1 KB static: the 227 KB limit
+    fwd("bfloat16", 256, True, 1, tile_n=64)  # the pre-session-10 shape (env D256_TILE_N=64)
     add("tile-summary C1 n80", "summary", SummaryConfig(80, 1), False)
     fwd("bfloat16", 64, True, 1, consumer_wgs=3, tile_ranges=True)  # 512 threads, 160 registers
     fwd("bfloat16", 64, False, 4, sink=True, consumer_wgs=3)
     fwd("bfloat16", 64, True, None, consumer_wgs=3)
+    fwd("bfloat16", 64, True, 2, consumer_wgs=2)  # the pre-session-10 shape (env D64_TILE_M=128)
     bwd("float16", 128, True, 1, gqa=True, sink=True)
     bwd("bfloat16", 128, True, 1, pds_stages=2, dq_early=True)  # FA4's iteration order
     bwd("bfloat16", 128, False, 4, pds_stages=2)
     bwd("bfloat16", 64, True, None, dq_early=True)
+    bwd("bfloat16", 128, True, 1, pds_stages=1, dq_early=False)  # the pre-session-10 order
+    bwd("bfloat16", 64, True, 1, det=True)  # prefetch_stats (the d64 default) with the det chain
+    bwd("bfloat16", 64, True, 2, prefetch_stats=False)  # the pre-session-10 loads (env ..._STATS=0)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)
     bwd("bfloat16", 128, True, 1, persistent=True)

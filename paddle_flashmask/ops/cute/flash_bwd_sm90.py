@@ -273,6 +273,19 @@ def default_dq_early() -> bool:
     return env_flag(DQ_EARLY_ENV, default="1")
 
 
+PREFETCH_STATS_ENV = "PADDLE_FLASHMASK_BWD_PREFETCH_STATS"
+
+
+def default_prefetch_stats(head_dim: int) -> bool:
+    """``BwdConfig.prefetch_stats`` wanted: on at D = 64 since the H200 A/B of session 10 (backward
+    7-9 % faster on full and document masks, oracle checks pass), where a query tile's GEMMs are
+    too short to hide the stats' global loads and the registers to hold them ahead are free.
+    Env ``PADDLE_FLASHMASK_BWD_PREFETCH_STATS=0`` turns it off."""
+    from .launch_args import env_flag
+
+    return head_dim == 64 and env_flag(PREFETCH_STATS_ENV, default="1")
+
+
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
     """``BwdConfig.persistent_ctas``: one CTA per SM (not with deterministic), else 0 (one CTA per
     key tile). On since the H200 check (bwd_check 27/27; causal documents 0.96 -> 0.89 ms, causal
@@ -420,6 +433,13 @@ class BwdConfig:
     # Needs dQ staged in smem, not deterministic (its hand-off waits on the semaphore chain).
     # The host's choice: default_dq_early (off until the H200 A/B).
     dq_early: bool = False
+    # Each query tile's LSE and delta are loaded once the previous tile no longer needs them (after
+    # its dS^T), so the global loads run under the dV/dK/dQ GEMMs instead of stalling the exp
+    # (ncu, d64 full backward: 38 % of issue cycles wait on L1TEX). A tile whose stats were not
+    # prefetched (the first one, or after a skipped tile) loads them as before. Not with
+    # late_loads (which moves delta's load the other way). The host's choice: default_prefetch_stats
+    # (on at D = 64).
+    prefetch_stats: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -478,6 +498,8 @@ class BwdConfig:
         if self.dq_early and (self.deterministic or not self.dq_in_smem):
             raise ValueError(f"dq_early: expected deterministic=False and dQ staged in smem, found "
                              f"deterministic={self.deterministic}, dq_in_smem={self.dq_in_smem}")
+        if self.prefetch_stats and self.late_loads:
+            raise ValueError("prefetch_stats: expected late_loads=False, found late_loads=True")
         if self.dq_count_lag not in (1, 2, 3):
             raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
         if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
@@ -1389,6 +1411,12 @@ class FlashMaskBwdSm90:
         n_cols = cute.size(tScS, mode=[1])
         C = cfg.num_columns if const_expr(cfg.num_columns is not None) else 1
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
+        # per-query statistics of this thread's columns (lse2 = LSE*log2e, +inf if empty, and
+        # delta); with prefetch_stats they live across iterations and stats_m says whose they are
+        prefetch = const_expr(cfg.prefetch_stats)
+        lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
+        dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
+        stats_m = Int32(-1)
         for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
             skipped = self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag)
             if not skipped:
@@ -1409,15 +1437,17 @@ class FlashMaskBwdSm90:
                 self._wgmma(tiled_sdp, acc_dP, tPrV, tPrdO[None, None, None, stage], True)
                 warpgroup.commit_group()
 
-                # per-query statistics of this thread's columns (lse2 = LSE*log2e, +inf if empty)
                 # late_loads (multi-column masks): delta is loaded after the mask and the key's
                 # column values inside it, so neither is live across the exp and the element
                 # rule (d128 spills: causal C=2 108 B, bidirectional C=2 92 B, C=4 120 B -> 0)
-                lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
-                dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
-                self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
-                if const_expr(not self.late_loads):
-                    self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
+                if const_expr(prefetch):
+                    if stats_m != m_blk:  # not prefetched: the first tile, or after a skipped one
+                        self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
+                        self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
+                else:
+                    self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
+                    if const_expr(not self.late_loads):
+                        self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
 
                 warpgroup.wait_group(1)
                 S = _acc_mn(acc_S)
@@ -1453,6 +1483,11 @@ class FlashMaskBwdSm90:
                 for r in cutlass.range_constexpr(n_rows):
                     for c in cutlass.range_constexpr(n_cols):
                         dP[r, c] = S[r, c] * (dP[r, c] - dlt_c[c])
+                if const_expr(prefetch):  # the next tile's stats load under this tile's GEMMs
+                    if m_blk + 1 < m_hi:
+                        self._load_column_stats(lse_c, mLSE2, b, h, m0 + self.tile_m, tScS)
+                        self._load_column_stats(dlt_c, mDelta, b, h, m0 + self.tile_m, tScS)
+                        stats_m = m_blk + 1
 
                 # P^T and dS^T to shared memory (input dtype) for the three remaining GEMMs
                 rP = cute.make_rmem_tensor_like(acc_S, self.dtype)
