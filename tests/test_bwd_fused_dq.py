@@ -19,10 +19,15 @@ def test_config_rule_buffer_rows_and_workspace(monkeypatch):
     monkeypatch.delenv(bwd.FUSED_DQ_ENV, raising=False)
     monkeypatch.delenv(bwd.D256_STAGES_ENV, raising=False)
     monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)
+    monkeypatch.delenv(bwd.PDS_STAGES_ENV, raising=False)
     assert not interface.backward_config("bfloat16", 128, True, 1).fused_dq
     monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")
     on = interface.backward_config("bfloat16", 128, True, 1)
-    assert on.fused_dq and on.persistent and on.conv_rows == 16
+    # the second dS^T buffer (pds_stages 2, the default) takes 16 KB of the conversion rows
+    assert on.fused_dq and on.persistent and on.pds_stages == 2 and on.conv_rows == 8
+    monkeypatch.setenv(bwd.PDS_STAGES_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, True, 1).conv_rows == 16
+    monkeypatch.delenv(bwd.PDS_STAGES_ENV)
     # one Q/dO stage at D = 256 leaves room for two buffers of 4 fp32 rows of 256
     d256 = interface.backward_config("bfloat16", 256, False, 2, gqa=True)
     assert d256.fused_dq and d256.conv_rows == 4

@@ -24,12 +24,14 @@ def test_config_rules(monkeypatch):
 
     for name in (bwd.PDS_STAGES_ENV, bwd.DQ_EARLY_ENV, bwd.RS_DKV_ENV, bwd.D256_STAGES_ENV):
         monkeypatch.delenv(name, raising=False)
-    base = interface.backward_config("bfloat16", 128, True, 1)
-    assert base.pds_stages == 1 and not base.dq_early  # off by default
-    monkeypatch.setenv(bwd.PDS_STAGES_ENV, "2")
-    monkeypatch.setenv(bwd.DQ_EARLY_ENV, "1")
     both = interface.backward_config("bfloat16", 128, True, 1)
-    assert both.pds_stages == 2 and both.dq_early and both.dq_in_smem
+    assert both.pds_stages == 2 and both.dq_early and both.dq_in_smem  # on by default
+    monkeypatch.setenv(bwd.PDS_STAGES_ENV, "1")
+    monkeypatch.setenv(bwd.DQ_EARLY_ENV, "0")
+    base = interface.backward_config("bfloat16", 128, True, 1)
+    assert base.pds_stages == 1 and not base.dq_early  # the pre-session-10 order, on request
+    monkeypatch.delenv(bwd.PDS_STAGES_ENV)
+    monkeypatch.delenv(bwd.DQ_EARLY_ENV)
     # the second dS^T stage is 64 x 128 x 2 bytes more shared memory
     assert both._staged_bytes() - base._staged_bytes() == 64 * 128 * 2
     d64 = interface.backward_config("bfloat16", 64, False, 2, gqa=True)
@@ -77,3 +79,24 @@ def test_main_loop_drops_a_rendezvous_and_keeps_wgmma_async(tmp_path):
     assert both["BAR"] == base["BAR"] - 1  # no "P^T/dS^T free" barrier
     # one more wgmma wait (dV, dQ | dK), not one per HGMMA (ptxas serialising the chain)
     assert both["WARPGROUP"] == base["WARPGROUP"] + 1
+
+
+def test_prefetch_stats_rules(monkeypatch):
+    """The D=64 backward prefetches the next query tile's LSE/delta by default; other head dims
+    never do, env 0 turns it off, and it excludes late_loads (which loads delta later instead)."""
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.PREFETCH_STATS_ENV, bwd.LATE_LOADS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert interface.backward_config("bfloat16", 64, True, 2, gqa=True).prefetch_stats
+    assert interface.backward_config("bfloat16", 64, True, 1, deterministic=True).prefetch_stats
+    for d in (96, 128, 192, 256):
+        assert not interface.backward_config("bfloat16", d, True, 1).prefetch_stats
+    monkeypatch.setenv(bwd.PREFETCH_STATS_ENV, "0")
+    assert not interface.backward_config("bfloat16", 64, True, 2).prefetch_stats
+    monkeypatch.delenv(bwd.PREFETCH_STATS_ENV)
+    monkeypatch.setenv(bwd.LATE_LOADS_ENV, "1")  # multi-column masks load delta late instead
+    late = interface.backward_config("bfloat16", 64, False, 2)
+    assert late.late_loads and not late.prefetch_stats
+    with pytest.raises(ValueError, match="prefetch_stats"):
+        bwd.BwdConfig("bfloat16", 64, 64, True, 2, late_loads=True, prefetch_stats=True)

@@ -73,13 +73,17 @@ def test_shared_memory_budget():
 
 
 def test_d256_wide_key_tile_only_where_it_fits(monkeypatch):
-    monkeypatch.delenv(fwd.D256_TILE_ENV, raising=False)
-    assert fwd.default_config("bf16", 256, 256, True, 1).tile_n == 64  # default: 128x64
-    monkeypatch.setenv(fwd.D256_TILE_ENV, "80")
-    for causal, c, sink in ((True, None, False), (False, None, False), (True, 1, True),
-                            (True, 2, True), (False, 2, False)):
-        cfg = fwd.default_config("bf16", 256, 256, causal, c, sink)
-        assert cfg.tile_n == 80 and fwd.fits_shared_memory(cfg.shared_memory_bytes())
+    monkeypatch.setenv(fwd.D256_TILE_ENV, "64")  # the pre-session-10 shape, on request
+    assert fwd.default_config("bf16", 256, 256, True, 1).tile_n == 64
+    for value in ("80", None):  # asked for, and the default since session 10
+        if value is None:
+            monkeypatch.delenv(fwd.D256_TILE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(fwd.D256_TILE_ENV, value)
+        for causal, c, sink in ((True, None, False), (False, None, False), (True, 1, True),
+                                (True, 2, True), (False, 2, False)):
+            cfg = fwd.default_config("bf16", 256, 256, causal, c, sink)
+            assert cfg.tile_n == 80 and fwd.fits_shared_memory(cfg.shared_memory_bytes())
     # four column values per key staged: 232,448 B + 1 KB static is over the limit
     wide = fwd.default_config("bf16", 256, 256, False, 4)
     assert wide.tile_n == 64
@@ -173,7 +177,9 @@ def test_sm90a_sass_has_tma_and_async_wgmma(tmp_path, fast, work_order):
 
 def test_three_consumer_warpgroups_config(monkeypatch):
     assert fwd.launch_registers(128) == 168 and fwd.launch_registers(192) == 128
+    monkeypatch.setenv(fwd.D64_TILE_M_ENV, "128")  # the pre-session-10 shape, on request
     base = fwd.default_config("bf16", 64, 64, True, 2, True)
+    assert (base.tile_m, base.producer_regs, base.consumer_regs) == (128, 32, 232)
     three = fwd.with_consumer_warpgroups(base, 3)
     assert (three.tile_m, three.producer_regs, three.consumer_regs) == (192, 32, 160)
     assert fwd.with_consumer_warpgroups(three, 2) == base  # the default split comes back
@@ -184,12 +190,14 @@ def test_three_consumer_warpgroups_config(monkeypatch):
         fwd.FwdConfig("bf16", 64, 64, True, 1, tile_m=256)
     with pytest.raises(ValueError, match="count"):
         fwd.with_consumer_warpgroups(base, 4)
-    monkeypatch.delenv(fwd.D64_TILE_M_ENV, raising=False)
-    assert fwd.default_config("bf16", 64, 64, True, 1).tile_m == 128
-    monkeypatch.setenv(fwd.D64_TILE_M_ENV, "192")
-    for causal, c, sink in ((True, None, False), (True, 1, False), (False, 4, True)):
-        cfg = fwd.default_config("bf16", 64, 64, causal, c, sink)
-        assert cfg.tile_m == 192 and fwd.fits_shared_memory(cfg.shared_memory_bytes())
+    for value in ("192", None):  # asked for, and the default since session 10
+        if value is None:
+            monkeypatch.delenv(fwd.D64_TILE_M_ENV, raising=False)
+        else:
+            monkeypatch.setenv(fwd.D64_TILE_M_ENV, value)
+        for causal, c, sink in ((True, None, False), (True, 1, False), (False, 4, True)):
+            cfg = fwd.default_config("bf16", 64, 64, causal, c, sink)
+            assert cfg.tile_m == 192 and fwd.fits_shared_memory(cfg.shared_memory_bytes())
     assert fwd.default_config("bf16", 128, 128, True, 1).tile_m == 128  # d64 only
     monkeypatch.setenv(fwd.D64_TILE_M_ENV, "256")
     with pytest.raises(ValueError, match=fwd.D64_TILE_M_ENV):
