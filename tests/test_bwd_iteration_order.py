@@ -100,3 +100,36 @@ def test_prefetch_stats_rules(monkeypatch):
     assert late.late_loads and not late.prefetch_stats
     with pytest.raises(ValueError, match="prefetch_stats"):
         bwd.BwdConfig("bfloat16", 64, 64, True, 2, late_loads=True, prefetch_stats=True)
+
+
+def test_stage_stats_rules(monkeypatch):
+    """LSE/delta staged with Q/dO: off by default, on through the env for every head dim, where
+    it replaces the D=64 prefetch and late_loads; shared memory grows by the two staged runs."""
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.STAGE_STATS_ENV, bwd.PREFETCH_STATS_ENV, bwd.LATE_LOADS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    base = interface.backward_config("bfloat16", 128, True, 1)
+    assert not base.stage_stats
+    monkeypatch.setenv(bwd.STAGE_STATS_ENV, "1")
+    monkeypatch.setenv(bwd.LATE_LOADS_ENV, "1")
+    for d in (64, 128, 256):
+        cfg = interface.backward_config("bfloat16", d, False, 2, gqa=True)
+        assert cfg.stage_stats and not cfg.prefetch_stats and not cfg.late_loads
+    staged = interface.backward_config("bfloat16", 128, True, 1)
+    assert staged._staged_bytes() - base._staged_bytes() == 2 * base.qdo_stages * 64 * 4
+    for other in ({"prefetch_stats": True}, {"late_loads": True}):
+        with pytest.raises(ValueError, match="stage_stats"):
+            bwd.BwdConfig("bfloat16", 64, 64, True, 2, stage_stats=True, **other)
+
+
+def test_stage_stats_reads_shared_memory_in_the_main_loop(tmp_path):
+    pytest.importorskip("cutlass")
+    base = _main_loop({bwd.STAGE_STATS_ENV: "0"}, tmp_path)
+    staged = _main_loop({bwd.STAGE_STATS_ENV: "1"}, tmp_path)
+    # the 16 8-byte global loads of LSE/delta become 8-byte shared loads, and their 64-bit
+    # address arithmetic goes: fewer instructions per query tile, same GEMMs and barriers
+    assert base.get("LDG", 0) == 16 and "LDS" not in base
+    assert staged.get("LDS", 0) == 16 and "LDG" not in staged
+    assert staged["HGMMA"] == base["HGMMA"] and staged["BAR"] == base["BAR"]
+    assert sum(staged.values()) < sum(base.values())

@@ -124,7 +124,8 @@ def variants(full: bool = False) -> list[Variant]:
             det_chains=1, fused_dq=False, late_loads=False, det_sync=None,
             first_store: Optional[bool] = None, swizzle: Optional[bool] = None,
             claim_passes: int = 1, pds_stages: Optional[int] = None,
-            dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None):
+            dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None,
+            stage_stats: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -156,6 +157,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, dq_early=dq_early)
         if prefetch_stats is not None:  # next query tile's LSE / delta loaded early, or not
             cfg = dataclasses.replace(cfg, prefetch_stats=prefetch_stats)
+        if stage_stats:  # LSE / delta staged in smem with Q / dO (BwdConfig.stage_stats)
+            cfg = dataclasses.replace(cfg, stage_stats=True, prefetch_stats=False)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
@@ -175,7 +178,8 @@ def variants(full: bool = False) -> list[Variant]:
                          f" pds-{pds_stages}" if pds_stages is not None else "",
                          {None: "", True: " dq-early", False: " dq-late"}[dq_early],
                          {None: "", True: " prefetch-stats", False: " no-prefetch-stats"}[
-                             prefetch_stats]])
+                             prefetch_stats],
+                         " stage-stats" if stage_stats else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -231,6 +235,11 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, True, 1, pds_stages=1, dq_early=False)  # the pre-session-10 order
     bwd("bfloat16", 64, True, 1, det=True)  # prefetch_stats (the d64 default) with the det chain
     bwd("bfloat16", 64, True, 2, prefetch_stats=False)  # the pre-session-10 loads (env ..._STATS=0)
+    bwd("bfloat16", 128, True, 1, stage_stats=True)  # LSE / delta with the Q / dO stage
+    bwd("bfloat16", 128, False, None, stage_stats=True)
+    bwd("bfloat16", 64, True, 2, gqa=True, sink=True, stage_stats=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, gqa_in_cta=True, stage_stats=True)
+    bwd("bfloat16", 256, False, 2, stage_stats=True)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)
     bwd("bfloat16", 128, True, 1, persistent=True)

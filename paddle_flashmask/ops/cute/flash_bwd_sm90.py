@@ -286,6 +286,18 @@ def default_prefetch_stats(head_dim: int) -> bool:
     return head_dim == 64 and env_flag(PREFETCH_STATS_ENV, default="1")
 
 
+STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
+
+
+def default_stage_stats() -> bool:
+    """``BwdConfig.stage_stats`` wanted: off until the H200 A/B (compiled, not yet GPU-run); env
+    ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1`` stages each query tile's LSE/delta in shared memory
+    with its Q/dO (every head dim; it then replaces the D = 64 prefetch)."""
+    from .launch_args import env_flag
+
+    return env_flag(STAGE_STATS_ENV)
+
+
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
     """``BwdConfig.persistent_ctas``: one CTA per SM (not with deterministic), else 0 (one CTA per
     key tile). On since the H200 check (bwd_check 27/27; causal documents 0.96 -> 0.89 ms, causal
@@ -440,6 +452,12 @@ class BwdConfig:
     # late_loads (which moves delta's load the other way). The host's choice: default_prefetch_stats
     # (on at D = 64).
     prefetch_stats: bool = False
+    # Each query tile's LSE and delta travel with its Q / dO stage: the producer bulk-copies them
+    # into shared memory on the stage's barriers, and the consumers read them with LDS instead
+    # of a global load (FA4's scheme; docs/kernels_bwd.md change 4: no global latency on the
+    # exp path, no per-thread address arithmetic, no registers held ahead). +1 KB of smem at two
+    # stages. Replaces prefetch_stats and late_loads. The host's choice: default_stage_stats.
+    stage_stats: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -500,6 +518,10 @@ class BwdConfig:
                              f"deterministic={self.deterministic}, dq_in_smem={self.dq_in_smem}")
         if self.prefetch_stats and self.late_loads:
             raise ValueError("prefetch_stats: expected late_loads=False, found late_loads=True")
+        if self.stage_stats and (self.prefetch_stats or self.late_loads):
+            raise ValueError(f"stage_stats: expected prefetch_stats=False and late_loads=False, "
+                             f"found prefetch_stats={self.prefetch_stats}, "
+                             f"late_loads={self.late_loads}")
         if self.dq_count_lag not in (1, 2, 3):
             raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
         if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
@@ -525,7 +547,8 @@ class BwdConfig:
         operand_bytes = (self.qdo_stages * self.tile_m * (self.head_dim + self.head_dim_v) * el
                          + self.tile_n * (self.head_dim + self.head_dim_v) * el
                          + (1 + self.pds_stages) * self.tile_n * self.tile_m * el)
-        return operand_bytes + self.tile_m * self.dq_row_elems * 4 + 4096
+        stats_bytes = 2 * self.qdo_stages * self.tile_m * 4 if self.stage_stats else 0
+        return operand_bytes + self.tile_m * self.dq_row_elems * 4 + stats_bytes + 4096
 
     @property
     def dq_row_elems(self) -> int:
@@ -748,8 +771,10 @@ class FlashMaskBwdSm90:
                                                   cute.slice_(self.sdO_layout, (None, None, 0)),
                                                   (self.tile_m, self.dv))
         el = self.dtype.width // 8
-        self.q_bytes = self.tile_m * self.d * el
-        self.do_bytes = self.tile_m * self.dv * el
+        # stage_stats: a stage's barrier also counts its tile's LSE (Q) / delta (dO) bytes
+        self.stats_bytes = self.tile_m * 4 if self.cfg.stage_stats else 0
+        self.q_bytes = self.tile_m * self.d * el + self.stats_bytes
+        self.do_bytes = self.tile_m * self.dv * el + self.stats_bytes
         self.kv_bytes = self.tile_n * (self.d + self.dv) * el
 
         @cute.struct
@@ -773,6 +798,9 @@ class FlashMaskBwdSm90:
             conv_slot: cute.struct.MemRange[Int32, _CONV_QUEUE + 1 if self.conv_rows else 0]
             sConv: cute.struct.Align[cute.struct.MemRange[Float32, 2 * self.conv_rows * self.d],
                                      128]
+            # stage_stats: LSE then delta, one tile_m run per Q/dO stage each
+            sStats: cute.struct.Align[cute.struct.MemRange[
+                Float32, 2 * self.stages * self.tile_m if self.stats_bytes else 0], 16]
 
         self.storage = Storage
         # one CTA per (key tile, query head), or per (key tile, KV head) walking its group
@@ -817,10 +845,12 @@ class FlashMaskBwdSm90:
                 hmj = self._mask_head(h + j, grid.num_h, grid.mIdx)
                 bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hmj, n_blk,
                                               grid.seqlen_q)
-                state = self._load_q_do(state, h + j, b, n0, num_m, grid.seqlen_q, diag, bmax,
+                state = self._load_q_do(state, grid.stats, h + j, b, n0, num_m, grid.seqlen_q,
+                                        diag, bmax,
                                         bmin, mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
         else:
-            state = self._load_q_do(state, h, b, n0, num_m, grid.seqlen_q, diag, bmax, bmin, mQ,
+            state = self._load_q_do(state, grid.stats, h, b, n0, num_m, grid.seqlen_q, diag, bmax,
+                                    bmin, mQ,
                                     mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
         return state
 
@@ -1092,6 +1122,24 @@ class FlashMaskBwdSm90:
             out[2 * j] = pair[0]
             out[2 * j + 1] = pair[1]
 
+    @cute.jit
+    def _copy_stats(self, sStat, mPairs, stage, b, h, m_blk, mbar):
+        """Producer (one lane): query tile ``m_blk``'s statistic (tile_m fp32, 256 B at tile_m
+        64: aligned, as the buffer's rows are padded to tile_m) into its stage, completing on
+        ``mbar`` with the Q or dO tile."""
+        with cute.arch.elect_one():
+            prims.cp_async_bulk_shared_cluster_global(
+                sStat[None, None, stage].iterator,
+                mPairs[b, h, m_blk * (self.tile_m // 2), None].iterator, mbar, self.stats_bytes)
+
+    @cute.jit
+    def _read_column_stats(self, out, sStat, stage, tScS):
+        """``_load_column_stats`` from the stage's shared copy: one 8-byte LDS per column pair."""
+        for j in cutlass.range_constexpr(cute.size(out) // 2):
+            pair = sStat[tScS[0, 2 * j][1] // 2, None, stage].load()
+            out[2 * j] = pair[0]
+            out[2 * j + 1] = pair[1]
+
     def _needs_mask(self, m_blk, n0, bmax, bmin, seqlen_q, seqlen_k, diag):
         row_begin = m_blk * self.tile_m
         row_end = cutlass.min(row_begin + self.tile_m, seqlen_q)
@@ -1180,9 +1228,17 @@ class FlashMaskBwdSm90:
         s_slot = None  # the persistent grid's current tile, written by the producer
         if const_expr(cfg.persistent):
             s_slot = st.tile_slot.get_tensor(cute.make_layout((1,)))
+        stats = None  # stage_stats: LSE / delta per Q/dO stage, as (pair, 2, stage) fp32 views
+        if const_expr(self.stats_bytes):
+            pairs = cute.make_layout((self.tile_m // 2, 2, self.stages),
+                                     stride=(2, 1, self.tile_m))
+            s_lse = cute.make_tensor(st.sStats.data_ptr(), pairs)
+            stats = SimpleNamespace(mLSE2=mLSE2, mDelta=mDelta, sLSE=s_lse,
+                                    sDelta=cute.make_tensor(s_lse.iterator
+                                                            + self.stages * self.tile_m, pairs))
         grid = SimpleNamespace(mCounter=mCounter, s_slot=s_slot, num_h=num_h, mK=mK, mIdx=mIdx,
                                mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q,
-                               mPending=mPending, conv_slot=conv_slot, queue=queue)
+                               mPending=mPending, conv_slot=conv_slot, queue=queue, stats=stats)
 
         bmax = bmin = None  # the persistent grid's roles take each tile's bands per tile
         if const_expr(not cfg.persistent):
@@ -1243,10 +1299,11 @@ class FlashMaskBwdSm90:
                           tiled_dv, tiled_dq, scale_log2, softmax_scale)
 
     @cute.jit
-    def _load_q_do(self, state, h, b, n0, num_m, seqlen_q, diag, bmax, bmin, mQ, mdO, sQ, sdO,
-                   tma_q, tma_do, pipe_q, pipe_do):
-        """Producer: TMA Q and dO of every query tile of head ``h`` this key tile visits;
-        returns the advanced pipeline state."""
+    def _load_q_do(self, state, stats, h, b, n0, num_m, seqlen_q, diag, bmax, bmin, mQ, mdO, sQ,
+                   sdO, tma_q, tma_do, pipe_q, pipe_do):
+        """Producer: TMA Q and dO of every query tile of head ``h`` this key tile visits (with
+        ``stage_stats`` also its LSE / delta, bulk-copied on the same barriers); returns the
+        advanced pipeline state."""
         gQ = cute.local_tile(mQ[None, None, h, b], (self.tile_m, self.d), (None, 0))
         gdO = cute.local_tile(mdO[None, None, h, b], (self.tile_m, self.dv), (None, 0))
         tQs, tQg = cpasync.tma_partition(tma_q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
@@ -1259,9 +1316,15 @@ class FlashMaskBwdSm90:
                 pipe_q.producer_acquire(state)
                 cute.copy(tma_q, tQg[None, m_blk], tQs[None, state.index],
                           tma_bar_ptr=pipe_q.producer_get_barrier(state))
+                if const_expr(self.stats_bytes):
+                    self._copy_stats(stats.sLSE, stats.mLSE2, state.index, b, h, m_blk,
+                                     pipe_q.producer_get_barrier(state))
                 pipe_do.producer_acquire(state)
                 cute.copy(tma_do, tdOg[None, m_blk], tdOs[None, state.index],
                           tma_bar_ptr=pipe_do.producer_get_barrier(state))
+                if const_expr(self.stats_bytes):
+                    self._copy_stats(stats.sDelta, stats.mDelta, state.index, b, h, m_blk,
+                                     pipe_do.producer_get_barrier(state))
                 state.advance()
         return state
 
@@ -1333,7 +1396,7 @@ class FlashMaskBwdSm90:
             acc_dV=acc_dV, tScS=tScS, col_offsets=col_offsets, sP=sP, sdS=sdS, wg_dq=wg_dq,
             th_dq=th_dq,
             key_vals=key_vals, mIdx=mIdx, tiled_sdp=tiled_sdp, tiled_dk=tiled_dk, tiled_dv=tiled_dv,
-            tiled_dq=tiled_dq, th_dk=th_dk, th_dv=th_dv)
+            tiled_dq=tiled_dq, th_dk=th_dk, th_dv=th_dv, stats=grid.stats)
         if const_expr(cfg.persistent):
             self._consume_tiles(ops, grid, ctid, num_m, seqlen_k, diag, sdQ, pipe_q, pipe_do,
                                 pipe_kv, mLSE2, mDelta, mdQacc, mdK, mdV, mSem, scale_log2,
@@ -1440,7 +1503,10 @@ class FlashMaskBwdSm90:
                 # late_loads (multi-column masks): delta is loaded after the mask and the key's
                 # column values inside it, so neither is live across the exp and the element
                 # rule (d128 spills: causal C=2 108 B, bidirectional C=2 92 B, C=4 120 B -> 0)
-                if const_expr(prefetch):
+                if const_expr(self.stats_bytes):  # staged with Q / dO: both waits are behind us
+                    self._read_column_stats(lse_c, ops.stats.sLSE, stage, tScS)
+                    self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
+                elif const_expr(prefetch):
                     if stats_m != m_blk:  # not prefetched: the first tile, or after a skipped one
                         self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
                         self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)

@@ -328,6 +328,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_key_major,
                                  default_late_loads, default_lazy_release, default_pds_stages,
                                  default_persistent_ctas, default_prefetch_stats,
+                                 default_stage_stats,
                                  default_qdo_stages, default_row_ranges,
                                  default_rs_dkv, default_vector_dkv)
 
@@ -346,7 +347,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_late_loads(), default_dq_first_store(),
                             default_dq_swizzle(head_dim),
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
-                            default_dq_early(), default_prefetch_stats(head_dim))
+                            default_dq_early(), default_prefetch_stats(head_dim),
+                            default_stage_stats())
 
 
 @functools.lru_cache(maxsize=256)
@@ -354,7 +356,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
-                     dq_early, prefetch_stats=False):
+                     dq_early, prefetch_stats=False, stage_stats=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -379,6 +381,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, dq_early=True)
     if prefetch_stats and not cfg.late_loads:
         cfg = replace(cfg, prefetch_stats=True)
+    if stage_stats:  # the stats come with Q / dO: neither prefetched nor loaded late
+        cfg = replace(cfg, stage_stats=True, prefetch_stats=False, late_loads=False)
     return cfg
 
 
