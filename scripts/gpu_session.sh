@@ -532,12 +532,12 @@ $(pack_logs 39)"
 }
 
 call40() {
-  emit "call 40 (for session 11, right after call 5a on nvidia-h200-x2) - stage part b; the GPU suite at session 10's final defaults (prefetch_stats at D=64 on) and the skipping test three times (GPU 0) || stage_stats, never GPU-run: backward oracle + determinism with it on, then the D=128 and D=64 rows with it off / on (GPU 1) [<= 9.5 min]" \
+  emit "call 40 (for session 11, right after call 5a on nvidia-h200-x2) - stage part b; the GPU suite at session 10's final defaults (prefetch_stats at D=64 on) and the skipping test three times (GPU 0) || stage_stats, never GPU-run: backward oracle + determinism with it on, then the D=128, D=64 and D=256 rows with it off / on (GPU 1) [<= 9.5 min]" \
     nvidia-h200-x2 590 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE
 $SKIP_FN"'
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 90 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1; for r in a b c; do skip s11_$r; done ) &
-( export CUDA_VISIBLE_DEVICES=1; PADDLE_FLASHMASK_BWD_STAGE_STATS=1 timeout -s INT -k 10 130 python3 tests/gpu/bwd_check.py --bench --json-name bwd_stage_stats.json > $OUT/bwd_stage_stats.log 2>&1; for c in 0 3; do for v in 0 1; do PADDLE_FLASHMASK_BWD_STAGE_STATS=$v timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases $c --systems paddle_flashmask --masks full,causal,causal_document,document --tag ss${v}_c$c > $OUT/bench_ss${v}_c$c.log 2>&1; done; done ) &
+( export CUDA_VISIBLE_DEVICES=1; PADDLE_FLASHMASK_BWD_STAGE_STATS=1 timeout -s INT -k 10 130 python3 tests/gpu/bwd_check.py --bench --json-name bwd_stage_stats.json > $OUT/bwd_stage_stats.log 2>&1; for c in 0 3 4; do for v in 0 1; do PADDLE_FLASHMASK_BWD_STAGE_STATS=$v timeout -s INT -k 10 60 python3 bench/bench_attention.py --cases $c --systems paddle_flashmask --masks full,causal_document,document --tag ss${v}_c$c > $OUT/bench_ss${v}_c$c.log 2>&1; done; done ) &
 wait; tail -n 3 $OUT/pytest_gpu.log; tail -n 1 $OUT/bwd_stage_stats.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json $OUT/skip_*.json; grep -H -E "paddle_flashmask " $OUT/bench_ss*.log | sed "s/.*bench_//"'"
 $(pack_logs 40)"
 }
