@@ -278,7 +278,7 @@ PREFETCH_STATS_ENV = "PADDLE_FLASHMASK_BWD_PREFETCH_STATS"
 
 def default_prefetch_stats(head_dim: int) -> bool:
     """``BwdConfig.prefetch_stats`` wanted: on at D = 64 since the H200 A/B of session 10 (backward
-    7-9 % faster on full and document masks, oracle checks pass), where a query tile's GEMMs are
+    6-9 % faster on full and document masks, oracle checks pass), where a query tile's GEMMs are
     too short to hide the stats' global loads and the registers to hold them ahead are free.
     Env ``PADDLE_FLASHMASK_BWD_PREFETCH_STATS=0`` turns it off."""
     from .launch_args import env_flag
