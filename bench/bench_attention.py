@@ -291,12 +291,23 @@ def main():
     print(json.dumps(meta), flush=True)
     results = []
     args.tag = args.tag or "cases" + args.cases.replace(",", "_")
-    for i in args.cases.split(","):
-        run_case(*CASES[int(i)], args, results, meta)
-    if not args.systems or "paddle_flashmask" in args.systems:
-        case = CASES[int(args.cases.split(",")[0])]
-        meta["compile_cache"] = compile_cache_times(case)
-        meta["compile_cache"]["variants"] = variant_compile_times(case, args)
+    try:
+        for i in args.cases.split(","):
+            run_case(*CASES[int(i)], args, results, meta)
+        if not args.systems or "paddle_flashmask" in args.systems:
+            case = CASES[int(args.cases.split(",")[0])]
+            meta["compile_cache"] = compile_cache_times(case)
+            meta["compile_cache"]["variants"] = variant_compile_times(case, args)
+    except KeyboardInterrupt:  # a time limit's SIGINT: keep what was measured, say it is partial
+        meta["interrupted"] = f"SIGINT after {len(results)} rows"
+        print(f"bench: interrupted after {len(results)} rows; writing them", flush=True)
+    finish(args, meta, results)
+    if "interrupted" in meta:
+        sys.exit(130)
+
+
+def finish(args, meta, results) -> None:
+    """The run's JSON, plot and table (also for an interrupted run: its rows so far)."""
     save(args, meta, results)
     plot(results, os.path.join(args.out, f"bench-{args.tag}.png"))
     print_table(results)
