@@ -542,7 +542,19 @@ wait; tail -n 3 $OUT/pytest_gpu.log; tail -n 1 $OUT/bwd_stage_stats.log; timeout
 $(pack_logs 40)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40"
+call41() {
+  emit "call 41 (for session 11, on the warm nvidia-h200-x2 after call 40, FA4 wheels carried) - Nsight Compute of the D=128 full backward at HEAD (last profiled in session 7), ours (GPU 0) || FA4's (GPU 1), B=4 S=8K H=16: instruction counts and stall reasons, to rank the backward's next change [<= 4 min]" \
+    nvidia-h200-x2 240 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+S="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section InstructionStats --section SchedulerStats"
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 5 110 ncu --clock-control none -k regex:bwd_sm90F --launch-skip 1 --launch-count 1 $S python3 bench/ncu_target.py --mask full > $OUT/ncu_bwd_full_d128_s11.txt 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 5 110 ncu --clock-control none -k regex:BackwardSm90 --launch-skip 1 --launch-count 1 $S python3 bench/ncu_target.py --system fa4 --mask full > $OUT/ncu_fa4_bwd_full_d128.txt 2>&1 ) &
+wait; for f in $OUT/ncu_*.txt; do echo "== $f"; grep -E "Duration|Executed Ipc Active|Executed Instructions  |No Eligible" $f | head -6; done
+ls -la $OUT'
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -718,10 +730,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
