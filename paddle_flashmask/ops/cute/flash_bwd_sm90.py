@@ -438,12 +438,12 @@ class BwdConfig:
     # of this one may still read it, and the "P^T/dS^T free" rendezvous of both consumer WGs at
     # the end of every iteration goes (FA4 keeps two P/dS stages for the same reason). Needs P^T
     # in registers (rs_dkv: dS^T is then the only operand in smem) and two Q/dO stages; +16 KB
-    # smem at tile 64 x 128. The host's choice: default_pds_stages (1 until the H200 A/B).
+    # smem at tile 64 x 128. The host's choice: default_pds_stages (2 since session 10).
     pds_stages: int = 1
     # The dQ GEMM is issued before the dK GEMM, in its own commit group, and its tile is handed
     # to the dQ writer while the dK GEMM still runs (FA4's order), instead of after all three.
     # Needs dQ staged in smem, not deterministic (its hand-off waits on the semaphore chain).
-    # The host's choice: default_dq_early (off until the H200 A/B).
+    # The host's choice: default_dq_early (on since session 10).
     dq_early: bool = False
     # Each query tile's LSE and delta are loaded once the previous tile no longer needs them (after
     # its dS^T), so the global loads run under the dV/dK/dQ GEMMs instead of stalling the exp
@@ -1113,14 +1113,19 @@ class FlashMaskBwdSm90:
         return offsets
 
     @cute.jit
-    def _load_column_stats(self, out, mPairs, b, h, m0, tScS):
+    def _column_pairs_into(self, out, tScS, pair_at):
         """``out[c]`` = the per-query statistic (LSE*log2e or delta) of this thread's column
         ``c``. The accumulator gives each thread adjacent column pairs (c = 2j, 2j + 1), so each
-        pair is one 8-byte load from the ``column_pairs`` view."""
+        pair is one 8-byte load of ``pair_at(first column of the pair)``."""
         for j in cutlass.range_constexpr(cute.size(out) // 2):
-            pair = mPairs[b, h, (m0 + tScS[0, 2 * j][1]) // 2, None].load()
+            pair = pair_at(tScS[0, 2 * j][1]).load()
             out[2 * j] = pair[0]
             out[2 * j + 1] = pair[1]
+
+    @cute.jit
+    def _load_column_stats(self, out, mPairs, b, h, m0, tScS):
+        """The statistic of query tile ``m0`` from global memory (the ``column_pairs`` view)."""
+        self._column_pairs_into(out, tScS, lambda col: mPairs[b, h, (m0 + col) // 2, None])
 
     @cute.jit
     def _copy_stats(self, sStat, mPairs, stage, b, h, m_blk, mbar):
@@ -1134,11 +1139,8 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _read_column_stats(self, out, sStat, stage, tScS):
-        """``_load_column_stats`` from the stage's shared copy: one 8-byte LDS per column pair."""
-        for j in cutlass.range_constexpr(cute.size(out) // 2):
-            pair = sStat[tScS[0, 2 * j][1] // 2, None, stage].load()
-            out[2 * j] = pair[0]
-            out[2 * j + 1] = pair[1]
+        """The statistic from its Q/dO stage's shared copy (``stage_stats``): 8-byte LDS."""
+        self._column_pairs_into(out, tScS, lambda col: sStat[col // 2, None, stage])
 
     def _needs_mask(self, m_blk, n0, bmax, bmin, seqlen_q, seqlen_k, diag):
         row_begin = m_blk * self.tile_m

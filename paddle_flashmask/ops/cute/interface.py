@@ -325,12 +325,10 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
     from .flash_bwd_sm90 import (default_claim_passes, default_det_sync, default_dq_chains,
                                  default_dq_count_lag, default_dq_early, default_dq_first_store,
                                  default_dq_swizzle, default_fused_dq, default_gqa_in_cta,
-                                 default_key_major,
-                                 default_late_loads, default_lazy_release, default_pds_stages,
-                                 default_persistent_ctas, default_prefetch_stats,
-                                 default_stage_stats,
-                                 default_qdo_stages, default_row_ranges,
-                                 default_rs_dkv, default_vector_dkv)
+                                 default_key_major, default_late_loads, default_lazy_release,
+                                 default_pds_stages, default_persistent_ctas,
+                                 default_prefetch_stats, default_qdo_stages, default_row_ranges,
+                                 default_rs_dkv, default_stage_stats, default_vector_dkv)
 
     row_ranges = default_row_ranges(num_columns)
     persistent_ctas = default_persistent_ctas(deterministic, num_sms)
@@ -356,7 +354,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
-                     dq_early, prefetch_stats=False, stage_stats=False):
+                     dq_early, prefetch_stats, stage_stats):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
