@@ -6,7 +6,10 @@
 Every rank builds the same global problem (same seed), runs the single-device attention on its own
 device (the 1-GPU baseline, all ranks at once), then the context-parallel attention on its shard.
 A CP iteration's time is the slowest rank's; times are medians over ``--iters`` after ``--warmup``
-(the first call, which JIT-compiles the kernels, is timed separately). TFLOP/s count visible pairs
+(the first call, which JIT-compiles the kernels, is timed separately), each call synchronised
+(latency); ``--pipeline N`` (default 8) also times N fwd+bwd steps back to back per
+synchronisation (throughput, ``fwd_bwd_pipelined``: a training loop's host queues the next step
+while the device runs this one, so host time between launches is hidden). TFLOP/s count visible pairs
 only (fwd = 4·D·H·pairs, fwd+bwd = 3.5x fwd, DESIGN §7). Rank 0 writes JSON to ``$OUT`` (or
 ``--out``): plan balance, times, speed-up, throughput and the CP-vs-single-device error.
 ``--profile``: after all timed runs, one more fwd+bwd of the best configuration under
@@ -82,6 +85,9 @@ def parse_args(argv=None):
     p.add_argument("--backend", default=None, help="auto | cute | reference (default: auto)")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--pipeline", type=int, default=8,
+                   help="also time fwd+bwd as N steps back to back per synchronisation (steady-state "
+                        "throughput, as in a training loop); 0: only per-step latency")
     p.add_argument("--out", default=None, help="JSON path (default $OUT/cp_scaling.json)")
     p.add_argument("--profile", action="store_true",
                    help="after the timed runs, profile one fwd+bwd of the best configuration on every "
@@ -93,6 +99,7 @@ def parse_args(argv=None):
         args.seqlen, args.heads, args.kv_heads, args.head_dim = 512, 2, 2, 32
         args.dtype, args.doc_min, args.doc_max, args.chunk_size = "float32", 32, 200, 32
         args.backend, args.iters, args.warmup = args.backend or "reference", 2, 1
+        args.pipeline = min(args.pipeline, 2)
     return args
 
 
@@ -121,8 +128,21 @@ class Clock:
         return time.perf_counter() - t0
 
 
-def timed(fn, clock: Clock, iters: int, warmup: int, collective: bool) -> dict:
-    """First-call time and median steady time; with ``collective``, per-iteration max over ranks."""
+def _max_over_ranks(values: list, cuda: bool) -> list:
+    t = torch.tensor(values, dtype=torch.float64)
+    t = t.cuda() if cuda else t
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.cpu().tolist()
+
+
+def timed(fn, clock: Clock, iters: int, warmup: int, collective: bool, pipeline: int = 0) -> dict:
+    """First-call time and median steady time; with ``collective``, per-iteration max over ranks.
+
+    ``median_s`` is a step's latency: the device is synchronised before and after every call, so
+    the host's work of the step (launches, autograd) is on the clock. With ``pipeline`` = N > 0
+    also ``pipelined_median_s``: N calls back to back with one synchronisation after the last,
+    divided by N (median of ``iters`` such runs) -- the steady-state time per step of a training
+    loop, whose host queues the next step while the device runs this one."""
     first = clock(fn)
     for _ in range(warmup):
         clock(fn)
@@ -131,15 +151,35 @@ def timed(fn, clock: Clock, iters: int, warmup: int, collective: bool) -> dict:
         if collective:
             dist.barrier()
         times.append(clock(fn))
+    runs = []
+
+    def back_to_back():
+        for _ in range(pipeline):
+            fn()  # results dropped at once: memory as in a training loop
+
+    for _ in range(iters if pipeline > 0 else 0):
+        if collective:
+            dist.barrier()
+        runs.append(clock(back_to_back) / pipeline)
     if collective:
-        t = torch.tensor(times, dtype=torch.float64)
-        t = t.cuda() if clock.cuda else t
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        times = t.cpu().tolist()
-        f = torch.tensor([first], dtype=torch.float64, device=t.device)
-        dist.all_reduce(f, op=dist.ReduceOp.MAX)
-        first = float(f.item())
-    return {"first_s": first, "median_s": statistics.median(times), "times_s": times}
+        times = _max_over_ranks(times, clock.cuda)
+        first = _max_over_ranks([first], clock.cuda)[0]
+        runs = _max_over_ranks(runs, clock.cuda) if runs else runs
+    out = {"first_s": first, "median_s": statistics.median(times), "times_s": times}
+    if runs:
+        out.update(pipelined_steps=pipeline, pipelined_median_s=statistics.median(runs),
+                   pipelined_times_s=runs)
+    return out
+
+
+def speedups(single_f: dict, single_fb: dict, cp_f: dict, cp_fb: dict) -> dict:
+    """One GPU's time over the CP time: per-step latency (``fwd``, ``fwd_bwd``) and, when timed,
+    steady-state throughput of back-to-back steps (``fwd_bwd_pipelined``)."""
+    out = {"fwd": single_f["median_s"] / cp_f["median_s"],
+           "fwd_bwd": single_fb["median_s"] / cp_fb["median_s"]}
+    if "pipelined_median_s" in single_fb and "pipelined_median_s" in cp_fb:
+        out["fwd_bwd_pipelined"] = single_fb["pipelined_median_s"] / cp_fb["pipelined_median_s"]
+    return out
 
 
 def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -312,7 +352,10 @@ def plot(result: dict, path: str) -> None:
                  width=0.4, label=phase)
     ax_t.set_xticks(range(len(runs)), labels, fontsize=7)
     ax_t.set_ylabel("ms (median)")
-    ax_t.set_title(f"{result['shape']['seqlen']} tokens, speed-up fwd+bwd {result['speedup']['fwd_bwd']:.2f}x",
+    piped = result["speedup"].get("fwd_bwd_pipelined")
+    piped = "" if piped is None else f" ({piped:.2f}x back to back)"
+    ax_t.set_title(f"{result['shape']['seqlen']} tokens, speed-up fwd+bwd "
+                   f"{result['speedup']['fwd_bwd']:.2f}x{piped}",
                    fontsize=9)
     ax_t.legend(fontsize=7)
     work = result["plan"]["rank_work"]
@@ -388,7 +431,8 @@ def main(argv=None) -> dict:
 
     with torch.no_grad():
         single_f = timed(single_fwd, clock, args.iters, args.warmup, collective=False)
-    single_fb = timed(single_fwd_bwd, clock, args.iters, args.warmup, collective=False)
+    single_fb = timed(single_fwd_bwd, clock, args.iters, args.warmup, collective=False,
+                      pipeline=args.pipeline)
     backend_used = backends.last_backend()
 
     peak_single = torch.cuda.max_memory_allocated(device) if use_cuda else None
@@ -429,7 +473,8 @@ def main(argv=None) -> dict:
             torch.cuda.reset_peak_memory_stats(device)
         with torch.no_grad():
             cp_f = timed(cp_fwd, clock, args.iters, args.warmup, collective=True)
-        cp_fb = timed(cp_fwd_bwd, clock, args.iters, args.warmup, collective=True)
+        cp_fb = timed(cp_fwd_bwd, clock, args.iters, args.warmup, collective=True,
+                      pipeline=args.pipeline)
         report = balance_report(plan_g)
         # this rank's compute alone (its local phase, no communication), every rank's time: shows
         # how far the kernels' time follows the planner's work model
@@ -457,8 +502,7 @@ def main(argv=None) -> dict:
                          "fwd": cp_f, "fwd_bwd": cp_fb,
                          "phase_pairs_rank": [masks_g.local_work, *masks_g.remote_work],
                          "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if use_cuda else None,
-                         "speedup": {"fwd": single_f["median_s"] / cp_f["median_s"],
-                                     "fwd_bwd": single_fb["median_s"] / cp_fb["median_s"]}})
+                         "speedup": speedups(single_f, single_fb, cp_f, cp_fb)})
     best = max(variants, key=lambda x: x["speedup"]["fwd_bwd"])
     plan, masks = make_plan(best["strategy"], best["equal_chunks"], best["comm_groups_requested"],
                             best["work_model"], best["chunk_size"], best["balance_tolerance"],
@@ -557,7 +601,10 @@ def main(argv=None) -> dict:
         "tflops": {"single_fwd_bwd": 3.5 * fwd_flops / single_fb["median_s"] / 1e12,
                    "cp_fwd_bwd_total": 3.5 * fwd_flops / best["fwd_bwd"]["median_s"] / 1e12},
         "tokens_per_s": {"single_fwd_bwd": s / single_fb["median_s"],
-                         "cp_fwd_bwd": s / best["fwd_bwd"]["median_s"]},
+                         "cp_fwd_bwd": s / best["fwd_bwd"]["median_s"],
+                         **({"single_fwd_bwd_pipelined": s / single_fb["pipelined_median_s"],
+                             "cp_fwd_bwd_pipelined": s / best["fwd_bwd"]["pipelined_median_s"]}
+                            if "pipelined_median_s" in single_fb else {})},
         "max_rel_error_vs_single_device": errors,
     }
     if profile is not None:

@@ -554,7 +554,19 @@ wait; for f in $OUT/ncu_*.txt; do echo "== $f"; grep -E "Duration|Executed Ipc A
 ls -la $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41"
+call42() {
+  emit "call 42 (for session 11, right after call 5a on nvidia-h200-x2, FA4 wheels carried) - stage part b; CP 64K causal documents on both GPUs, per-step latency and 8 steps back to back (throughput); then the end-to-end step (GPU 0) || the host profile of one call and the D=64 benchmark next to FA4 at the current defaults (GPU 1) [<= 9.5 min]" \
+    nvidia-h200-x2 590 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 170 python3 -m torch.distributed.run --standalone --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0 --chunk-sizes 1024 --pipeline 8 --out $OUT/cp_scaling.json > $OUT/cp_scaling.log 2>&1; tail -n 22 $OUT/cp_scaling.log
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 20 260 python3 bench/e2e_step.py --impl-timeout 80 > $OUT/e2e.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 90 python3 bench/profile_call.py --masks full,causal_document --cprofile > $OUT/profile_call.log 2>&1; timeout -s INT -k 10 160 python3 bench/bench_attention.py --cases 3 --systems paddle_flashmask,fa4 --tag s11_cases3 > $OUT/bench_s11_cases3.log 2>&1 ) &
+wait; tail -n 12 $OUT/e2e.log; grep -h -E "paddle_flashmask |fa4" $OUT/bench_s11_cases3.log'"
+$(pack_logs 42)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -730,10 +742,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -704,6 +704,12 @@ def test_bench_cp_scaling_smoke(tmp_path):
     assert result["world_size"] == 2 and result["backend"] == "reference"
     assert result["plan"]["imbalance"] <= 0.05
     assert max(result["max_rel_error_vs_single_device"].values()) <= 1e-5
+    # --pipeline (2 under --smoke): back-to-back steps timed beside the per-step latency
+    single = result["single_device"]["fwd_bwd"]
+    assert single["pipelined_steps"] == 2 and len(single["pipelined_times_s"]) == 2
+    piped = [single["pipelined_median_s"] / v["fwd_bwd"]["pipelined_median_s"]
+             for v in result["context_parallel"]]
+    assert result["speedup"]["fwd_bwd_pipelined"] in piped
     # one variant per --comm-sms item; 'retire' reaches the engine as comm_retire
     assert [(v["comm_sms"], v["comm_retire"]) for v in result["context_parallel"]][-2:] == \
         [(0, False), (0, True)]
