@@ -566,7 +566,20 @@ wait; tail -n 12 $OUT/e2e.log; grep -h -E "paddle_flashmask |fa4" $OUT/bench_s11
 $(pack_logs 42)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42"
+call43() {
+  emit "call 43 (for session 11, right after call 5a on nvidia-h200-x2, FA4 wheels carried) - stage part b; where the D=128 full backward's warps wait: Nsight Compute stall reasons per issued instruction and per-SASS-instruction stall samples, ours then FA4's (GPU 0) || one bulk op per staged dQ tile (dq_swizzle) at D=128 with session 10's backward order, A/B/B/A at 8K (GPU 1) [<= 7 min]" \
+    nvidia-h200-x2 420 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+M="--section WarpStateStats --section SourceCounters --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+nc() { timeout -s INT -k 5 120 ncu --clock-control none -k regex:$1 --launch-skip 1 --launch-count 1 $M -f -o /tmp/rep_$2 python3 bench/ncu_target.py --system $3 --mask full > $OUT/ncu_$2.log 2>&1; timeout 60 ncu --import /tmp/rep_$2.ncu-rep --page raw --csv > $OUT/ncu_raw_$2.csv 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; nc bwd_sm90F ours paddle_flashmask; timeout 90 ncu --import /tmp/rep_ours.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > $OUT/ncu_src_ours.csv.gz; nc BackwardSm90 fa4 fa4 ) &
+( export CUDA_VISIBLE_DEVICES=1; for r in 0a 1b 1c 0d; do PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=${r:0:1} timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 0 --systems paddle_flashmask --masks full,causal,causal_document,document --tag sw$r > $OUT/bench_sw$r.log 2>&1; done ) &
+wait; ls -la $OUT; grep -H -E "paddle_flashmask " $OUT/bench_sw*.log | sed "s/.*bench_//"'"
+$(pack_logs 43 'bench-sw*.json')"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -742,10 +755,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac
