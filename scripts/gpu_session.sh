@@ -579,7 +579,19 @@ wait; ls -la $OUT; grep -H -E "paddle_flashmask " $OUT/bench_sw*.log | sed "s/.*
 $(pack_logs 43 'bench-sw*.json')"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43"
+call44() {
+  emit "call 44 (for session 11, right after call 5a on nvidia-h200-x2) - stage part b; dq_uniform_rows (the dQ writer's 64 row ops from one lane, uniform addresses; compiled only): backward oracle + determinism with it on, the skipping test twice, then the GQA A/B (GPU 0) || the D=128 A/B/B/A at 8K, then D=64 with it instead of dq_swizzle (GPU 1) [<= 8 min]" \
+    nvidia-h200-x2 480 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE
+$SKIP_FN"'
+ab() { env PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=$1 $4 timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases $2 --systems paddle_flashmask --masks full,causal,causal_document,document --tag ur$3 > $OUT/bench_ur$3.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1 timeout -s INT -k 10 140 python3 tests/gpu/bwd_check.py --bench --json-name bwd_uniform_rows.json > $OUT/bwd_uniform.log 2>&1; for r in a b; do PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1 skip ur_$r; done; ab 0 2 g0; ab 1 2 g1 ) &
+( export CUDA_VISIBLE_DEVICES=1; ab 0 0 0a; ab 1 0 1b; ab 1 0 1c; ab 0 0 0d; ab 0 3 d64sw; ab 1 3 d64ur PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=0 ) &
+wait; tail -n 1 $OUT/bwd_uniform.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json; grep -H -E "paddle_flashmask " $OUT/bench_ur*.log | sed "s/.*bench_//"'"
+$(pack_logs 44 'skip_*.json bench-ur*.json')"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -755,10 +767,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -125,7 +125,7 @@ def variants(full: bool = False) -> list[Variant]:
             first_store: Optional[bool] = None, swizzle: Optional[bool] = None,
             claim_passes: int = 1, pds_stages: Optional[int] = None,
             dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None,
-            stage_stats: bool = False):
+            stage_stats: bool = False, uniform_rows: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -159,6 +159,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, prefetch_stats=prefetch_stats)
         if stage_stats:  # LSE / delta staged in smem with Q / dO (BwdConfig.stage_stats)
             cfg = dataclasses.replace(cfg, stage_stats=True, prefetch_stats=False)
+        if uniform_rows:  # the per-row dQ ops from lane 0, uniform addresses (dq_uniform_rows)
+            cfg = dataclasses.replace(cfg, dq_swizzle=False, dq_uniform_rows=True)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
@@ -179,7 +181,8 @@ def variants(full: bool = False) -> list[Variant]:
                          {None: "", True: " dq-early", False: " dq-late"}[dq_early],
                          {None: "", True: " prefetch-stats", False: " no-prefetch-stats"}[
                              prefetch_stats],
-                         " stage-stats" if stage_stats else ""])
+                         " stage-stats" if stage_stats else "",
+                         " uniform-rows" if uniform_rows else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -237,6 +240,11 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 64, True, 2, gqa=True, sink=True, stage_stats=True)
     bwd("bfloat16", 128, True, 1, gqa=True, det=True, gqa_in_cta=True, stage_stats=True)
     bwd("bfloat16", 256, False, 2, stage_stats=True)
+    bwd("bfloat16", 128, True, 1, uniform_rows=True)  # lane 0 issues the 64 row ops
+    bwd("bfloat16", 128, False, None, uniform_rows=True)
+    bwd("bfloat16", 64, True, 1, uniform_rows=True)  # instead of the d64 default dq_swizzle
+    bwd("bfloat16", 128, True, 2, gqa=True, sink=True, uniform_rows=True)
+    bwd("bfloat16", 256, False, 2, uniform_rows=True)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)
     bwd("bfloat16", 128, True, 1, persistent=True, key_major=True)

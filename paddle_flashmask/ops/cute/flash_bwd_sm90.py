@@ -166,6 +166,18 @@ def default_dq_swizzle(head_dim: int) -> bool:
     return forced == "1" if forced else head_dim == 64
 
 
+DQ_UNIFORM_ROWS_ENV = "PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS"
+
+
+def default_dq_uniform_rows() -> bool:
+    """``BwdConfig.dq_uniform_rows`` wanted where it applies (dQ staged in smem, one bulk op per
+    row): off until an H200 A/B (compiled for sm_90a only). Env
+    ``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1`` turns it on."""
+    from .launch_args import env_choice
+
+    return env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1")) == "1"
+
+
 FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_FIRST_STORE"
 
 
@@ -458,6 +470,14 @@ class BwdConfig:
     # exp path, no per-thread address arithmetic, no registers held ahead). +1 KB of smem at two
     # stages. Replaces prefetch_stats and late_loads. The host's choice: default_stage_stats.
     stage_stats: bool = False
+    # The staged dQ tile's per-row bulk ops issued by lane 0 alone, from addresses the compiler
+    # knows are warp-uniform (the tile's index through make_warp_uniform, row offsets constant),
+    # instead of by every lane for its own rows: per-lane addresses make ptxas serialise each op
+    # over the 32 lanes (ELECT / R2UR / UBLKRED loop, ~512 writer instructions per tile, with
+    # fixed-latency waits), which delays the buffer's release to the consumers (ncu, session 11:
+    # 5 % of the D = 128 backward's stall samples on the consumers' wait for the free buffer).
+    # Not with dq_swizzle (already one op per tile). The host's choice: default_dq_uniform_rows.
+    dq_uniform_rows: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -508,6 +528,10 @@ class BwdConfig:
             raise ValueError(f"dq_swizzle: expected dQ staged in smem, fused_dq=False and head_dim "
                              f"in (64, 128, 256), found dq_in_smem={self.dq_in_smem}, "
                              f"fused_dq={self.fused_dq}, head_dim={self.head_dim}")
+        if self.dq_uniform_rows and (not self.dq_in_smem or self.fused_dq or self.dq_swizzle):
+            raise ValueError(f"dq_uniform_rows: expected dQ staged in smem, fused_dq=False and "
+                             f"dq_swizzle=False, found dq_in_smem={self.dq_in_smem}, "
+                             f"fused_dq={self.fused_dq}, dq_swizzle={self.dq_swizzle}")
         if self.pds_stages not in (1, 2) or (self.pds_stages == 2
                                               and not self.two_pds_stages_apply):
             raise ValueError(f"pds_stages: expected 1, or 2 with rs_dkv=True, qdo_stages=2 and "
@@ -1248,7 +1272,9 @@ class FlashMaskBwdSm90:
 
         if warp_idx < 4:
             # ------------------------------------------------------------ producer warp group
-            cute.arch.setmaxregister_decrease(24)
+            # 24, or 32 with dq_uniform_rows (its uniform tile index spills the GQA head walk
+            # at 24); either way 2 x 128 x 240 + 128 x this <= the SM's 64K registers
+            cute.arch.setmaxregister_decrease(32 if const_expr(cfg.dq_uniform_rows) else 24)
             if warp_idx == 0:
                 if const_expr(cfg.persistent):
                     self._produce_tiles(grid, num_m, diag, mQ, mK, mV, mdO, sQ, sK, sV, sdO,
@@ -1693,13 +1719,15 @@ class FlashMaskBwdSm90:
                         cute.arch.fence_proxy("async.global")
                 cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
+                # dq_uniform_rows: the tile's index in dq_accum's flat tile order, warp-uniform
+                tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc) * num_m + m_blk)
                 if const_expr(self.cfg.dq_first_store):
                     if claim == 0:
-                        self._bulk_rows(gdQ, sdQ, lane, store=True)
+                        self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=True)
                     else:
-                        self._bulk_rows(gdQ, sdQ, lane, store=False)
+                        self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=False)
                 else:
-                    self._bulk_rows(gdQ, sdQ, lane, store=False)
+                    self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=False)
                 cute.arch.cp_async_bulk_commit_group()
                 if const_expr(self.cfg.dq_first_store):
                     if claim == 0:
@@ -1732,10 +1760,28 @@ class FlashMaskBwdSm90:
         return cute.make_tensor(ptr, dq_stage_layout(self.tile_m, self.d, self.cfg.dq_swizzle))
 
     @cute.jit
-    def _bulk_rows(self, gdQ, sdQ, lane, store: cutlass.Constexpr[bool]):
+    def _bulk_rows(self, gdQ, sdQ, lane, mdQacc, tile, store: cutlass.Constexpr[bool]):
         """The staged dQ tile to global: bulk reduce-adds, or (``store``, the tile's first writer
         with ``dq_first_store``) plain bulk copies; one per row, 2 rows per lane, or
-        (``dq_swizzle``) one for the whole contiguous tile from lane 0."""
+        (``dq_swizzle``) one for the whole contiguous tile from lane 0, or (``dq_uniform_rows``)
+        one per row from lane 0, addressed from ``tile`` (warp-uniform index of the tile in
+        ``mdQacc``, whose rows are padded to whole tiles)."""
+        if const_expr(self.cfg.dq_uniform_rows):
+            with cute.arch.elect_one():
+                tile_base = mdQacc.iterator + cutlass.Int64(tile) * (self.tile_m * self.d)
+                # rolled, 4 ops per trip (24 instructions): fully unrolled, ptxas hoists all
+                # 64 address pairs and the GQA head walk spills; at 16 per trip the consumers'
+                # main loop gains an R2UR
+                for r in cutlass.range(self.tile_m, unroll=4):
+                    dst = tile_base + cutlass.Int64(r) * self.d
+                    src = sdQ.iterator + cute.crd2idx((r, 0), sdQ.layout)
+                    if const_expr(store):
+                        prims.cp_async_bulk_global_shared_cta(dst, src, self.d * 4)
+                    else:
+                        prims.cp_reduce_async_bulk_global_shared_cta(
+                            dst, src, self.d * 4, op=prims.CpReduceOp.ADD,
+                            type=prims.CpReduceType.F32)
+            return
         if const_expr(self.cfg.dq_swizzle):
             if lane == 0:
                 nbytes = self.tile_m * self.d * 4

@@ -324,7 +324,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                       _env_switches):
     from .flash_bwd_sm90 import (default_claim_passes, default_det_sync, default_dq_chains,
                                  default_dq_count_lag, default_dq_early, default_dq_first_store,
-                                 default_dq_swizzle, default_fused_dq, default_gqa_in_cta,
+                                 default_dq_swizzle, default_dq_uniform_rows, default_fused_dq,
+                                 default_gqa_in_cta,
                                  default_key_major, default_late_loads, default_lazy_release,
                                  default_pds_stages, default_persistent_ctas,
                                  default_prefetch_stats, default_qdo_stages, default_row_ranges,
@@ -346,7 +347,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_swizzle(head_dim),
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
                             default_dq_early(), default_prefetch_stats(head_dim),
-                            default_stage_stats())
+                            default_stage_stats(), default_dq_uniform_rows())
 
 
 @functools.lru_cache(maxsize=256)
@@ -354,7 +355,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
-                     dq_early, prefetch_stats, stage_stats):
+                     dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -381,6 +382,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, prefetch_stats=True)
     if stage_stats:  # the stats come with Q / dO: neither prefetched nor loaded late
         cfg = replace(cfg, stage_stats=True, prefetch_stats=False, late_loads=False)
+    if dq_uniform_rows and cfg.dq_in_smem and not cfg.fused_dq and not cfg.dq_swizzle:
+        cfg = replace(cfg, dq_uniform_rows=True)
     return cfg
 
 

@@ -1,0 +1,71 @@
+"""The staged dQ tile's per-row bulk ops issued by lane 0 from warp-uniform addresses
+(BwdConfig.dq_uniform_rows), on the CPU: the config rule, and the SASS property it exists for --
+no per-lane serialisation loop around the bulk reduce. The numbers are checked on the H200
+(tests/gpu/bwd_check.py with PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_config_rule(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.DQ_UNIFORM_ROWS_ENV, bwd.DQ_SWIZZLE_ENV, bwd.FUSED_DQ_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert not interface.backward_config("bfloat16", 128, True, 1).dq_uniform_rows  # off by default
+    monkeypatch.setenv(bwd.DQ_UNIFORM_ROWS_ENV, "1")
+    for d, columns, gqa, det in ((128, 1, False, False), (128, None, True, False),
+                                 (128, 2, False, True), (256, 2, False, False)):
+        cfg = interface.backward_config("bfloat16", d, True, columns, gqa=gqa, deterministic=det)
+        assert cfg.dq_uniform_rows and not cfg.dq_swizzle, (d, columns, gqa, det)
+    # D = 64 keeps its default one-op-per-tile swizzle unless that is switched off
+    assert not interface.backward_config("bfloat16", 64, True, 1).dq_uniform_rows
+    monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "0")
+    assert interface.backward_config("bfloat16", 64, True, 1).dq_uniform_rows
+    monkeypatch.setenv(bwd.DQ_UNIFORM_ROWS_ENV, "yes")
+    with pytest.raises(ValueError, match=bwd.DQ_UNIFORM_ROWS_ENV):
+        interface.backward_config("bfloat16", 128, False, 2)
+    for other in ({"dq_swizzle": True}, {"fused_dq": True, "persistent_ctas": 132}):
+        with pytest.raises(ValueError, match="dq_uniform_rows"):
+            bwd.BwdConfig("bfloat16", 128, 128, True, 1, dq_uniform_rows=True, **other)
+
+
+def _loops_with(opcode: str, env: dict) -> list[str]:
+    """The loops of the d128 full-attention backward (``sass_loop_mix --all-loops``) that hold
+    ``opcode``."""
+    from paddle_flashmask.ops.cute.compile_check import find_nvdisasm
+
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loop_mix.py"), "bwd",
+                          "--head-dim", "128", "--all-loops"],
+                         env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", **env}, check=True,
+                         timeout=600, capture_output=True, text=True)
+    listing = run.stdout.split(": all loops", 1)[1]
+    return [line for line in listing.splitlines() if f"{opcode}=" in line]
+
+
+def _innermost(loops: list[str]) -> list[str]:
+    """The smallest loop holding the opcode (its listing line's instruction count)."""
+    return sorted(loops, key=lambda line: int(line.split("]")[1].split()[0]))[:1]
+
+
+def test_no_per_lane_loop_around_the_bulk_reduce():
+    pytest.importorskip("cutlass")
+    # default (D = 128): every lane issues its rows; ptxas wraps each op in a loop over the
+    # lanes that elects one, moves its addresses to uniform registers and issues (the waterfall)
+    [waterfall] = _innermost(_loops_with("UBLKRED", {bwd.DQ_UNIFORM_ROWS_ENV: "0"}))
+    assert "ELECT=" in waterfall and "R2UR=" in waterfall and "UBLKRED=1 " in waterfall + " "
+    # uniform rows: one elected lane runs a rolled loop of 4 ops per trip, addresses already
+    # uniform: no election and no register moves inside it
+    [rows] = _innermost(_loops_with("UBLKRED", {bwd.DQ_UNIFORM_ROWS_ENV: "1"}))
+    assert "UBLKRED=4" in rows and "ELECT=" not in rows and "R2UR=" not in rows
