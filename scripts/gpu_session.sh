@@ -580,14 +580,14 @@ $(pack_logs 43 'bench-sw*.json')"
 }
 
 call44() {
-  emit "call 44 (for session 11, right after call 5a on nvidia-h200-x2) - stage part b; dq_uniform_rows (the dQ writer's 64 row ops from one lane, uniform addresses; compiled only): backward oracle + determinism with it on, the skipping test twice, then the GQA A/B (GPU 0) || the D=128 A/B/B/A at 8K, then D=64 with it instead of dq_swizzle (GPU 1) [<= 8 min]" \
+  emit "call 44 (for session 11, right after call 5a on nvidia-h200-x2) - stage part b; dq_uniform_rows (the dQ writer's 64 row ops from one lane, uniform addresses; compiled only): backward oracle + determinism with it on, the skipping test twice, the D=64 oracle cases with it instead of dq_swizzle, then the GQA A/B (GPU 0) || the D=128 A/B/B/A at 8K, then D=64 with it instead of dq_swizzle (GPU 1) [<= 8 min]" \
     nvidia-h200-x2 480 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE
 $SKIP_FN"'
 ab() { env PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=$1 $4 timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases $2 --systems paddle_flashmask --masks full,causal,causal_document,document --tag ur$3 > $OUT/bench_ur$3.log 2>&1; }
-( export CUDA_VISIBLE_DEVICES=0; PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1 timeout -s INT -k 10 140 python3 tests/gpu/bwd_check.py --bench --json-name bwd_uniform_rows.json > $OUT/bwd_uniform.log 2>&1; for r in a b; do PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1 skip ur_$r; done; ab 0 2 g0; ab 1 2 g1 ) &
+( export CUDA_VISIBLE_DEVICES=0; PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1 timeout -s INT -k 10 140 python3 tests/gpu/bwd_check.py --bench --json-name bwd_uniform_rows.json > $OUT/bwd_uniform.log 2>&1; for r in a b; do PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1 skip ur_$r; done; PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=0 PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1 timeout -s INT -k 10 70 python3 tests/gpu/bwd_check.py --only fp16_d64_causal_doc_sink,d64_full_sink,fp16_d64_causal_doc_sink_rs --json-name bwd_uniform_d64.json > $OUT/bwd_uniform_d64.log 2>&1; ab 0 2 g0; ab 1 2 g1 ) &
 ( export CUDA_VISIBLE_DEVICES=1; ab 0 0 0a; ab 1 0 1b; ab 1 0 1c; ab 0 0 0d; ab 0 3 d64sw; ab 1 3 d64ur PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=0 ) &
-wait; tail -n 1 $OUT/bwd_uniform.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json; grep -H -E "paddle_flashmask " $OUT/bench_ur*.log | sed "s/.*bench_//"'"
+wait; tail -n 1 $OUT/bwd_uniform.log $OUT/bwd_uniform_d64.log; timeout 30 python3 scripts/skip_summary.py $OUT/skip_*.json; grep -H -E "paddle_flashmask " $OUT/bench_ur*.log | sed "s/.*bench_//"'"
 $(pack_logs 44 'skip_*.json bench-ur*.json')"
 }
 
