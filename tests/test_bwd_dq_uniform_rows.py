@@ -1,7 +1,7 @@
 """The staged dQ tile's per-row bulk ops issued by lane 0 from warp-uniform addresses
 (BwdConfig.dq_uniform_rows), on the CPU: the config rule, and the SASS property it exists for --
 no per-lane serialisation loop around the bulk reduce. The numbers are checked on the H200
-(tests/gpu/bwd_check.py with PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1)."""
+(tests/gpu/bwd_check.py: 27/27 and determinism with it forced on, session 11)."""
 from __future__ import annotations
 
 import os
@@ -19,10 +19,20 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
-    for name in (bwd.DQ_UNIFORM_ROWS_ENV, bwd.DQ_SWIZZLE_ENV, bwd.FUSED_DQ_ENV):
+    for name in (bwd.DQ_UNIFORM_ROWS_ENV, bwd.DQ_SWIZZLE_ENV, bwd.FUSED_DQ_ENV,
+                 bwd.GQA_IN_CTA_ENV):
         monkeypatch.delenv(name, raising=False)
-    assert not interface.backward_config("bfloat16", 128, True, 1).dq_uniform_rows  # off by default
-    monkeypatch.setenv(bwd.DQ_UNIFORM_ROWS_ENV, "1")
+    # by default on at D = 128 (the H200 A/B), deterministic or not, but not with the GQA head
+    # walk (it would spill) and not at the other head dims (not measured)
+    for columns, det in ((1, False), (None, False), (2, True)):
+        assert interface.backward_config("bfloat16", 128, True, columns,
+                                         deterministic=det).dq_uniform_rows, (columns, det)
+    assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).dq_uniform_rows
+    for d in (64, 96, 192, 256):
+        assert not interface.backward_config("bfloat16", d, True, 1).dq_uniform_rows, d
+    monkeypatch.setenv(bwd.DQ_UNIFORM_ROWS_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1).dq_uniform_rows
+    monkeypatch.setenv(bwd.DQ_UNIFORM_ROWS_ENV, "1")  # forced: wherever it applies
     for d, columns, gqa, det in ((128, 1, False, False), (128, None, True, False),
                                  (128, 2, False, True), (256, 2, False, False)):
         cfg = interface.backward_config("bfloat16", d, True, columns, gqa=gqa, deterministic=det)

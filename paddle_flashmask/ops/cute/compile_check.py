@@ -125,12 +125,13 @@ def variants(full: bool = False) -> list[Variant]:
             first_store: Optional[bool] = None, swizzle: Optional[bool] = None,
             claim_passes: int = 1, pds_stages: Optional[int] = None,
             dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None,
-            stage_stats: bool = False, uniform_rows: bool = False):
+            stage_stats: bool = False, uniform_rows: Optional[bool] = None):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
         if two_stages or fused_dq:  # both need the zeroed, row-major dQ accumulator
-            cfg = dataclasses.replace(cfg, dq_first_store=False, dq_swizzle=False)
+            cfg = dataclasses.replace(cfg, dq_first_store=False, dq_swizzle=False,
+                                      dq_uniform_rows=False)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
             cfg = dataclasses.replace(cfg, gqa_in_cta=True)
         if persistent:  # a persistent grid claiming tiles (BwdConfig.persistent_ctas)
@@ -148,7 +149,8 @@ def variants(full: bool = False) -> list[Variant]:
         if first_store is not None:  # dQ accumulator not zeroed (BwdConfig.dq_first_store)
             cfg = dataclasses.replace(cfg, dq_first_store=first_store)
         if swizzle is not None:  # one bulk op per staged dQ tile (BwdConfig.dq_swizzle)
-            cfg = dataclasses.replace(cfg, dq_swizzle=swizzle)
+            cfg = dataclasses.replace(cfg, dq_swizzle=swizzle,
+                                      dq_uniform_rows=cfg.dq_uniform_rows and not swizzle)
         if claim_passes > 1:  # the persistent grid claims by work class (BwdConfig.claim_passes)
             cfg = dataclasses.replace(cfg, claim_passes=claim_passes)
         if pds_stages is not None:  # dS^T in one or two smem stages (BwdConfig.pds_stages)
@@ -159,8 +161,9 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, prefetch_stats=prefetch_stats)
         if stage_stats:  # LSE / delta staged in smem with Q / dO (BwdConfig.stage_stats)
             cfg = dataclasses.replace(cfg, stage_stats=True, prefetch_stats=False)
-        if uniform_rows:  # the per-row dQ ops from lane 0, uniform addresses (dq_uniform_rows)
-            cfg = dataclasses.replace(cfg, dq_swizzle=False, dq_uniform_rows=True)
+        if uniform_rows is not None:  # dQ row ops from lane 0, uniform addresses, or per lane
+            cfg = dataclasses.replace(cfg, dq_swizzle=cfg.dq_swizzle and not uniform_rows,
+                                      dq_uniform_rows=uniform_rows)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
@@ -182,7 +185,8 @@ def variants(full: bool = False) -> list[Variant]:
                          {None: "", True: " prefetch-stats", False: " no-prefetch-stats"}[
                              prefetch_stats],
                          " stage-stats" if stage_stats else "",
-                         " uniform-rows" if uniform_rows else ""])
+                         {None: "", True: " uniform-rows", False: " no-uniform-rows"}[
+                             uniform_rows]])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -240,10 +244,10 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 64, True, 2, gqa=True, sink=True, stage_stats=True)
     bwd("bfloat16", 128, True, 1, gqa=True, det=True, gqa_in_cta=True, stage_stats=True)
     bwd("bfloat16", 256, False, 2, stage_stats=True)
-    bwd("bfloat16", 128, True, 1, uniform_rows=True)  # lane 0 issues the 64 row ops
-    bwd("bfloat16", 128, False, None, uniform_rows=True)
+    # dQ row ops: from lane 0 with uniform addresses (the d128 default), or per lane
+    bwd("bfloat16", 128, True, 1, uniform_rows=False)  # the pre-session-11 writer
+    bwd("bfloat16", 128, True, 2, sink=True, det=True)
     bwd("bfloat16", 64, True, 1, uniform_rows=True)  # instead of the d64 default dq_swizzle
-    bwd("bfloat16", 128, True, 2, gqa=True, sink=True, uniform_rows=True)
     bwd("bfloat16", 256, False, 2, uniform_rows=True)
     bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True)
     bwd("bfloat16", 256, False, 2, gqa=True, det=True, gqa_in_cta=True)

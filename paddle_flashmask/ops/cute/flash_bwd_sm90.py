@@ -169,13 +169,18 @@ def default_dq_swizzle(head_dim: int) -> bool:
 DQ_UNIFORM_ROWS_ENV = "PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS"
 
 
-def default_dq_uniform_rows() -> bool:
+def default_dq_uniform_rows(head_dim: int, gqa_in_cta: bool) -> bool:
     """``BwdConfig.dq_uniform_rows`` wanted where it applies (dQ staged in smem, one bulk op per
-    row): off until an H200 A/B (compiled for sm_90a only). Env
-    ``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1`` turns it on."""
+    row): on at D = 128 without the GQA head walk since the H200 A/B of session 11 (B=4 S=8K,
+    forward+backward: document 5.63 -> 5.35 ms, causal documents -1.3 %, causal -0.9 %, full
+    -0.4 %; oracle 27/27 and determinism with it on at every head dim). Off with ``gqa_in_cta``
+    (the head walk spills 8-28 B in the producer's 24 registers) and at the other head dims (not
+    measured). Env ``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1``/``0`` forces it on/off wherever it
+    applies."""
     from .launch_args import env_choice
 
-    return env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1")) == "1"
+    forced = env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1"))
+    return forced == "1" if forced else head_dim == 128 and not gqa_in_cta
 
 
 FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_FIRST_STORE"
@@ -476,7 +481,8 @@ class BwdConfig:
     # over the 32 lanes (ELECT / R2UR / UBLKRED loop, ~512 writer instructions per tile, with
     # fixed-latency waits), which delays the buffer's release to the consumers (ncu, session 11:
     # 5 % of the D = 128 backward's stall samples on the consumers' wait for the free buffer).
-    # Not with dq_swizzle (already one op per tile). The host's choice: default_dq_uniform_rows.
+    # Not with dq_swizzle (already one op per tile). The host's choice: default_dq_uniform_rows
+    # (on at D = 128 without gqa_in_cta).
     dq_uniform_rows: bool = False
 
     def __post_init__(self):
@@ -1272,9 +1278,10 @@ class FlashMaskBwdSm90:
 
         if warp_idx < 4:
             # ------------------------------------------------------------ producer warp group
-            # 24, or 32 with dq_uniform_rows (its uniform tile index spills the GQA head walk
-            # at 24); either way 2 x 128 x 240 + 128 x this <= the SM's 64K registers
-            cute.arch.setmaxregister_decrease(32 if const_expr(cfg.dq_uniform_rows) else 24)
+            # exactly what the consumers' increase to 240 needs from the 168 of the launch
+            # (128 x (168 - 24) = 256 x (240 - 168)): a producer keeping more registers makes
+            # the consumers' setmaxnreg wait forever (the H200 hung on 32, session 11)
+            cute.arch.setmaxregister_decrease(24)
             if warp_idx == 0:
                 if const_expr(cfg.persistent):
                     self._produce_tiles(grid, num_m, diag, mQ, mK, mV, mdO, sQ, sK, sV, sdO,
