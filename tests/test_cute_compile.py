@@ -380,3 +380,40 @@ def test_host_api_arguments_match_the_compiled_kernels(monkeypatch):
                             stream=0)
     assert launched == ["tile_summary", "fwd_tile_ranges", "flash_fwd_sm90", "tile_summary", "flash_bwd_pre",
                         "flash_bwd_sm90", "flash_bwd_post"]
+
+
+def test_register_pool_rule():
+    """The producer warp group must free at least the registers the consumer groups then take
+    (setmaxnreg.inc waits until the CTA's pool holds them): the backward's 24 / 240 at 168 x 384
+    is exact; 32 / 240 -- what hung the H200 in session 11 -- is refused."""
+    from paddle_flashmask.ops.cute.compile_check import register_pool_problem
+
+    def kernel(dealloc, alloc, regs=168, threads=384):
+        return {"registers": regs, "block_threads": threads,
+                "setmaxnreg": {"dealloc": dealloc, "alloc": alloc}}
+
+    assert register_pool_problem(kernel([24], [240])) is None
+    assert register_pool_problem(kernel([32], [232])) is None  # the forward at D = 128
+    assert register_pool_problem(kernel([24], [160], regs=128, threads=512)) is None
+    why = register_pool_problem(kernel([32], [240]))
+    assert why and "18432" in why and "17408" in why and "forever" in why
+    assert register_pool_problem(kernel([], [240]))  # an increase nobody pays for
+    assert register_pool_problem({"registers": 24, "block_threads": 128}) is None  # no setmaxnreg
+
+
+def test_main_kernels_hand_registers_over_within_the_pool(compile_report):
+    """Every warp-specialised forward / backward kernel's setmaxnreg pair was read from its SASS
+    and checked against its launch registers and block size (not vacuous: the rule ran)."""
+    from paddle_flashmask.ops.cute.compile_check import register_pool_problem
+
+    _, report = compile_report
+    checked = 0
+    for r in report["results"]:
+        if r["kind"] not in ("fwd", "bwd"):
+            continue
+        for name, k in r["kernels"].items():
+            if k.get("setmaxnreg"):
+                assert k["block_threads"] in (256, 384, 512), (r["label"], name, k)
+                assert register_pool_problem(k) is None, (r["label"], name)
+                checked += 1
+    assert checked >= 40

@@ -76,7 +76,7 @@ def variants(full: bool = False) -> list[Variant]:
             out.append(Variant(label, kind, config, fast_path))
 
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
-            partial_overlap=False, claim_passes=1, diagonal_partials=False,
+            partial_overlap=False, claim_passes=1, diagonal_partials=False, uniform_q=False,
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
@@ -88,6 +88,9 @@ def variants(full: bool = False) -> list[Variant]:
         if tile_n is not None:  # another key-tile width (e.g. d256's 128x64, env D256_TILE_N)
             cfg = dataclasses.replace(cfg, tile_n=tile_n)
             extra += f" n{tile_n}"
+        if uniform_q:  # Q descriptors from the warpgroup's uniform slice (FwdConfig.uniform_q)
+            cfg = dataclasses.replace(cfg, uniform_q=True)
+            extra += " uniform-q"
         if diagonal_partials:  # diagonal-only partial tiles (FwdConfig.diagonal_partials)
             cfg = dataclasses.replace(cfg, diagonal_partials=True)
             extra += " diagonal-partials"
@@ -226,6 +229,10 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, True, 1, claim_passes=3)
     fwd("bfloat16", 128, True, None, claim_passes=3)
     fwd("bfloat16", 128, True, 1, diagonal_partials=True)
+    fwd("bfloat16", 128, True, None, uniform_q=True)  # Q descriptors in uniform registers
+    fwd("bfloat16", 128, False, 4, sink=True, uniform_q=True)
+    fwd("bfloat16", 64, True, 1, uniform_q=True)  # three consumer warpgroups
+    fwd("bfloat16", 256, False, 2, uniform_q=True)
     fwd("bfloat16", 128, False, 4, diagonal_partials=True)
     fwd("bfloat16", 256, True, 1, tile_n=80, tile_ranges=True)  # 230,400 B of smem
     fwd("bfloat16", 256, True, 1, tile_n=64)  # the pre-session-10 shape (env D256_TILE_N=64)
@@ -367,25 +374,78 @@ _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A
 _FUNC_HEADER = re.compile(r"^\s*\.text\.(\S+):")
 
 
-def sass_opcode_mix(cubin: bytes, nvdisasm: str) -> dict[str, Counter]:
-    """kernel name -> Counter of SASS base opcodes (``HGMMA.64x128x16.F32.BF16`` -> ``HGMMA``)."""
+# setmaxnreg: a warp group giving registers back to the CTA's pool, or (waiting until it can)
+# taking some from it
+_SETMAXNREG = re.compile(r"USETMAXREG\.(DEALLOC|TRY_ALLOC)\.CTAPOOL\s+(?:U?P[T0-9]+\s*,\s*)?"
+                         r"(0x[0-9a-fA-F]+|\d+)")
+EIATTR_REQNTID = 0x10  # the block shape the kernel requires (x, y, z)
+
+
+def _disassemble(cubin: bytes, nvdisasm: str) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([nvdisasm, "-c", f.name], check=True, capture_output=True,
+        return subprocess.run([nvdisasm, "-c", f.name], check=True, capture_output=True,
                               text=True).stdout
-    mix: dict[str, Counter] = {}
-    current: Optional[Counter] = None
+
+
+def _per_kernel_lines(text: str):
+    """(kernel name, SASS line) for every line inside a kernel's ``.text`` section."""
+    current: Optional[str] = None
     for line in text.splitlines():
         header = _FUNC_HEADER.match(line)
         if header:
-            current = mix.setdefault(header.group(1), Counter())
-            continue
-        if current is not None:
-            m = _SASS_LINE.match(line)
-            if m:
-                current[m.group(1)] += 1
+            current = header.group(1)
+        elif current is not None:
+            yield current, line
+
+
+def sass_opcode_mix(cubin: bytes, nvdisasm: str, text: Optional[str] = None) -> dict[str, Counter]:
+    """kernel name -> Counter of SASS base opcodes (``HGMMA.64x128x16.F32.BF16`` -> ``HGMMA``)."""
+    mix: dict[str, Counter] = {}
+    for kernel, line in _per_kernel_lines(text if text is not None else _disassemble(cubin, nvdisasm)):
+        counts = mix.setdefault(kernel, Counter())
+        m = _SASS_LINE.match(line)
+        if m:
+            counts[m.group(1)] += 1
     return mix
+
+
+def setmaxnreg_targets(text: str) -> dict[str, dict[str, list[int]]]:
+    """kernel name -> {"dealloc": [...], "alloc": [...]}: the per-thread register counts its
+    ``setmaxnreg`` instructions set (SASS ``USETMAXREG.DEALLOC`` / ``.TRY_ALLOC``)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for kernel, line in _per_kernel_lines(text):
+        m = _SETMAXNREG.search(line)
+        if m:
+            key = "dealloc" if m.group(1) == "DEALLOC" else "alloc"
+            targets = out.setdefault(kernel, {"dealloc": [], "alloc": []})[key]
+            value = int(m.group(2), 0)
+            if value not in targets:
+                targets.append(value)
+    return out
+
+
+def register_pool_problem(kernel: dict, producer_threads: int = 128) -> Optional[str]:
+    """Why the warp-specialised register hand-over can deadlock, or None. The CTA launches with
+    ``registers`` per thread for ``block_threads`` threads; the producer warp group drops to its
+    ``dealloc`` count and the others wait (``setmaxnreg.inc`` blocks) until the pool holds their
+    ``alloc`` count: the producer must free at least what the consumers take. Session 11's H200
+    hang: producer 168 -> 32 frees 128 x 136, the two consumer groups' 168 -> 240 need 256 x 72."""
+    targets, regs, threads = kernel.get("setmaxnreg"), kernel.get("registers"), kernel.get("block_threads")
+    if not targets or not targets["alloc"]:
+        return None
+    if not targets["dealloc"] or regs is None or threads is None:
+        return (f"setmaxnreg increase to {max(targets['alloc'])} without a decrease, the launch "
+                f"registers ({regs}) or the block size ({threads}) to check it against")
+    freed = producer_threads * (regs - max(targets["dealloc"]))
+    taken = (threads - producer_threads) * (max(targets["alloc"]) - regs)
+    if taken > freed:
+        return (f"setmaxnreg: the {threads - producer_threads} consumer threads take "
+                f"{taken} registers ({regs} -> {max(targets['alloc'])}) but the producer group "
+                f"frees {freed} ({regs} -> {max(targets['dealloc'])}): the consumers would wait "
+                f"forever")
+    return None
 
 
 def analyze_cubin(cubin: bytes, nvdisasm: Optional[str]) -> dict[str, dict]:
@@ -400,6 +460,12 @@ def analyze_cubin(cubin: bytes, nvdisasm: Optional[str]) -> dict[str, dict]:
         if name.startswith(".nv.shared.") and name[len(".nv.shared."):] in kernels:
             kernels[name[len(".nv.shared."):]]["static_smem"] = size
     for name, _, offset, size, _ in sections:
+        owner = kernels.get(name[len(".nv.info."):]) if name.startswith(".nv.info.") else None
+        if owner is not None:  # per-kernel attributes: the required block shape
+            for attr, payload in _nv_info_records(cubin, offset, size):
+                if attr == EIATTR_REQNTID and len(payload) == 12:
+                    x, y, z = struct.unpack("<III", payload)
+                    owner["block_threads"] = x * y * z
         if name != ".nv.info":
             continue
         for attr, payload in _nv_info_records(cubin, offset, size):
@@ -409,10 +475,14 @@ def analyze_cubin(cubin: bytes, nvdisasm: Optional[str]) -> dict[str, dict]:
                 if kernel is not None:
                     kernel["registers" if attr == EIATTR_REGCOUNT else "frame_bytes"] = value
     if nvdisasm:
-        for kernel_name, counts in sass_opcode_mix(cubin, nvdisasm).items():
+        text = _disassemble(cubin, nvdisasm)
+        for kernel_name, counts in sass_opcode_mix(cubin, nvdisasm, text).items():
             if kernel_name in kernels:
                 kernels[kernel_name]["sass"] = dict(counts)
                 kernels[kernel_name]["instructions"] = sum(counts.values())
+        for kernel_name, targets in setmaxnreg_targets(text).items():
+            if kernel_name in kernels:
+                kernels[kernel_name]["setmaxnreg"] = targets
     return kernels
 
 
@@ -512,12 +582,14 @@ def compile_variant(variant: Variant) -> dict:
 
 
 def check_fast_path(result: dict) -> list[str]:
-    """Problems with a compiled variant: compile errors, and missing fast-path opcodes."""
+    """Problems with a compiled variant: compile errors, register hand-overs between warp groups
+    that would deadlock (``register_pool_problem``), and missing fast-path opcodes."""
     if "error" in result:
         return [f"{result['label']}: compile failed: {result['error'].splitlines()[-1][:300]}"]
+    problems = [f"{result['label']}: {name[:60]}: {why}" for name, kernel in result["kernels"].items()
+                if (why := register_pool_problem(kernel))]
     if not result["fast_path"]:
-        return []
-    problems = []
+        return problems
     for opcode in FAST_PATH_OPCODES:
         total = sum(k.get("sass", {}).get(opcode, 0) for k in result["kernels"].values())
         if total == 0:
