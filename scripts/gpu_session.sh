@@ -601,18 +601,30 @@ wait; tail -n 2 $OUT/bwd_uniform.log; grep -H -E "paddle_flashmask " $OUT/bench_
 }
 
 call46() {
-  emit "call 46 (for session 12, right after call 5a on nvidia-h200-x2) - stage part b; the GPU suite and the skipping test x3 at HEAD (dq_uniform_rows, the D=128 backward default since session 11, has only run bwd_check and an A/B) (GPU 0) || uniform_q (the forward's Q descriptors in uniform registers, compiled only): a one-case smoke that ends this side on failure, every forward case vs the oracle with it, then the 8K A/B/B/A (GPU 1) [<= 9 min]" \
+  emit "call 46 (for session 12, right after call 5a on nvidia-h200-x2) - stage part b; the GPU suite and the skipping test x3 at HEAD (dq_uniform_rows, the D=128 backward default since session 11, has only run bwd_check and an A/B) (GPU 0) || the two forward loop options, compiled only, both on (uniform_q: Q descriptors in uniform registers; rescale threshold 8: lazy O rescale): a one-case smoke that ends this side on failure, every forward case vs the oracle, then the 8K A/B/B/A against the defaults (GPU 1) [<= 9 min]" \
     nvidia-h200-x2 560 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE
 $SKIP_FN"'
-ab() { PADDLE_FLASHMASK_FWD_UNIFORM_Q=$1 timeout -s INT -k 10 60 python3 bench/bench_attention.py --cases 0 --systems paddle_flashmask --masks full,causal,sliding_window,causal_document,document --tag uq$2 > $OUT/bench_uq$2.log 2>&1; }
+ab() { env $1 timeout -s INT -k 10 60 python3 bench/bench_attention.py --cases 0 --systems paddle_flashmask --masks full,causal,sliding_window,causal_document,document --tag fo$2 > $OUT/bench_fo$2.log 2>&1; }
+B="PADDLE_FLASHMASK_FWD_UNIFORM_Q=1 PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD=8"
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 90 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1; for r in a b c; do skip s12_$r; done ) &
-( export CUDA_VISIBLE_DEVICES=1 PADDLE_FLASHMASK_FWD_UNIFORM_Q=1; timeout -s INT -k 5 40 python3 tests/gpu/fwd_check.py --only causal_d128 --json-name fwd_uq_smoke.json > $OUT/fwd_uq_smoke.log 2>&1 && { timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_uniform_q.json > $OUT/fwd_uq.log 2>&1; for r in 0a 1b 1c 0d; do ab ${r:0:1} $r; done; } ) &
-wait; tail -n 3 $OUT/pytest_gpu.log; tail -n 1 $OUT/fwd_uq_smoke.log $OUT/fwd_uq.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json $OUT/skip_*.json; grep -H -E "paddle_flashmask " $OUT/bench_uq*.log | sed "s/.*bench_//"'"
-$(pack_logs 46 'skip_*.json bench-uq*.json')"
+( export CUDA_VISIBLE_DEVICES=1; env $B timeout -s INT -k 5 40 python3 tests/gpu/fwd_check.py --only causal_d128 --json-name fwd_fo_smoke.json > $OUT/fwd_fo_smoke.log 2>&1 && { env $B timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_loop_options.json > $OUT/fwd_fo.log 2>&1; ab X=0 0a; ab "$B" 1b; ab "$B" 1c; ab X=0 0d; } ) &
+wait; tail -n 3 $OUT/pytest_gpu.log; tail -n 1 $OUT/fwd_fo_smoke.log $OUT/fwd_fo.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json $OUT/skip_*.json; grep -H -E "paddle_flashmask " $OUT/bench_fo*.log | sed "s/.*bench_//"'"
+$(pack_logs 46 'skip_*.json bench-fo*.json')"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46"
+call47() {
+  emit "call 47 (for session 12, on the warm machine after call 46, if both forward options passed) - each forward loop option alone against the defaults, A/B/B/A at 8K: uniform_q (GPU 0) || rescale threshold 8 (GPU 1) [<= 5 min]" \
+    nvidia-h200-x2 300 '[".devtools"]' \
+"$PRELUDE"'
+ab() { env $1 timeout -s INT -k 10 55 python3 bench/bench_attention.py --cases 0 --systems paddle_flashmask --masks full,causal,sliding_window,causal_document,document --tag $2 > $OUT/bench_$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; U=PADDLE_FLASHMASK_FWD_UNIFORM_Q=1; ab X=0 uq0a; ab $U uq1b; ab $U uq1c; ab X=0 uq0d ) &
+( export CUDA_VISIBLE_DEVICES=1; R=PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD=8; ab X=0 rt0a; ab $R rt1b; ab $R rt1c; ab X=0 rt0d ) &
+wait; grep -H -E "paddle_flashmask " $OUT/bench_*.log | sed "s/.*bench_//"'"
+$(pack_logs 47 'bench-*.json')"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -788,10 +800,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -77,6 +77,7 @@ def variants(full: bool = False) -> list[Variant]:
 
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
             partial_overlap=False, claim_passes=1, diagonal_partials=False, uniform_q=False,
+            rescale_threshold: float = 0.0,
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
@@ -88,6 +89,9 @@ def variants(full: bool = False) -> list[Variant]:
         if tile_n is not None:  # another key-tile width (e.g. d256's 128x64, env D256_TILE_N)
             cfg = dataclasses.replace(cfg, tile_n=tile_n)
             extra += f" n{tile_n}"
+        if rescale_threshold:  # lazy O rescale (FwdConfig.rescale_threshold)
+            cfg = dataclasses.replace(cfg, rescale_threshold=rescale_threshold)
+            extra += f" rescale-threshold-{rescale_threshold:g}"
         if uniform_q:  # Q descriptors from the warpgroup's uniform slice (FwdConfig.uniform_q)
             cfg = dataclasses.replace(cfg, uniform_q=True)
             extra += " uniform-q"
@@ -233,6 +237,11 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, False, 4, sink=True, uniform_q=True)
     fwd("bfloat16", 64, True, 1, uniform_q=True)  # three consumer warpgroups
     fwd("bfloat16", 256, False, 2, uniform_q=True)
+    fwd("bfloat16", 128, True, None, rescale_threshold=8.0)  # lazy O rescale
+    fwd("bfloat16", 128, True, 1, uniform_q=True, rescale_threshold=8.0)
+    fwd("float16", 128, False, 4, sink=True, rescale_threshold=8.0)
+    fwd("bfloat16", 64, True, 2, rescale_threshold=8.0)  # three consumer warpgroups
+    fwd("bfloat16", 256, True, 1, rescale_threshold=8.0)  # O rescaled before the P·V GEMM?
     fwd("bfloat16", 128, False, 4, diagonal_partials=True)
     fwd("bfloat16", 256, True, 1, tile_n=80, tile_ranges=True)  # 230,400 B of smem
     fwd("bfloat16", 256, True, 1, tile_n=64)  # the pre-session-10 shape (env D256_TILE_N=64)

@@ -114,6 +114,12 @@ class FwdConfig:
     # every Q·Kᵀ wgmma. d128 causal main loop 844 -> 820 instructions (516 -> 492 on an unmasked
     # tile); the backward slices this way already. Off until the H200 A/B.
     uniform_q: bool = False
+    # Lazy O rescale (softmax.online_update): a row's running max moves only when a tile's max
+    # exceeds it by more than this many log2 units, so in most iterations no row of a warp moves
+    # and the warp skips O's 64-multiply rescale (a warp vote). Exact: O, the sum and LSE use the
+    # same max; P can reach 2^t (t = 8: 256, far inside fp16 / bf16). 0 = rescale every tile,
+    # as FA4 does on SM90 (FA4's SM100 forward uses 8). Off until the H200 A/B.
+    rescale_threshold: float = 0.0
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -178,6 +184,7 @@ PARTIAL_OVERLAP_ENV = "PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP"
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_PASSES"
 DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 UNIFORM_Q_ENV = "PADDLE_FLASHMASK_FWD_UNIFORM_Q"
+RESCALE_THRESHOLD_ENV = "PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD"
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
 D256_TILE_ENV = "PADDLE_FLASHMASK_FWD_D256_TILE_N"  # default "80": 128x80 where it fits; "64"
 D64_TILE_M_ENV = "PADDLE_FLASHMASK_FWD_D64_TILE_M"  # default "192": three consumer WGs; "128"
@@ -265,6 +272,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     diagonal_partials = env_flag(DIAGONAL_PARTIALS_ENV) and mask_columns is not None
     # Q descriptors from the warpgroup's uniform slice: off until the H200 A/B (env ..._UNIFORM_Q=1)
     uniform_q = env_choice(UNIFORM_Q_ENV, ("0", "1")) == "1"
+    # lazy O rescale: off until the H200 A/B (env ..._RESCALE_THRESHOLD=8)
+    rescale_threshold = float(env_choice(RESCALE_THRESHOLD_ENV, ("0", "8")) or 0)
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -272,7 +281,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          128, tile_n, stages, work_order=bool(work_order),
                          tile_ranges=tile_ranges, dynamic_schedule=dynamic_schedule,
                          claim_passes=claim_passes, diagonal_partials=diagonal_partials,
-                         uniform_q=uniform_q)
+                         uniform_q=uniform_q, rescale_threshold=rescale_threshold)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
@@ -283,7 +292,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                        work_order=bool(work_order), tile_ranges=tile_ranges,
                        dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap),
                        claim_passes=claim_passes, diagonal_partials=diagonal_partials,
-                       uniform_q=uniform_q)
+                       uniform_q=uniform_q, rescale_threshold=rescale_threshold)
     # FA4's tile shapes at d256 (128x80) and d64 (192x128): on since the H200 A/B of session 10
     # (forward 1-10 % faster on every mask of the zoo); env "64" / "128" restores the old shapes
     if head_dim == 256 and (env_choice(D256_TILE_ENV, ("64", "80")) or "80") == "80":
@@ -906,8 +915,9 @@ class FlashFwdSm90:
                                      row_base, n_block, seqlen_q, seqlen_k, diag_offset)
                     pipe_k.consumer_release(k_state)
                     k_state.advance()
-                    fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
-                    fm_softmax.rescale_o(acc_O, row_scale)
+                    moved = fm_softmax.online_update(acc_S, row_max, row_sum, row_scale,
+                                                     scale_log2, self.cfg.rescale_threshold)
+                    self.rescale_o(acc_O, row_scale, moved)
                     tOrP_as_acc.store(acc_S.load().to(self.dtype))
                     pipe_v.consumer_wait(v_state)
                     self.issue_pv(mma_pv, acc_O, tOrP, tOrVt, v_state.index)
@@ -926,7 +936,8 @@ class FlashFwdSm90:
                                      n_block, seqlen_q, seqlen_k, diag_offset)
                     pipe_k.consumer_release(k_state)
                     k_state.advance()
-                    fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
+                    fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2,
+                                             self.cfg.rescale_threshold)
                     fm_softmax.convert_pairs(acc_S, tOrP_as_acc)
                     pipe_k.consumer_wait(k_state)
                     n_block = s_meta[0, k_state.index]
@@ -955,11 +966,12 @@ class FlashFwdSm90:
                             warpgroup.wait_group(1)
                         pipe_k.consumer_release(k_state)
                         k_state.advance()
-                        fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2)
+                        moved = fm_softmax.online_update(acc_S, row_max, row_sum, row_scale,
+                                                         scale_log2, self.cfg.rescale_threshold)
                         warpgroup.wait_group(0)
                         pipe_v.consumer_release(v_state)
                         v_state.advance()
-                        fm_softmax.rescale_o(acc_O, row_scale)
+                        self.rescale_o(acc_O, row_scale, moved)
                         fm_softmax.convert_pairs(acc_S, tOrP_as_acc)
                         pipe_k.consumer_wait(k_state)
                         n_block = s_meta[0, k_state.index]
@@ -993,6 +1005,16 @@ class FlashFwdSm90:
         if cutlass.const_expr(self.tma_store_o):
             if ctidx % self.threads_per_wg == 0:
                 cute.arch.cp_async_bulk_wait_group(0)  # stores must land before the CTA exits
+
+    @cute.jit
+    def rescale_o(self, acc_O, row_scale, moved):
+        """O *= each row's rescale; with a rescale threshold only where a row of this warp moved
+        its max (otherwise every rescale is exactly 1)."""
+        if cutlass.const_expr(self.cfg.rescale_threshold > 0.0):
+            if cute.arch.vote_any_sync(moved):
+                fm_softmax.rescale_o(acc_O, row_scale)
+        else:
+            fm_softmax.rescale_o(acc_O, row_scale)
 
     @cute.jit
     def turn_wait(self, cwg: Int32):

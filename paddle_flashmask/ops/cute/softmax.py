@@ -69,10 +69,17 @@ def quad_allreduce_sum(x: Float32) -> Float32:
 
 @cute.jit
 def online_update(acc_s: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor,
-                  row_scale: cute.Tensor, scale_log2: Float32):
+                  row_scale: cute.Tensor, scale_log2: Float32,
+                  rescale_threshold: cutlass.Constexpr[float] = 0.0):
     """Exponentiate one score tile in place, update the running row max / sum (thread-partial
-    sums; the quad reduction happens once in :func:`finalize`) and write each row's O rescale."""
+    sums; the quad reduction happens once in :func:`finalize`) and write each row's O rescale.
+
+    ``rescale_threshold`` t > 0 (log2 units): a row keeps its old max unless the tile's exceeds
+    it by more than t, so its rescale is exactly 1 and the caller may skip the O rescale (returns
+    whether any of this thread's rows moved its max). Exact arithmetic either way -- O, the sum
+    and LSE all use the same max -- only P can reach 2^t (fine for fp16 / bf16 and fp32 sums)."""
     s = acc_mn_view(acc_s)
+    moved = cutlass.Boolean(False)
     for r in cutlass.range_constexpr(cute.size(s, mode=[0])):
         tile_max = s[r, 0]
         for c in cutlass.range_constexpr(1, cute.size(s, mode=[1])):
@@ -80,6 +87,11 @@ def online_update(acc_s: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor
         tile_max = quad_allreduce_max(tile_max)
         old_max = row_max[r]
         new_max = cute.arch.fmax(old_max, tile_max)
+        if cutlass.const_expr(rescale_threshold > 0.0):
+            # -inf old max: the difference is +inf (moves) or NaN (still empty: stays -inf)
+            if (new_max - old_max) * scale_log2 <= Float32(rescale_threshold):
+                new_max = old_max
+            moved = moved | (new_max != old_max)
         row_max[r] = new_max
         # -inf offsets would give (-inf) - (-inf) = NaN: use 0 while the row is still empty.
         offset = new_max * scale_log2 if new_max != -Float32.inf else Float32(0.0)
@@ -92,6 +104,7 @@ def online_update(acc_s: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor
             s[r, c] = p
             partial_sum += p
         row_sum[r] = row_sum[r] * rescale + partial_sum
+    return moved
 
 
 @cute.jit

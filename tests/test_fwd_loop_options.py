@@ -1,0 +1,93 @@
+"""Two forward main-loop options, on the CPU (their numbers are for the H200: tests/gpu/fwd_check.py
+with the env switch, scripts/gpu_session.sh call46):
+
+* FwdConfig.uniform_q: Q's wgmma descriptors from the warpgroup's warp-uniform slice -- no
+  vector-to-uniform register moves before the Q·Kᵀ wgmmas;
+* FwdConfig.rescale_threshold: the lazy O rescale -- O's 64 multiplies in a block a warp skips
+  when none of its rows moved its max.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_uniform_q_config_rule(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(fwd.UNIFORM_Q_ENV, raising=False)
+    assert not interface.forward_config("bfloat16", 128, True, 1, False).uniform_q
+    monkeypatch.setenv(fwd.UNIFORM_Q_ENV, "1")
+    for d, causal, columns in ((64, True, 1), (128, True, None), (128, False, 4), (256, True, 2)):
+        assert interface.forward_config("bfloat16", d, causal, columns, False).uniform_q, d
+    monkeypatch.setenv(fwd.UNIFORM_Q_ENV, "on")
+    with pytest.raises(ValueError, match=fwd.UNIFORM_Q_ENV):
+        interface.forward_config("bfloat16", 128, True, 1, False)
+
+
+def _main_loop(env: dict, tmp_path: Path) -> dict:
+    """The forward's main loop (d128, causal) under ``env``: its opcode histogram and skip blocks."""
+    from paddle_flashmask.ops.cute.compile_check import find_nvdisasm
+
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+    out = tmp_path / f"loops-{len(list(tmp_path.iterdir()))}.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loop_mix.py"), "fwd",
+                    "--head-dim", "128", "--causal", "--json", str(out)],
+                   env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", **env}, check=True, timeout=600,
+                   capture_output=True, text=True)
+    loops = json.loads(out.read_text())
+    assert len(loops) == 1, loops
+    return loops[0]
+
+
+def test_q_descriptors_stay_in_uniform_registers(tmp_path):
+    pytest.importorskip("cutlass")
+    base = _main_loop({fwd.UNIFORM_Q_ENV: "0"}, tmp_path)["histogram"]
+    uniform = _main_loop({fwd.UNIFORM_Q_ENV: "1"}, tmp_path)["histogram"]
+    # per-thread slice: each Q·Kᵀ wgmma's descriptor is moved from vector registers (R2UR)
+    assert base.get("R2UR", 0) >= 8
+    assert "R2UR" not in uniform
+    # same wgmmas, same softmax, fewer instructions
+    for op in ("HGMMA", "MUFU", "FFMA", "FMNMX", "F2FP", "BAR"):
+        assert uniform.get(op) == base.get(op), op
+    assert sum(uniform.values()) < sum(base.values())
+
+
+def test_rescale_threshold_config_rule(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(fwd.RESCALE_THRESHOLD_ENV, raising=False)
+    assert interface.forward_config("bfloat16", 128, True, 1, False).rescale_threshold == 0.0
+    monkeypatch.setenv(fwd.RESCALE_THRESHOLD_ENV, "8")
+    for d in (64, 128, 256):
+        assert interface.forward_config("bfloat16", d, True, 1, False).rescale_threshold == 8.0
+    monkeypatch.setenv(fwd.RESCALE_THRESHOLD_ENV, "4")
+    with pytest.raises(ValueError, match=fwd.RESCALE_THRESHOLD_ENV):
+        interface.forward_config("bfloat16", 128, True, 1, False)
+
+
+def test_lazy_rescale_puts_o_rescale_in_a_skippable_block(tmp_path):
+    pytest.importorskip("cutlass")
+    base = _main_loop({fwd.RESCALE_THRESHOLD_ENV: "0"}, tmp_path)
+    lazy = _main_loop({fwd.RESCALE_THRESHOLD_ENV: "8"}, tmp_path)
+
+    def fmul_blocks(loop):
+        return [b for b in loop["skip_blocks"] if b["mix"].get("FMUL", 0) >= 64]
+
+    # every tile multiplies O by its rescale (64 per thread) unconditionally ...
+    assert not fmul_blocks(base) and base["histogram"]["FMUL"] >= 64
+    # ... unless the warp votes that no row moved its max: one block of exactly those multiplies
+    [block] = fmul_blocks(lazy)
+    assert block["mix"] == {"FMUL": 64} and lazy["histogram"].get("VOTE", 0) >= 1
+    assert lazy["histogram"]["HGMMA"] == base["histogram"]["HGMMA"]
+    assert lazy["histogram"]["MUFU"] == base["histogram"]["MUFU"]
