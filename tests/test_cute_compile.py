@@ -67,19 +67,24 @@ def test_fwd_bwd_use_wgmma_and_tma(compile_report):
         assert sass.get("UTMALDG", 0) > 0, r["label"]
 
 
+def _main_kernels(report):
+    """(variant label, kernel name, kernel record) of every forward / backward main kernel."""
+    for r in report["results"]:
+        if r["kind"] in ("fwd", "bwd"):
+            for name, k in r["kernels"].items():
+                yield r["label"], name, k
+
+
 def test_no_register_spills_in_the_main_kernels(compile_report):
     """Issue 5/6: spills are reported, and none is allowed in the forward and backward kernels
     (ptxas' own report, and no local-memory LDL/STL in their SASS)."""
     _, report = compile_report
     checked = 0
-    for r in report["results"]:
-        if r["kind"] not in ("fwd", "bwd"):
-            continue
-        for name, k in r["kernels"].items():
-            assert "spill_stores" in k, (r["label"], name, "no ptxas report")
-            assert k["spill_stores"] == 0 and k["spill_loads"] == 0, (r["label"], name, k)
-            assert not k["sass"].get("LDL") and not k["sass"].get("STL"), (r["label"], name)
-            checked += 1
+    for label, name, k in _main_kernels(report):
+        assert "spill_stores" in k, (label, name, "no ptxas report")
+        assert k["spill_stores"] == 0 and k["spill_loads"] == 0, (label, name, k)
+        assert not k["sass"].get("LDL") and not k["sass"].get("STL"), (label, name)
+        checked += 1
     assert checked > 0
 
 
@@ -408,12 +413,9 @@ def test_main_kernels_hand_registers_over_within_the_pool(compile_report):
 
     _, report = compile_report
     checked = 0
-    for r in report["results"]:
-        if r["kind"] not in ("fwd", "bwd"):
-            continue
-        for name, k in r["kernels"].items():
-            if k.get("setmaxnreg"):
-                assert k["block_threads"] in (256, 384, 512), (r["label"], name, k)
-                assert register_pool_problem(k) is None, (r["label"], name)
-                checked += 1
+    for label, name, k in _main_kernels(report):
+        if k.get("setmaxnreg"):
+            assert k["block_threads"] in (256, 384, 512), (label, name, k)
+            assert register_pool_problem(k) is None, (label, name)
+            checked += 1
     assert checked >= 40
