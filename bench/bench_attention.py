@@ -221,6 +221,8 @@ def versions() -> dict:
             v[mod] = getattr(m, "__version__", None) or metadata.version(dist)
         except Exception as e:
             v[mod] = f"unavailable ({type(e).__name__})"
+    from paddle_flashmask.ops.cute.cache import source_fingerprint
+    v["kernel_sources"] = source_fingerprint()  # scripts/find_commit.py maps it to commits
     return v
 
 

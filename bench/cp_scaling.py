@@ -44,6 +44,7 @@ from paddle_flashmask import mask_builders as mb  # noqa: E402
 from paddle_flashmask import semantics as sem  # noqa: E402
 from paddle_flashmask.distributed import balance_report, chunk_work, torch_cp  # noqa: E402
 from paddle_flashmask.ops import backend as backends  # noqa: E402
+from paddle_flashmask.ops.cute.cache import source_fingerprint  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -568,6 +569,7 @@ def main(argv=None) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "world_size": world,
         "device": torch.cuda.get_device_name(device) if use_cuda else platform.processor() or "cpu",
+        "kernel_sources": source_fingerprint(),  # scripts/find_commit.py maps it to commits
         "versions": {"torch": torch.__version__, "paddle_flashmask": paddle_flashmask.__version__,
                      "nccl": ".".join(map(str, torch.cuda.nccl.version())) if use_cuda else None,
                      "python": platform.python_version()},

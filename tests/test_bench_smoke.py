@@ -101,6 +101,8 @@ def test_cpu_smoke_step_matches_sdpa_and_writes_report(tmp_path):
     assert res["flashmask"]["losses_after_first"][-1] < res["flashmask"]["first_step"]["loss"]
     meta = report["meta"]
     assert meta["command"].startswith("python3 bench/e2e_step.py --cpu-smoke")
+    from paddle_flashmask.ops.cute.cache import source_fingerprint
+    assert meta["kernel_sources"] == source_fingerprint()  # names the kernels, whatever git says
     assert meta["model"]["parameters"] == tiny_llama.TinyLlama(e2e_step.SMOKE_CONFIG).num_parameters()
     assert "flashmask_vs_sdpa_dense" in comp["speedups"]
     assert (tmp_path / "e2e_step.png").stat().st_size > 1000
@@ -282,3 +284,23 @@ def test_compile_times_reports_compile_and_disk_load():
     assert names.count("flash_fwd_sm90") == 4 and names.count("flash_bwd_sm90") == 4
     with pytest.raises(ValueError, match="--forms"):
         compile_times.parse_form("sideways-C3")
+
+
+def test_find_commit_maps_a_fingerprint_to_its_commits():
+    """scripts/find_commit.py: HEAD's kernel sources give the fingerprint the benchmarks record
+    (when the working tree's kernel sources are HEAD's), and a fingerprint nobody has is not
+    found."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import find_commit
+
+    from paddle_flashmask.ops.cute.cache import source_fingerprint
+
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", find_commit.KERNEL_DIR,
+                            find_commit.SEMANTICS], cwd=ROOT, capture_output=True, text=True)
+    if dirty.returncode != 0:
+        pytest.skip("not a git checkout")
+    if dirty.stdout.strip():
+        pytest.skip("kernel sources differ from HEAD in this working tree")
+    assert find_commit.fingerprint_at("HEAD") == source_fingerprint()
+    assert find_commit.main([source_fingerprint(), "--max", "3"]) == 0
+    assert find_commit.main(["0" * 16, "--max", "3"]) == 1

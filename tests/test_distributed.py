@@ -702,6 +702,7 @@ def test_bench_cp_scaling_smoke(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["world_size"] == 2 and result["backend"] == "reference"
+    assert len(result["kernel_sources"]) == 16  # the kernels' fingerprint (scripts/find_commit.py)
     assert result["plan"]["imbalance"] <= 0.05
     assert max(result["max_rel_error_vs_single_device"].values()) <= 1e-5
     # --pipeline (2 under --smoke): back-to-back steps timed beside the per-step latency

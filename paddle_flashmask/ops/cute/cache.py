@@ -63,17 +63,26 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "paddle_flashmask"
 
 
+def fingerprint_sources(kernel_modules: dict[str, bytes], semantics: bytes) -> str:
+    """The fingerprint of a set of sources: ``kernel_modules`` maps the file names of
+    ``ops/cute/*.py`` to their bytes (host-only modules are left out here), ``semantics`` is
+    ``semantics.py``. ``scripts/find_commit.py`` runs it over git history."""
+    digest = hashlib.sha256()
+    named = sorted((name, data) for name, data in kernel_modules.items()
+                   if name.endswith(".py") and name not in _HOST_ONLY_SOURCES)
+    for name, data in named + [("semantics.py", semantics)]:
+        digest.update(name.encode())
+        digest.update(data)
+    return digest.hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=1)
 def source_fingerprint() -> str:
-    """Hash of the sources a compiled kernel depends on (kernel modules + the mask semantics)."""
-    digest = hashlib.sha256()
-    sources = sorted(p for p in Path(__file__).resolve().parent.glob("*.py")
-                     if p.name not in _HOST_ONLY_SOURCES)
-    sources.append(_PACKAGE_ROOT / "semantics.py")
-    for path in sources:
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    """Hash of the sources a compiled kernel depends on (kernel modules + the mask semantics).
+    Benchmarks record it (``kernel_sources``): it names the kernels they timed even where the
+    machine's copy of the tree carries no usable git HEAD."""
+    modules = {p.name: p.read_bytes() for p in Path(__file__).resolve().parent.glob("*.py")}
+    return fingerprint_sources(modules, (_PACKAGE_ROOT / "semantics.py").read_bytes())
 
 
 @functools.lru_cache(maxsize=1)
