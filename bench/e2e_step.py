@@ -584,14 +584,9 @@ def _version(module: str, dist_name: Optional[str] = None) -> str:
         return f"unavailable ({type(exc).__name__})"
 
 
-def _kernel_sources() -> str:
-    from paddle_flashmask.ops.cute.cache import source_fingerprint
-
-    return source_fingerprint()
-
-
 def metadata(args, cfg: LlamaConfig) -> dict:
     import paddle_flashmask
+    from paddle_flashmask.ops.cute.cache import source_fingerprint
 
     cuda = args.device.startswith("cuda") and torch.cuda.is_available()
     try:
@@ -607,7 +602,7 @@ def metadata(args, cfg: LlamaConfig) -> dict:
         "command": " ".join(shlex.quote(a) for a in ["python3", os.path.relpath(__file__, ROOT)] + args.argv),
         # git_commit is the HEAD of this tree's git, which a copied tree may carry stale;
         # kernel_sources names the kernels (scripts/find_commit.py maps it to commits)
-        "env": env, "git_commit": commit, "kernel_sources": _kernel_sources(),
+        "env": env, "git_commit": commit, "kernel_sources": source_fingerprint(),
         "device": torch.cuda.get_device_name() if cuda else (platform.processor() or "cpu"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "cuda": torch.version.cuda, "triton": _version("triton"),

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -167,14 +166,6 @@ def all_loops(kernel: str, instrs: list[Instr], labels: dict[str, int]) -> list[
     return [row for _, row in sorted(rows)]
 
 
-def disassemble(cubin: bytes, nvdisasm: str) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([nvdisasm, "-c", f.name], check=True, capture_output=True,
-                              text=True).stdout
-
-
 def compile_ours(kind: str, head_dim: int, causal: bool, columns: Optional[int], gqa: bool,
                  deterministic: bool) -> bytes:
     """Compile one of our variants for sm_90a and return its cubin (DSL env set before import)."""
@@ -201,6 +192,8 @@ def compile_ours(kind: str, head_dim: int, causal: bool, columns: Optional[int],
 
 def analyze(cubin: bytes, nvdisasm: str, every_loop: Optional[list[str]] = None) -> list[Loop]:
     """The innermost HGMMA loops of every kernel; ``every_loop`` collects ``all_loops`` lines."""
+    from paddle_flashmask.ops.cute.compile_check import disassemble
+
     loops: list[Loop] = []
     for kernel, (instrs, labels) in parse_functions(disassemble(cubin, nvdisasm)).items():
         loops += hgmma_loops(kernel, instrs, labels)

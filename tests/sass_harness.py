@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,20 @@ def run_sass_script(script: str, *args: str, **extra_env: str) -> dict:
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("JSON")]
     assert line, out.stderr[-4000:]
     return json.loads(line[-1][4:])
+
+
+def sass_loop_mix(*args: str, **extra_env: str) -> tuple[list[dict], str]:
+    """``scripts/sass_loop_mix.py ARGS`` in a fresh sm_90a process (``extra_env``: the kernel
+    switches): its HGMMA loops (``--json``) and its printed report; skips like ``run_sass_script``."""
+    pytest.importorskip("cutlass")
+    from paddle_flashmask.ops.cute import compile_check as cc
+    if cc.find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "loops.json"
+        run = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loop_mix.py"), *args,
+                              "--json", str(out)], cwd=ROOT,
+                             env=dict(os.environ, CUTE_DSL_ARCH="sm_90a", **extra_env),
+                             capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, run.stderr[-4000:]
+        return json.loads(out.read_text()), run.stdout

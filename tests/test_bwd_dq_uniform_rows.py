@@ -4,17 +4,9 @@ no per-lane serialisation loop around the bulk reduce. The numbers are checked o
 (tests/gpu/bwd_check.py: 27/27 and determinism with it forced on, session 11)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
@@ -52,15 +44,10 @@ def test_config_rule(monkeypatch):
 def _loops_with(opcode: str, env: dict) -> list[str]:
     """The loops of the d128 full-attention backward (``sass_loop_mix --all-loops``) that hold
     ``opcode``."""
-    from paddle_flashmask.ops.cute.compile_check import find_nvdisasm
+    from sass_harness import sass_loop_mix
 
-    if find_nvdisasm() is None:
-        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loop_mix.py"), "bwd",
-                          "--head-dim", "128", "--all-loops"],
-                         env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", **env}, check=True,
-                         timeout=600, capture_output=True, text=True)
-    listing = run.stdout.split(": all loops", 1)[1]
+    _, report = sass_loop_mix("bwd", "--head-dim", "128", "--all-loops", **env)
+    listing = report.split(": all loops", 1)[1]
     return [line for line in listing.splitlines() if f"{opcode}=" in line]
 
 

@@ -6,18 +6,9 @@ The config rules, the host's choice, and a real sm_90a compile whose main loop i
 The numbers are checked on the H200 (tests/gpu/bwd_check.py, scripts/gpu_session.sh)."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_config_rules(monkeypatch):
     from paddle_flashmask.ops.cute import interface
@@ -55,26 +46,19 @@ def test_config_rules(monkeypatch):
         interface.backward_config("bfloat16", 128, False, 2)
 
 
-def _main_loop(env: dict, tmp_path: Path) -> dict:
+def _main_loop(env: dict) -> dict:
     """Opcode histogram of the backward's main loop (d128, full attention) under ``env``."""
-    from paddle_flashmask.ops.cute.compile_check import find_nvdisasm
+    from sass_harness import sass_loop_mix
 
-    if find_nvdisasm() is None:
-        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
-    out = tmp_path / f"loops-{len(list(tmp_path.iterdir()))}.json"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loop_mix.py"), "bwd",
-                    "--head-dim", "128", "--json", str(out)],
-                   env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", **env}, check=True, timeout=600,
-                   capture_output=True, text=True)
-    loops = json.loads(out.read_text())
+    loops, _ = sass_loop_mix("bwd", "--head-dim", "128", **env)
     assert len(loops) == 1, loops  # the consumer's query-tile loop
     return loops[0]["histogram"]
 
 
-def test_main_loop_drops_a_rendezvous_and_keeps_wgmma_async(tmp_path):
+def test_main_loop_drops_a_rendezvous_and_keeps_wgmma_async():
     pytest.importorskip("cutlass")
-    base = _main_loop({bwd.PDS_STAGES_ENV: "1", bwd.DQ_EARLY_ENV: "0"}, tmp_path)
-    both = _main_loop({bwd.PDS_STAGES_ENV: "2", bwd.DQ_EARLY_ENV: "1"}, tmp_path)
+    base = _main_loop({bwd.PDS_STAGES_ENV: "1", bwd.DQ_EARLY_ENV: "0"})
+    both = _main_loop({bwd.PDS_STAGES_ENV: "2", bwd.DQ_EARLY_ENV: "1"})
     assert both["HGMMA"] == base["HGMMA"] == 32
     assert both["BAR"] == base["BAR"] - 1  # no "P^T/dS^T free" barrier
     # one more wgmma wait (dV, dQ | dK), not one per HGMMA (ptxas serialising the chain)
@@ -123,10 +107,10 @@ def test_stage_stats_rules(monkeypatch):
             bwd.BwdConfig("bfloat16", 64, 64, True, 2, stage_stats=True, **other)
 
 
-def test_stage_stats_reads_shared_memory_in_the_main_loop(tmp_path):
+def test_stage_stats_reads_shared_memory_in_the_main_loop():
     pytest.importorskip("cutlass")
-    base = _main_loop({bwd.STAGE_STATS_ENV: "0"}, tmp_path)
-    staged = _main_loop({bwd.STAGE_STATS_ENV: "1"}, tmp_path)
+    base = _main_loop({bwd.STAGE_STATS_ENV: "0"})
+    staged = _main_loop({bwd.STAGE_STATS_ENV: "1"})
     # the 16 8-byte global loads of LSE/delta become 8-byte shared loads, and their 64-bit
     # address arithmetic goes: fewer instructions per query tile, same GEMMs and barriers
     assert base.get("LDG", 0) == 16 and "LDS" not in base

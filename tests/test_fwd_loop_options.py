@@ -8,18 +8,9 @@ with the env switch, scripts/gpu_session.sh call46):
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_uniform_q_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
@@ -34,26 +25,19 @@ def test_uniform_q_config_rule(monkeypatch):
         interface.forward_config("bfloat16", 128, True, 1, False)
 
 
-def _main_loop(env: dict, tmp_path: Path) -> dict:
+def _main_loop(env: dict) -> dict:
     """The forward's main loop (d128, causal) under ``env``: its opcode histogram and skip blocks."""
-    from paddle_flashmask.ops.cute.compile_check import find_nvdisasm
+    from sass_harness import sass_loop_mix
 
-    if find_nvdisasm() is None:
-        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
-    out = tmp_path / f"loops-{len(list(tmp_path.iterdir()))}.json"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_loop_mix.py"), "fwd",
-                    "--head-dim", "128", "--causal", "--json", str(out)],
-                   env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", **env}, check=True, timeout=600,
-                   capture_output=True, text=True)
-    loops = json.loads(out.read_text())
+    loops, _ = sass_loop_mix("fwd", "--head-dim", "128", "--causal", **env)
     assert len(loops) == 1, loops
     return loops[0]
 
 
-def test_q_descriptors_stay_in_uniform_registers(tmp_path):
+def test_q_descriptors_stay_in_uniform_registers():
     pytest.importorskip("cutlass")
-    base = _main_loop({fwd.UNIFORM_Q_ENV: "0"}, tmp_path)["histogram"]
-    uniform = _main_loop({fwd.UNIFORM_Q_ENV: "1"}, tmp_path)["histogram"]
+    base = _main_loop({fwd.UNIFORM_Q_ENV: "0"})["histogram"]
+    uniform = _main_loop({fwd.UNIFORM_Q_ENV: "1"})["histogram"]
     # per-thread slice: each Q·Kᵀ wgmma's descriptor is moved from vector registers (R2UR)
     assert base.get("R2UR", 0) >= 8
     assert "R2UR" not in uniform
@@ -76,10 +60,10 @@ def test_rescale_threshold_config_rule(monkeypatch):
         interface.forward_config("bfloat16", 128, True, 1, False)
 
 
-def test_lazy_rescale_puts_o_rescale_in_a_skippable_block(tmp_path):
+def test_lazy_rescale_puts_o_rescale_in_a_skippable_block():
     pytest.importorskip("cutlass")
-    base = _main_loop({fwd.RESCALE_THRESHOLD_ENV: "0"}, tmp_path)
-    lazy = _main_loop({fwd.RESCALE_THRESHOLD_ENV: "8"}, tmp_path)
+    base = _main_loop({fwd.RESCALE_THRESHOLD_ENV: "0"})
+    lazy = _main_loop({fwd.RESCALE_THRESHOLD_ENV: "8"})
 
     def fmul_blocks(loop):
         return [b for b in loop["skip_blocks"] if b["mix"].get("FMUL", 0) >= 64]

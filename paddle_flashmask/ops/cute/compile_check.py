@@ -390,7 +390,8 @@ _SETMAXNREG = re.compile(r"USETMAXREG\.(DEALLOC|TRY_ALLOC)\.CTAPOOL\s+(?:U?P[T0-
 EIATTR_REQNTID = 0x10  # the block shape the kernel requires (x, y, z)
 
 
-def _disassemble(cubin: bytes, nvdisasm: str) -> str:
+def disassemble(cubin: bytes, nvdisasm: str) -> str:
+    """``nvdisasm -c`` of a cubin (also scripts/sass_loop_mix.py's)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
@@ -409,10 +410,11 @@ def _per_kernel_lines(text: str):
             yield current, line
 
 
-def sass_opcode_mix(cubin: bytes, nvdisasm: str, text: Optional[str] = None) -> dict[str, Counter]:
-    """kernel name -> Counter of SASS base opcodes (``HGMMA.64x128x16.F32.BF16`` -> ``HGMMA``)."""
+def sass_opcode_mix(text: str) -> dict[str, Counter]:
+    """kernel name -> Counter of SASS base opcodes (``HGMMA.64x128x16.F32.BF16`` -> ``HGMMA``) of
+    a disassembly (``disassemble``)."""
     mix: dict[str, Counter] = {}
-    for kernel, line in _per_kernel_lines(text if text is not None else _disassemble(cubin, nvdisasm)):
+    for kernel, line in _per_kernel_lines(text):
         counts = mix.setdefault(kernel, Counter())
         m = _SASS_LINE.match(line)
         if m:
@@ -484,8 +486,8 @@ def analyze_cubin(cubin: bytes, nvdisasm: Optional[str]) -> dict[str, dict]:
                 if kernel is not None:
                     kernel["registers" if attr == EIATTR_REGCOUNT else "frame_bytes"] = value
     if nvdisasm:
-        text = _disassemble(cubin, nvdisasm)
-        for kernel_name, counts in sass_opcode_mix(cubin, nvdisasm, text).items():
+        text = disassemble(cubin, nvdisasm)
+        for kernel_name, counts in sass_opcode_mix(text).items():
             if kernel_name in kernels:
                 kernels[kernel_name]["sass"] = dict(counts)
                 kernels[kernel_name]["instructions"] = sum(counts.values())

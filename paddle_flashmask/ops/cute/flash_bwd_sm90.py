@@ -1726,8 +1726,9 @@ class FlashMaskBwdSm90:
                         cute.arch.fence_proxy("async.global")
                 cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
-                # dq_uniform_rows: the tile's index in dq_accum's flat tile order, warp-uniform
-                tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc) * num_m + m_blk)
+                tile = None
+                if const_expr(self.cfg.dq_uniform_rows):  # its index in dq_accum's tile order
+                    tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc) * num_m + m_blk)
                 if const_expr(self.cfg.dq_first_store):
                     if claim == 0:
                         self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=True)
@@ -1780,34 +1781,28 @@ class FlashMaskBwdSm90:
                 # 64 address pairs and the GQA head walk spills; at 16 per trip the consumers'
                 # main loop gains an R2UR
                 for r in cutlass.range(self.tile_m, unroll=4):
-                    dst = tile_base + cutlass.Int64(r) * self.d
-                    src = sdQ.iterator + cute.crd2idx((r, 0), sdQ.layout)
-                    if const_expr(store):
-                        prims.cp_async_bulk_global_shared_cta(dst, src, self.d * 4)
-                    else:
-                        prims.cp_reduce_async_bulk_global_shared_cta(
-                            dst, src, self.d * 4, op=prims.CpReduceOp.ADD,
-                            type=prims.CpReduceType.F32)
-            return
-        if const_expr(self.cfg.dq_swizzle):
+                    self._bulk_op(tile_base + cutlass.Int64(r) * self.d,
+                                  sdQ.iterator + cute.crd2idx((r, 0), sdQ.layout), self.d * 4,
+                                  store)
+        elif const_expr(self.cfg.dq_swizzle):
             if lane == 0:
-                nbytes = self.tile_m * self.d * 4
-                if const_expr(store):
-                    prims.cp_async_bulk_global_shared_cta(gdQ.iterator, sdQ.iterator, nbytes)
-                else:
-                    prims.cp_reduce_async_bulk_global_shared_cta(
-                        gdQ.iterator, sdQ.iterator, nbytes, op=prims.CpReduceOp.ADD,
-                        type=prims.CpReduceType.F32)
-            return
-        for r in cutlass.range_constexpr(self.tile_m // 32):
-            row = lane + 32 * r
-            dst = gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout)
-            src = sdQ.iterator + cute.crd2idx((row, 0), sdQ.layout)
-            if const_expr(store):
-                prims.cp_async_bulk_global_shared_cta(dst, src, self.d * 4)
-            else:
-                prims.cp_reduce_async_bulk_global_shared_cta(
-                    dst, src, self.d * 4, op=prims.CpReduceOp.ADD, type=prims.CpReduceType.F32)
+                self._bulk_op(gdQ.iterator, sdQ.iterator, self.tile_m * self.d * 4, store)
+        else:
+            for r in cutlass.range_constexpr(self.tile_m // 32):
+                row = lane + 32 * r
+                self._bulk_op(gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
+                              sdQ.iterator + cute.crd2idx((row, 0), sdQ.layout), self.d * 4,
+                              store)
+
+    @staticmethod
+    def _bulk_op(dst, src, nbytes: int, store: bool):
+        """One bulk smem -> global transfer of ``nbytes`` fp32: a plain copy (``store``) or a
+        reduce-add."""
+        if const_expr(store):
+            prims.cp_async_bulk_global_shared_cta(dst, src, nbytes)
+        else:
+            prims.cp_reduce_async_bulk_global_shared_cta(
+                dst, src, nbytes, op=prims.CpReduceOp.ADD, type=prims.CpReduceType.F32)
 
     @cute.jit
     def _claim_tile(self, grid, item, lane):
