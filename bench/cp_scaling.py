@@ -93,6 +93,10 @@ def parse_args(argv=None):
     p.add_argument("--profile", action="store_true",
                    help="after the timed runs, profile one fwd+bwd of the best configuration on every "
                         "rank (torch.profiler, CUDA activity; CPU ops under --smoke)")
+    p.add_argument("--profile-steps", type=int, default=1,
+                   help="with --profile: fwd+bwd steps profiled back to back, without synchronising "
+                        "between them (as --pipeline times them): the gaps then show what the device "
+                        "waits for once the host runs ahead")
     p.add_argument("--smoke", action="store_true",
                    help="tiny CPU run: S=512, H=2, D=32, fp32, reference backend, gloo")
     args = p.parse_args(argv)
@@ -548,13 +552,17 @@ def main(argv=None) -> dict:
                                                       comm_fuse_kv=best["comm_fuse_kv"])
             return torch.autograd.grad(out, local, dout_local)
 
+        def cp_steps():
+            return [cp_step() for _ in range(max(args.profile_steps, 1))]
+
         cp_step()  # warm (same shapes as the timed runs: nothing to compile)
         dist.barrier()
         mine = {"rank": rank, "local_rows": int(masks.rows.size),
                 "phase_pairs": [masks.local_work, *masks.remote_work],
                 "remote_phase_rows": [int(masks.rows.size if r is None else r.size)
                                       for r in map(masks.phase_rows, range(len(masks.remote)))],
-                **profile_step(cp_step, use_cuda, barrier=dist.barrier)}
+                "profiled_steps": args.profile_steps,
+                **profile_step(cp_steps, use_cuda, barrier=dist.barrier)}
         every = [None] * world
         dist.all_gather_object(every, mine)
         profile = {"config": {k: best[k] for k in ("strategy", "equal_chunks", "comm_groups", "comm_sms",

@@ -624,7 +624,63 @@ wait; grep -H -E "paddle_flashmask " $OUT/bench_*.log | sed "s/.*bench_//"'"
 $(pack_logs 47 'bench-*.json')"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47"
+call48() {
+  emit "call 48 (session 12, right after call 5a on a fresh nvidia-h200-x2, FA4 wheels carried; run as written here, with timeout_s 420: its limits allow 430 s) - stage part b; where a context-parallel rank's time goes: the single 64K call and every rank's phases alone on one GPU (bench/cp_phase_profile.py), then 32K next to FA4 (GPU 0) || the side-by-side benchmark, 8K with every peer (GPU 1) [~4 min]" \
+    nvidia-h200-x2 450 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE"'
+[ -d .peers/flash_attn ] || timeout 60 python3 -m pip install -q --no-index --no-deps --target "$PWD/.peers" .whl/*.whl || exit 5
+export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 150 python3 bench/cp_phase_profile.py > $OUT/cp_phase.log 2>&1; timeout -s INT -k 10 200 python3 bench/bench_attention.py --cases 1 --systems paddle_flashmask,fa4 --tag s12_cases1 > $OUT/bench_s12_cases1.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 330 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s12_cases0 > $OUT/bench_s12_cases0.log 2>&1 ) &
+wait; grep -E "^rank|Error|error" $OUT/cp_phase.log | cut -c1-400; grep -h -E "paddle_flashmask |fa4" $OUT/bench_s12_*.log'"
+$(pack_logs 48)"
+}
+
+call49() {
+  emit "call 49 (session 12, right after call 5a on a fresh nvidia-h200-x2; run as written here, with timeout_s 240 and its JSON summary without a timeout) - stage part b; CP 64K causal documents with 4 steps back to back under the profiler (--profile-steps 4): kernel sums, busy time and the compute stream's gaps per rank [~1 min]" \
+    nvidia-h200-x2 280 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 200 python3 -m torch.distributed.run --standalone --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0 --chunk-sizes 1024 --pipeline 8 --iters 8 --profile --profile-steps 4 --out $OUT/cp_scaling.json > $OUT/cp_scaling.log 2>&1; tail -n 12 $OUT/cp_scaling.log | cut -c1-600
+timeout 30 python3 -c "
+import json;d=json.load(open(\"$OUT/cp_scaling.json\"))
+print(d[\"speedup\"], d[\"context_parallel\"][0][\"rank_local_phase_fwd_bwd_s\"])
+for r in d[\"profile\"][\"ranks\"]:
+  print(\"rank\",r[\"rank\"],\"wall\",round(r[\"wall_span_s\"]*1e3,2),\"busy\",round(r[\"device_busy_s\"]*1e3,2),\"idle\",round(r[\"compute_idle_s\"]*1e3,2))
+  for k in r[\"top_kernels\"][:12]: print(\"  \",k[\"name\"],round(k[\"time_s\"]*1e3,3),k[\"calls\"])
+  for g in r[\"timeline\"][\"gaps\"][:12]: print(\"  gap\",g)
+"
+gzip -k $OUT/cp_scaling.log; ls -la $OUT'
+}
+
+call50() {
+  emit "call 50 (session 12, on the warm machine after call 49; run as written here, with timeout_s 240 and its JSON summary without a timeout) - CP planner remote_penalty 0 / 0.1 / 0.2 / 0.3 at chunks 1024 and 2048, back to back [~1 min]" \
+    nvidia-h200-x2 280 '[".devtools"]' \
+"$PRELUDE"'
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 210 python3 -m torch.distributed.run --standalone --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0 --chunk-sizes 1024,2048 --remote-penalties 0,0.1,0.2,0.3 --pipeline 8 --iters 8 --out $OUT/cp_penalty.json > $OUT/cp_penalty.log 2>&1; tail -n 3 $OUT/cp_penalty.log | cut -c1-300
+timeout 30 python3 -c "
+import json;d=json.load(open(\"$OUT/cp_penalty.json\"))
+s=d[\"single_device\"][\"fwd_bwd\"]; print(\"single\", s[\"median_s\"], s[\"pipelined_median_s\"])
+for v in d[\"context_parallel\"]:
+  f=v[\"fwd_bwd\"]; print(v[\"chunk_size\"], v[\"remote_penalty\"], \"imb\", round(v[\"plan\"][\"imbalance\"],4), \"remote\", v[\"plan\"][\"rank_needed_remote_tokens\"], \"sync\", round(f[\"median_s\"]*1e3,3), \"piped\", round(f[\"pipelined_median_s\"]*1e3,3), \"x\", round(s[\"pipelined_median_s\"]/f[\"pipelined_median_s\"],3), \"local\", [round(x*1e3,2) for x in v[\"rank_local_phase_fwd_bwd_s\"]])
+"; ls $OUT'
+}
+
+call51() {
+  emit "call 51 (session 12, right after call 5a on a fresh nvidia-h200-x2, FA4 wheels carried; run as written here except that the GPU 1 lane wrote its three limits through a shell variable, E=\"timeout -s INT -k 20\", with 150, 80 and 150 s, and with timeout_s 450) - stage part b; dq_uniform_rows with the GQA head walk (forced on): a one-case smoke that ends this side on failure, the 13 GQA oracle cases, GQA 32/8 A/B/B/A at 8K (GPU 0) || the end-to-end step with the compiled model (all three), the same with GQA uniform rows (FlashMask only), then eager with them next to FA4 varlen (GPU 1) [~5 min]" \
+    nvidia-h200-x2 480 '[".cutedsl/b", ".devtools", ".whl"]' \
+'export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0; set -o pipefail
+source .devtools/cutedsl-env.sh || exit $?
+[ -d .peers/flash_attn ] || timeout 60 python3 -m pip install -q --no-index --no-deps --target "$PWD/.peers" .whl/*.whl || exit 5
+export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+U=PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1
+G=causal_d128,causal_d128_sq_lt_sk,causal_d128_sq_gt_sk,causal_doc_C1,causal_window_C2,causal_random_C2,random_C2,random_C4,mqa_causal_doc,causal_d128_rs,fp16_d128_random4,empty_rows_C4,empty_rows_C4_sink
+( export CUDA_VISIBLE_DEVICES=0; env $U timeout -s INT -k 5 60 python3 tests/gpu/bwd_check.py --only causal_doc_C1 --json-name bwd_uq_smoke.json > $OUT/bwd_uq_smoke.log 2>&1 && { env $U timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --only $G --json-name bwd_uq_gqa.json > $OUT/bwd_uq.log 2>&1; for t in 0a 1b 1c 0d; do env PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=${t:0:1} timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 2 --systems paddle_flashmask --masks full,causal,causal_document,document --tag gq$t > $OUT/bench_gq$t.log 2>&1; done; } ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 20 130 python3 bench/e2e_step.py --impl-timeout 70 --compile-model --tag s12_compiled > $OUT/e2e_c.log 2>&1; env $U timeout -s INT -k 20 80 python3 bench/e2e_step.py --impl-timeout 70 --compile-model --impls flashmask --tag s12_compiled_uq > $OUT/e2e_cu.log 2>&1; env $U timeout -s INT -k 20 130 python3 bench/e2e_step.py --impl-timeout 70 --impls flashmask,fa4_varlen --tag s12_uq > $OUT/e2e_u.log 2>&1 ) &
+wait; tail -n 1 $OUT/bwd_uq_smoke.log $OUT/bwd_uq.log; grep -h -E "paddle_flashmask " $OUT/bench_gq*.log; for f in e2e_c e2e_cu e2e_u; do echo == $f; grep -E "tokens/s|speedup|flashmask|fa4|sdpa" $OUT/$f.log | tail -n 8; done
+cd $OUT && tar czf /tmp/l49.tgz $(ls *.log *.png bench-gq*.json 2>/dev/null) && rm -f *.log *.png bench-gq*.json && mv /tmp/l49.tgz . ; ls -la $OUT'
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -800,10 +856,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 """The staged dQ tile's per-row bulk ops issued by lane 0 from warp-uniform addresses
 (BwdConfig.dq_uniform_rows), on the CPU: the config rule, and the SASS property it exists for --
 no per-lane serialisation loop around the bulk reduce. The numbers are checked on the H200
-(tests/gpu/bwd_check.py: 27/27 and determinism with it forced on, session 11)."""
+(tests/gpu/bwd_check.py: 27/27 and determinism with it forced on, session 11; the 13 GQA
+cases and determinism with the GQA head walk, session 12)."""
 from __future__ import annotations
 
 import pytest
@@ -14,12 +15,16 @@ def test_config_rule(monkeypatch):
     for name in (bwd.DQ_UNIFORM_ROWS_ENV, bwd.DQ_SWIZZLE_ENV, bwd.FUSED_DQ_ENV,
                  bwd.GQA_IN_CTA_ENV):
         monkeypatch.delenv(name, raising=False)
-    # by default on at D = 128 (the H200 A/B), deterministic or not, but not with the GQA head
-    # walk (it would spill) and not at the other head dims (not measured)
-    for columns, det in ((1, False), (None, False), (2, True)):
-        assert interface.backward_config("bfloat16", 128, True, columns,
-                                         deterministic=det).dq_uniform_rows, (columns, det)
-    assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).dq_uniform_rows
+    # by default on at D = 128 (the H200 A/Bs), deterministic or not; with the GQA head walk
+    # only without mask columns (with them its producer would spill, session 12); not at the
+    # other head dims (not measured)
+    for columns, det, gqa in ((1, False, False), (None, False, False), (2, True, False),
+                              (None, False, True), (None, True, True)):
+        cfg = interface.backward_config("bfloat16", 128, True, columns, gqa=gqa, deterministic=det)
+        assert cfg.dq_uniform_rows and cfg.gqa_in_cta == gqa, (columns, det, gqa)
+    for causal, columns in ((True, 1), (True, 2), (False, 2), (False, 4)):
+        assert not interface.backward_config("bfloat16", 128, causal, columns,
+                                             gqa=True).dq_uniform_rows, (causal, columns)
     for d in (64, 96, 192, 256):
         assert not interface.backward_config("bfloat16", d, True, 1).dq_uniform_rows, d
     monkeypatch.setenv(bwd.DQ_UNIFORM_ROWS_ENV, "0")

@@ -696,7 +696,7 @@ def test_bench_cp_scaling_smoke(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "cp.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           os.path.join(root, "bench", "cp_scaling.py"), "--smoke", "--profile", "--comm-sms",
+           os.path.join(root, "bench", "cp_scaling.py"), "--smoke", "--profile", "--profile-steps", "2", "--comm-sms",
            "0,retire", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -717,6 +717,7 @@ def test_bench_cp_scaling_smoke(tmp_path):
     ranks = result["profile"]["ranks"]  # --profile: one more fwd+bwd per rank (CPU ops here)
     assert [r["rank"] for r in ranks] == [0, 1]
     for r in ranks:
+        assert r["profiled_steps"] == 2  # --profile-steps: two steps back to back under the profiler
         assert 0 < r["device_busy_s"] <= r["kernel_time_sum_s"] + 1e-9 and r["wall_span_s"] > 0
         assert 0 < len(r["top_kernels"]) <= 20 and all(len(k["name"]) <= 60 for k in r["top_kernels"])
         assert len(r["phase_pairs"]) == 1 + len(r["remote_phase_rows"])

@@ -169,18 +169,22 @@ def default_dq_swizzle(head_dim: int) -> bool:
 DQ_UNIFORM_ROWS_ENV = "PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS"
 
 
-def default_dq_uniform_rows(head_dim: int, gqa_in_cta: bool) -> bool:
+def default_dq_uniform_rows(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int]) -> bool:
     """``BwdConfig.dq_uniform_rows`` wanted where it applies (dQ staged in smem, one bulk op per
-    row): on at D = 128 without the GQA head walk since the H200 A/B of session 11 (B=4 S=8K,
-    forward+backward: document 5.63 -> 5.35 ms, causal documents -1.3 %, causal -0.9 %, full
-    -0.4 %; oracle 27/27 and determinism with it on at every head dim). Off with ``gqa_in_cta``
-    (the head walk spills 8-28 B in the producer's 24 registers) and at the other head dims (not
-    measured). Env ``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1``/``0`` forces it on/off wherever it
-    applies."""
+    row): on at D = 128 since the H200 A/B of session 11 (B=4 S=8K, forward+backward: document
+    5.63 -> 5.35 ms, causal documents -1.3 %, causal -0.9 %, full -0.4 %; oracle 27/27 and
+    determinism with it on at every head dim). With the GQA head walk (``gqa_in_cta``) only
+    without mask columns (plain causal / full; session 12, GQA 32/8: causal -1.5 %, full -0.6 %,
+    the 13 GQA oracle cases and determinism pass): with columns the walk's extra state makes the
+    producer's 24 registers spill 8-36 B (document was still 2.8 % faster, causal documents
+    level, but the kernels stay spill-free). Off at the other head dims (not measured). Env
+    ``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1``/``0`` forces it on/off wherever it applies."""
     from .launch_args import env_choice
 
     forced = env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1"))
-    return forced == "1" if forced else head_dim == 128 and not gqa_in_cta
+    if forced:
+        return forced == "1"
+    return head_dim == 128 and not (gqa_in_cta and num_columns is not None)
 
 
 FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_FIRST_STORE"

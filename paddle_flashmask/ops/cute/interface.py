@@ -348,7 +348,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
                             default_dq_early(), default_prefetch_stats(head_dim),
                             default_stage_stats(),
-                            default_dq_uniform_rows(head_dim, default_gqa_in_cta(gqa)))
+                            default_dq_uniform_rows(head_dim, default_gqa_in_cta(gqa), num_columns))
 
 
 @functools.lru_cache(maxsize=256)
