@@ -27,11 +27,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import triton.testing as tt  # noqa: E402
 
-from mask_zoo import check_same_mask, dense_allowed, make_zoo, visible_pairs  # noqa: E402
+from mask_zoo import OPT_IN, check_same_mask, dense_allowed, make_zoo, visible_pairs  # noqa: E402
 
 # (B, S, H, Hk, D): the shapes, then the extra rows (GQA 32/8, D=64, D=256)
 CASES = [(4, 8192, 16, 16, 128), (1, 32768, 16, 16, 128), (4, 8192, 32, 8, 128),
-         (4, 8192, 16, 16, 64), (4, 8192, 16, 16, 256)]
+         (4, 8192, 16, 16, 64), (4, 8192, 16, 16, 256),
+         (2, 8192, 16, 8, 128)]  # 5: the end-to-end step's attention (with --masks sft_documents)
 REF_HEADS = 2  # reference check on the first query heads (fp32 dense math is O(S^2) memory)
 
 
@@ -133,7 +134,7 @@ def run_case(B, S, H, Hk, D, args, results, meta):
     k0 = torch.randn(B, S, Hk, D, device="cuda", dtype=dt)
     v0 = torch.randn(B, S, Hk, D, device="cuda", dtype=dt)
     do0 = torch.randn(B, S, H, D, device="cuda", dtype=dt)
-    zoo = make_zoo(B, S)
+    zoo = make_zoo(B, S, extra=tuple(m for m in args.masks if m in OPT_IN))
     for name, mask in zoo.items():
         if args.masks and name not in args.masks:
             continue
@@ -262,7 +263,9 @@ def variant_compile_times(case, args) -> list:
 
     B, S, H, Hk, D = case
     forms = []
-    for name, mask in make_zoo(1, 1024, device="cpu").items():  # forms only: any size will do
+    opt_in = tuple(m for m in args.masks if m in OPT_IN)
+    for name, mask in make_zoo(1, S if opt_in else 1024, device="cpu",
+                               extra=opt_in).items():  # forms only: any size will do
         if args.masks and name not in args.masks:
             continue
         form = (mask.causal, None if mask.indices is None else int(mask.indices.shape[-1]))

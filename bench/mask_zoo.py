@@ -58,8 +58,18 @@ def _shared_question_samples(rng: np.random.Generator, seqlen: int) -> list[list
     return samples
 
 
-def make_zoo(batch: int, seqlen: int, device: str = "cuda", seed: int = 1234) -> dict[str, ZooMask]:
+# masks built only when asked for by name (``make_zoo(extra=...)``): not in the default tables
+OPT_IN = ("sft_documents",)
+
+
+def make_zoo(batch: int, seqlen: int, device: str = "cuda", seed: int = 1234,
+             extra: tuple = ()) -> dict[str, ZooMask]:
+    """The benchmark's masks, in table order; ``extra`` adds opt-in masks of :data:`OPT_IN`."""
     import torch
+
+    unknown = [name for name in extra if name not in OPT_IN]
+    if unknown:
+        raise ValueError(f"extra: expected names from {OPT_IN}, found {unknown}")
 
     rng = np.random.default_rng(seed)
     S = seqlen
@@ -103,7 +113,27 @@ def make_zoo(batch: int, seqlen: int, device: str = "cuda", seed: int = 1234) ->
         from_builder("global_sliding_window", lambda b: mb.global_sliding_window_mask(S, G, W - 1),
                 lambda b, q, k: (q >= k) & ((q - k < W) | (k < G)), window=W, extras={"global": G}),
     ]
+    if "sft_documents" in extra:
+        zoo.append(sft_documents(batch, seqlen, device))
     return {m.name: m for m in zoo}
+
+
+def sft_documents(batch: int, seqlen: int, device: str = "cuda") -> ZooMask:
+    """The end-to-end step's packed SFT rows (``bench/e2e_step.py``: its two-lognormal document
+    lengths, 100-4000 tokens, medians 350 and 1,500, seed 0) as causal documents. The row's
+    padding tail is one more causal segment, as e2e_step gives it to SDPA and FA4 varlen (its
+    FlashMask rows leave padding fully masked instead, ~0.8 % of the tokens), so every system
+    here computes the same mask."""
+    import torch
+    from e2e_step import make_batch
+
+    packed = make_batch(batch, seqlen, 100, 4000, 32000, 0)
+    segments = [list(row) for row in packed.segments]
+    seg = torch.from_numpy(packed.segment_ids.astype(np.int32)).to(device)
+    mask = mb.stack([mb.causal_document_mask(row, seqlen) for row in segments])
+    return ZooMask("sft_documents", mask.causal, mask.startend_row_indices,
+                   lambda b, q, k: (seg[b, q] == seg[b, k]) & (q >= k), doc_lens=segments,
+                   extras={"doc": seg})
 
 
 def visible_pairs(mask: ZooMask, batch: int, seqlen: int) -> int:

@@ -680,7 +680,19 @@ wait; tail -n 1 $OUT/bwd_uq_smoke.log $OUT/bwd_uq.log; grep -h -E "paddle_flashm
 cd $OUT && tar czf /tmp/l49.tgz $(ls *.log *.png bench-gq*.json 2>/dev/null) && rm -f *.log *.png bench-gq*.json && mv /tmp/l49.tgz . ; ls -la $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51"
+call52() {
+  emit "call 52 (session 12, right after call 5a on a fresh nvidia-h200-x2, FA4 wheels carried) - stage part b; the end-to-end step's attention alone (bench case 5: B=2 S=8K GQA 16/8 D=128, its packed SFT rows as the opt-in zoo mask sft_documents, and plain causal) next to FA4 varlen / native (GPU 0) || the GPU suite at HEAD (dq_uniform_rows now also on for GQA without mask columns) (GPU 1) [<= 5 min]" \
+    nvidia-h200-x2 340 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE"'
+[ -d .peers/flash_attn ] || timeout 60 python3 -m pip install -q --no-index --no-deps --target "$PWD/.peers" .whl/*.whl || exit 5
+export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 200 python3 bench/bench_attention.py --cases 5 --masks causal,sft_documents --systems paddle_flashmask,fa4 --tag s12_e2e_attn > $OUT/bench_s12_e2e_attn.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 70 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 130 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1 ) &
+wait; tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json; grep -h -E "paddle_flashmask |fa4" $OUT/bench_s12_e2e_attn.log'"
+$(pack_logs 52)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -856,10 +868,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -193,6 +193,30 @@ def test_mask_zoo_indices_equal_the_peers_predicates_on_cpu():
         mask_zoo.check_same_mask(doc, allowed, s)
 
 
+def test_opt_in_sft_documents_mask_is_the_e2e_steps_mask():
+    """``make_zoo(extra=("sft_documents",))`` adds the end-to-end step's packed rows (bench case 5):
+    on every real row the same mask as e2e_step's FlashMask indices, the padding tail a causal
+    segment (as e2e_step gives it to SDPA / FA4 varlen), the predicate equal to the indices
+    element by element, and FA4 varlen's segments covering every row."""
+    import torch
+
+    b, s = 2, 8192
+    zoo = mask_zoo.make_zoo(b, s, device="cpu", extra=("sft_documents",))
+    assert list(zoo)[-1] == "sft_documents" and len(zoo) == 9
+    sft = zoo["sft_documents"]
+    packed = e2e_step.make_batch(b, s, 100, 4000, 32000, 0)
+    assert sft.causal and [sum(row) for row in sft.doc_lens] == [s] * b
+    e2e_step.check_dense_mask(packed, mask_zoo.dense_allowed(sft, b, s, device="cpu"))
+    real = torch.as_tensor(e2e_step._real_token_rows(packed))
+    assert not bool(real.all())  # this batch has a padding tail, so the padding rule is exercised
+    allowed = mask_zoo.dense_allowed(sft, b, s, device="cpu")
+    mask_zoo.check_same_mask(sft, allowed, s)
+    assert mask_zoo.visible_pairs(sft, b, s) == int(allowed.sum())
+    assert "sft_documents" not in mask_zoo.make_zoo(1, 1024, device="cpu")  # opt-in only
+    with pytest.raises(ValueError, match="extra"):
+        mask_zoo.make_zoo(1, 1024, device="cpu", extra=("sft",))
+
+
 # ------------------------------------------------------------------------------------------------
 # scripts/gpu_session.sh: the next session's checklist of `run` calls
 # ------------------------------------------------------------------------------------------------
@@ -212,7 +236,7 @@ def test_gpu_session_calls_are_bounded_and_use_real_flags():
     run = _session("check")
     assert "0 problems" in run.stdout
     calls = [json.loads(line) for line in _session("all").stdout.splitlines() if line.startswith("{")]
-    assert [c["kind"] for c in calls] == ["nvidia-h200"] * 9 + ["nvidia-h200-x2"] * 42
+    assert [c["kind"] for c in calls] == ["nvidia-h200"] * 9 + ["nvidia-h200-x2"] * 43
     text = "\n".join(c["command"] for c in calls)
     for needed in ("tests/gpu/precompile.py --jobs 14", "-m pytest", "tests/gpu/fwd_check.py --fast",
                    "tests/gpu/bwd_check.py --bench", "bench/bench_attention.py --cases 0",
