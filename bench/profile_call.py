@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from mask_zoo import make_zoo  # noqa: E402
+from mask_zoo import OPT_IN, make_zoo  # noqa: E402
 
 
 def kernel_times_us(fn) -> dict:
@@ -88,7 +88,9 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seqlen", type=int, default=8192)
     p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--masks", default="full,causal,sliding_window,causal_document,shared_question")
+    p.add_argument("--kv-heads", type=int, default=None, help="GQA: K/V heads (default --heads)")
+    p.add_argument("--masks", default="full,causal,sliding_window,causal_document,shared_question",
+                   help="zoo masks (bench/mask_zoo.py), opt-in ones such as sft_documents included")
     p.add_argument("--cprofile", action="store_true")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args()
@@ -97,15 +99,17 @@ def main() -> None:
     from paddle_flashmask.ops.cute import interface
 
     B, S, H, D = args.batch, args.seqlen, args.heads, 128
+    Hk = args.kv_heads or H
     torch.manual_seed(0)
-    q, k, v, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    q, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(B, S, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     out = torch.empty_like(q)
     lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
     grads = [torch.empty_like(t) for t in (q, k, v)]
     stream = torch.cuda.current_stream().cuda_stream
     scale = D ** -0.5
-    zoo = make_zoo(B, S)
+    zoo = make_zoo(B, S, extra=tuple(m for m in args.masks.split(",") if m in OPT_IN))
     report = {}
     for name in args.masks.split(","):
         mask = zoo[name]
