@@ -693,10 +693,10 @@ $(pack_logs 52)"
 }
 
 call53() {
-  emit "call 53 (session 12, right after call 5a on a fresh nvidia-h200-x2) - stage part b; the end-to-end step's attention (B=2 S=8K GQA 16/8, sft_documents) and plain causal: kernel time per call vs host time per call (bench/profile_call.py), to tell call 52's gap to FA4 varlen between our kernels and our host path [<= 2.5 min]" \
+  emit "call 53 (for session 13, right after call 5a on nvidia-h200-x2; prepared in session 12, whose device time ran out before it) - stage part b; the end-to-end step's attention (B=2 S=8K GQA 16/8, sft_documents) and plain causal: kernel time per call vs host time per call, with the host functions by cProfile (bench/profile_call.py), to tell call 52's gap to FA4 varlen between our kernels and our host path [<= 2.5 min]" \
     nvidia-h200-x2 150 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-timeout -s INT -k 10 110 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks causal,sft_documents > $OUT/profile_call.log 2>&1; grep -E "^(causal|sft_documents) " $OUT/profile_call.log | cut -c1-1500'"
+timeout -s INT -k 10 110 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks causal,sft_documents --cprofile > $OUT/profile_call.log 2>&1; grep -E "^(causal|sft_documents) " $OUT/profile_call.log | cut -c1-1500'"
 $(pack_logs 53)"
 }
 
