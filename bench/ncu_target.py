@@ -18,7 +18,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from mask_zoo import make_zoo  # noqa: E402
+from mask_zoo import OPT_IN, make_zoo  # noqa: E402
+
+
+def zoo_mask(args):
+    """The zoo mask ``--mask`` at the run's batch and length (opt-in masks such as
+    ``sft_documents`` included)."""
+    return make_zoo(args.batch, args.seqlen,
+                    extra=(args.mask,) if args.mask in OPT_IN else ())[args.mask]
 
 
 def main() -> None:
@@ -27,6 +34,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seqlen", type=int, default=8192)
     p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=None, help="GQA: K/V heads (default --heads)")
     p.add_argument("--head-dim", type=int, default=128, choices=[64, 128, 256])
     p.add_argument("--deterministic", action="store_true", help="the deterministic backward")
     p.add_argument("--system", default="paddle_flashmask", choices=["paddle_flashmask", "fa4"],
@@ -40,11 +48,13 @@ def main() -> None:
     from paddle_flashmask.ops.cute import interface
 
     B, S, H, D = args.batch, args.seqlen, args.heads, args.head_dim
-    q, k, v, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    Hk = args.kv_heads or H
+    q, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(B, S, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     out = torch.empty_like(q)
     lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
     grads = [torch.empty_like(t) for t in (q, k, v)]
-    mask = make_zoo(B, S)[args.mask]
+    mask = zoo_mask(args)
     idx = None if mask.indices is None else torch.from_numpy(mask.indices).cuda()
     stream = torch.cuda.current_stream().cuda_stream
     for _ in range(2):
@@ -63,18 +73,20 @@ def run_fa4(args) -> None:
     from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
 
     B, S, H, D = args.batch, args.seqlen, args.heads, args.head_dim
-    mask = make_zoo(B, S)[args.mask]
+    Hk = args.kv_heads or H
+    mask = zoo_mask(args)
     if args.mask not in ("full", "causal") and mask.doc_lens is None:
         raise SystemExit(f"--mask: expected full, causal or a document mask with --system fa4, "
                          f"found {args.mask!r}")
-    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
+    q = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(B, S, Hk, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
     do = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16)
     deterministic = {"deterministic": True} if args.deterministic else {}
     if mask.doc_lens is not None:  # every row's documents as one packed varlen batch
         lens = [n for row in mask.doc_lens for n in row]
         cu = torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
-        flat = [t.reshape(B * S, H, D) for t in (q, k, v)]
+        flat = [t.reshape(B * S, t.shape[2], D) for t in (q, k, v)]
 
         def attention():
             return flash_attn_varlen_func(*flat, cu_seqlens_q=cu, cu_seqlens_k=cu,

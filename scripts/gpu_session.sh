@@ -693,10 +693,15 @@ $(pack_logs 52)"
 }
 
 call53() {
-  emit "call 53 (for session 13, right after call 5a on nvidia-h200-x2; prepared in session 12, whose device time ran out before it) - stage part b; the end-to-end step's attention (B=2 S=8K GQA 16/8, sft_documents) and plain causal: kernel time per call vs host time per call, with the host functions by cProfile (bench/profile_call.py), to tell call 52's gap to FA4 varlen between our kernels and our host path [<= 2.5 min]" \
-    nvidia-h200-x2 150 '[".cutedsl/b", ".devtools"]' \
-"$PRELUDE"'
-timeout -s INT -k 10 110 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks causal,sft_documents --cprofile > $OUT/profile_call.log 2>&1; grep -E "^(causal|sft_documents) " $OUT/profile_call.log | cut -c1-1500'"
+  emit "call 53 (for session 13, right after call 5a on nvidia-h200-x2, FA4 wheels carried; prepared in session 12, whose device time ran out before it) - stage part b; the end-to-end step's attention (B=2 S=8K GQA 16/8, sft_documents) and plain causal: kernel time per call vs host time per call, with the host functions by cProfile (bench/profile_call.py), to tell call 52's gap to FA4 varlen between our kernels and our host path (GPU 0) || Nsight Compute of the sft_documents forward, ours then FA4 varlen's: where the 0.78x comes from (GPU 1) [<= 4 min]" \
+    nvidia-h200-x2 280 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+N="--clock-control none --launch-skip 1 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section InstructionStats --section SchedulerStats"
+T="--batch 2 --kv-heads 8 --mask sft_documents"
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 110 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks causal,sft_documents --cprofile > $OUT/profile_call.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 5 70 ncu $N -k regex:flash_fwd_sm90 python3 bench/ncu_target.py $T > $OUT/ncu_fwd_sft_documents.txt 2>&1; timeout -s INT -k 5 70 ncu $N -k regex:Forward python3 bench/ncu_target.py $T --system fa4 > $OUT/ncu_fa4_fwd_sft_documents.txt 2>&1 ) &
+wait; grep -E "^(causal|sft_documents) " $OUT/profile_call.log | cut -c1-1500; grep -h -E "Duration|Executed Instructions |Issue Slots Busy|No Eligible" $OUT/ncu_*fwd_sft_documents.txt'"
 $(pack_logs 53)"
 }
 
