@@ -26,8 +26,10 @@ DOC=${GPU_SESSION_DOC:-docs/gpu_session.md}     # whose appendix lists the calls
 # --- pieces shared by the commands (kept literal: $OUT and $PWD expand on the GPU machine) --------
 PRELUDE='export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; set -o pipefail
 source .devtools/cutedsl-env.sh || exit $?'
-PEERS='[ -d .peers/flash_attn ] || timeout 60 python3 -m pip install -q --no-index --no-deps --target "$PWD/.peers" .whl/*.whl || exit 5
-export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+# the FA4 wheels installed from the carried .whl/ (PEERS_INSTALL), then an import check (PEERS)
+PEERS_INSTALL='[ -d .peers/flash_attn ] || timeout 60 python3 -m pip install -q --no-index --no-deps --target "$PWD/.peers" .whl/*.whl || exit 5
+export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1'
+PEERS="$PEERS_INSTALL"'
 timeout 45 python3 -c "import flash_attn.cute as f; print(\"fa4 ok\", f.__file__)" || echo "FA4 NOT importable: its rows will be errors"'
 # case 0 runs every peer (issue 3's floor is FlexAttention in the same run); the 32K case, short of
 # time, runs the issue-5/6 peers: FA4 native/varlen and FA4 mask_mod
@@ -627,9 +629,8 @@ $(pack_logs 47 'bench-*.json')"
 call48() {
   emit "call 48 (session 12, right after call 5a on a fresh nvidia-h200-x2, FA4 wheels carried; run as written here, with timeout_s 420: its limits allow 430 s) - stage part b; where a context-parallel rank's time goes: the single 64K call and every rank's phases alone on one GPU (bench/cp_phase_profile.py), then 32K next to FA4 (GPU 0) || the side-by-side benchmark, 8K with every peer (GPU 1) [~4 min]" \
     nvidia-h200-x2 450 '[".cutedsl/b", ".devtools", ".whl"]' \
-"$PRELUDE"'
-[ -d .peers/flash_attn ] || timeout 60 python3 -m pip install -q --no-index --no-deps --target "$PWD/.peers" .whl/*.whl || exit 5
-export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+"$PRELUDE
+$PEERS_INSTALL"'
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 150 python3 bench/cp_phase_profile.py > $OUT/cp_phase.log 2>&1; timeout -s INT -k 10 200 python3 bench/bench_attention.py --cases 1 --systems paddle_flashmask,fa4 --tag s12_cases1 > $OUT/bench_s12_cases1.log 2>&1 ) &
 ( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 330 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s12_cases0 > $OUT/bench_s12_cases0.log 2>&1 ) &
 wait; grep -E "^rank|Error|error" $OUT/cp_phase.log | cut -c1-400; grep -h -E "paddle_flashmask |fa4" $OUT/bench_s12_*.log'"
@@ -683,9 +684,8 @@ cd $OUT && tar czf /tmp/l49.tgz $(ls *.log *.png bench-gq*.json 2>/dev/null) && 
 call52() {
   emit "call 52 (session 12, right after call 5a on a fresh nvidia-h200-x2, FA4 wheels carried) - stage part b; the end-to-end step's attention alone (bench case 5: B=2 S=8K GQA 16/8 D=128, its packed SFT rows as the opt-in zoo mask sft_documents, and plain causal) next to FA4 varlen / native (GPU 0) || the GPU suite at HEAD (dq_uniform_rows now also on for GQA without mask columns) (GPU 1) [<= 5 min]" \
     nvidia-h200-x2 340 '[".cutedsl/b", ".devtools", ".whl"]' \
-"$PRELUDE"'
-[ -d .peers/flash_attn ] || timeout 60 python3 -m pip install -q --no-index --no-deps --target "$PWD/.peers" .whl/*.whl || exit 5
-export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+"$PRELUDE
+$PEERS_INSTALL"'
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 200 python3 bench/bench_attention.py --cases 5 --masks causal,sft_documents --systems paddle_flashmask,fa4 --tag s12_e2e_attn > $OUT/bench_s12_e2e_attn.log 2>&1 ) &
 ( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 70 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 130 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1 ) &
 wait; tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json; grep -h -E "paddle_flashmask |fa4" $OUT/bench_s12_e2e_attn.log'"
