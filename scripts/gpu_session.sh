@@ -26,6 +26,8 @@ DOC=${GPU_SESSION_DOC:-docs/gpu_session.md}     # whose appendix lists the calls
 # --- pieces shared by the commands (kept literal: $OUT and $PWD expand on the GPU machine) --------
 PRELUDE='export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; set -o pipefail
 source .devtools/cutedsl-env.sh || exit $?'
+# Nsight Compute's sections for an instruction / stall comparison of two kernels (calls 41, 53)
+NCU_SECTIONS='--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section InstructionStats --section SchedulerStats'
 # the FA4 wheels installed from the carried .whl/ (PEERS_INSTALL), then an import check (PEERS)
 PEERS_INSTALL='[ -d .peers/flash_attn ] || timeout 60 python3 -m pip install -q --no-index --no-deps --target "$PWD/.peers" .whl/*.whl || exit 5
 export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1'
@@ -549,7 +551,7 @@ call41() {
     nvidia-h200-x2 240 '[".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-S="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section InstructionStats --section SchedulerStats"
+S="'"$NCU_SECTIONS"'"
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 5 110 ncu --clock-control none -k regex:bwd_sm90F --launch-skip 1 --launch-count 1 $S python3 bench/ncu_target.py --mask full > $OUT/ncu_bwd_full_d128_s11.txt 2>&1 ) &
 ( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 5 110 ncu --clock-control none -k regex:BackwardSm90 --launch-skip 1 --launch-count 1 $S python3 bench/ncu_target.py --system fa4 --mask full > $OUT/ncu_fa4_bwd_full_d128.txt 2>&1 ) &
 wait; for f in $OUT/ncu_*.txt; do echo "== $f"; grep -E "Duration|Executed Ipc Active|Executed Instructions  |No Eligible" $f | head -6; done
@@ -697,7 +699,7 @@ call53() {
     nvidia-h200-x2 280 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-N="--clock-control none --launch-skip 1 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section InstructionStats --section SchedulerStats"
+N="--clock-control none --launch-skip 1 --launch-count 1 '"$NCU_SECTIONS"'"
 T="--batch 2 --kv-heads 8 --mask sft_documents"
 ( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 110 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks causal,sft_documents --cprofile > $OUT/profile_call.log 2>&1 ) &
 ( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 5 70 ncu $N -k regex:flash_fwd_sm90 python3 bench/ncu_target.py $T > $OUT/ncu_fwd_sft_documents.txt 2>&1; timeout -s INT -k 5 70 ncu $N -k regex:Forward python3 bench/ncu_target.py $T --system fa4 > $OUT/ncu_fa4_fwd_sft_documents.txt 2>&1 ) &
