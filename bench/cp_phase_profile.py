@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 from cp_scaling import document_lengths  # noqa: E402
-from schedule_sim import makespan, visited_tiles  # noqa: E402
+from schedule_sim import item_costs, makespan, visited_tiles  # noqa: E402
 
 from paddle_flashmask import mask_builders as mb  # noqa: E402
 from paddle_flashmask import semantics as sem  # noqa: E402
@@ -41,7 +41,7 @@ def model_makespan(indices: np.ndarray, causal: bool, seqlen_q: int, heads: int,
     if indices.shape[2] != seqlen_q:
         return float("nan")  # the model's tile classifier assumes Sq = Sk
     visited, partial = visited_tiles(indices, causal, seqlen_q, tile_m, tile_n, 1, backward)
-    cost = np.where(visited > 0, visited + 0.3 * partial + 2.0, 0.0)[0]
+    cost = item_costs(visited, partial)[0]
     return makespan([float(c) for _ in range(heads) for c in cost], grid)
 
 

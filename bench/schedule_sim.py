@@ -43,6 +43,13 @@ def makespan(costs: list[float], grid: int) -> float:
     return max(free_at)
 
 
+def item_costs(visited: np.ndarray, partial: np.ndarray, item_cost: float = 2.0,
+               partial_extra: float = 0.3) -> np.ndarray:
+    """The model's cost of each work item, in key tiles: its visited tiles, partial ones weighing
+    ``1 + partial_extra``, plus ``item_cost`` (Q load, epilogue); 0 for an item with no tile."""
+    return np.where(visited > 0, visited + partial_extra * partial + item_cost, 0.0)
+
+
 def visited_tiles(indices, causal: bool, seqlen: int, tile_m: int, tile_n: int, batch: int,
                   backward: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(visited, partial) tiles per [batch, work item] (mask head 0): key tiles per query tile
@@ -78,7 +85,7 @@ def main() -> None:
     for name, mask in zoo.items():
         visited, partial = visited_tiles(mask.indices, mask.causal, s, tile_m, tile_n, b,
                                          args.backward)
-        cost = np.where(visited > 0, visited + args.partial_extra * partial + args.item_cost, 0.0)
+        cost = item_costs(visited, partial, args.item_cost, args.partial_extra)
         nm = cost.shape[1]
         items = [(bi, hi, r if args.backward else nm - 1 - r)
                  for bi in range(b) for hi in range(h) for r in range(nm)]

@@ -217,6 +217,29 @@ def test_opt_in_sft_documents_mask_is_the_e2e_steps_mask():
         mask_zoo.make_zoo(1, 1024, device="cpu", extra=("sft",))
 
 
+def test_cp_phase_profile_builds_every_ranks_phases_from_the_plan():
+    """bench/cp_phase_profile.py's problems (CPU part): the single call plus each rank's local and
+    non-empty remote phases; per rank their visible pairs add up to the planner's work for it,
+    and the schedule model runs on every phase with Sq = Sk."""
+    import argparse
+
+    import cp_phase_profile
+
+    args = argparse.Namespace(seqlen=4096, doc_min=256, doc_max=1536, seed=3, world=2,
+                              chunk_size=256, equal_chunks=0)
+    plan, problems = cp_phase_profile.build_problems(args)
+    names = [p[0] for p in problems]
+    assert names[0] == "single" and "rank0_local" in names and "rank1_local" in names
+    for r in range(2):
+        pairs = sum(int(semantics.count_visible_pairs(idx, causal, sq).sum())
+                    for name, idx, causal, sq, _ in problems if name.startswith(f"rank{r}_"))
+        assert pairs == int(plan.rank_work()[r]), r
+    for name, idx, causal, sq, sk in problems:
+        assert idx.shape[2] == sk and idx.dtype == np.int32
+        model = cp_phase_profile.model_makespan(idx, causal, sq, 2, backward=False)
+        assert (model > 0) if sq == sk else np.isnan(model), name
+
+
 # ------------------------------------------------------------------------------------------------
 # scripts/gpu_session.sh: the next session's checklist of `run` calls
 # ------------------------------------------------------------------------------------------------
