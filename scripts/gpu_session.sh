@@ -707,7 +707,19 @@ wait; grep -E "^(causal|sft_documents) " $OUT/profile_call.log | cut -c1-1500; g
 $(pack_logs 53)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53"
+call54() {
+  emit "call 54 (for session 13, on the warm machine after call 53) - dq_per_wg (one staged dQ block per consumer warpgroup, own barrier pair, one bulk op each; compiled only): a one-case smoke that ends that side on failure, then every backward case vs the oracle with it on (GPU 0) || a smoke, then the 8K D=128 A/B/B/A (GPU 1) [<= 6.5 min]" \
+    nvidia-h200-x2 400 '[".devtools"]' \
+"$PRELUDE"'
+U=PADDLE_FLASHMASK_BWD_DQ_PER_WG=1
+ab() { env $1 timeout -s INT -k 10 60 python3 bench/bench_attention.py --cases 0 --systems paddle_flashmask --masks full,causal,causal_document,document --tag pw$2 > $OUT/bench_pw$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; env $U timeout -s INT -k 5 60 python3 tests/gpu/bwd_check.py --only causal_doc_C1 --json-name bwd_pw_smoke.json > $OUT/bwd_pw_smoke.log 2>&1 && env $U timeout -s INT -k 10 200 python3 tests/gpu/bwd_check.py --json-name bwd_per_wg.json > $OUT/bwd_pw.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; env $U timeout -s INT -k 5 60 python3 tests/gpu/bwd_check.py --only full_d128_sq_ne_sk --json-name bwd_pw_smoke1.json > $OUT/bwd_pw_smoke1.log 2>&1 && { ab X=0 0a; ab "$U" 1b; ab "$U" 1c; ab X=0 0d; } ) &
+wait; tail -n 1 $OUT/bwd_pw*.log; grep -H -E "paddle_flashmask " $OUT/bench_pw*.log | sed "s/.*bench_//"'"
+$(pack_logs 54 'bench-pw*.json')"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -883,10 +895,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
 esac

@@ -88,6 +88,18 @@ def test_no_register_spills_in_the_main_kernels(compile_report):
     assert checked > 0
 
 
+def test_per_warpgroup_dq_blocks_take_one_bulk_op_each(compile_report):
+    """BwdConfig.dq_per_wg: the dQ writer moves each warpgroup's staged block with one bulk
+    reduce (or, for a tile's first writer, one bulk copy): two of each in the kernel."""
+    _, report = compile_report
+    checked = 0
+    for label, name, k in _main_kernels(report):
+        if label.startswith("bwd ") and label.endswith(" per-wg"):
+            assert k["sass"].get("UBLKRED") == 2 and k["sass"].get("UBLKCP") == 2, (label, k["sass"])
+            checked += 1
+    assert checked >= 2
+
+
 def test_register_counts_agree_with_ptxas(compile_report):
     """The ELF parser's register count equals ptxas' own report for every kernel."""
     _, report = compile_report

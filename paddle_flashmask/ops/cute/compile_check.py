@@ -132,13 +132,14 @@ def variants(full: bool = False) -> list[Variant]:
             first_store: Optional[bool] = None, swizzle: Optional[bool] = None,
             claim_passes: int = 1, pds_stages: Optional[int] = None,
             dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None,
-            stage_stats: bool = False, uniform_rows: Optional[bool] = None):
+            stage_stats: bool = False, uniform_rows: Optional[bool] = None,
+            per_wg: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
         if two_stages or fused_dq:  # both need the zeroed, row-major dQ accumulator
             cfg = dataclasses.replace(cfg, dq_first_store=False, dq_swizzle=False,
-                                      dq_uniform_rows=False)
+                                      dq_uniform_rows=False, dq_per_wg=False)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
             cfg = dataclasses.replace(cfg, gqa_in_cta=True)
         if persistent:  # a persistent grid claiming tiles (BwdConfig.persistent_ctas)
@@ -157,7 +158,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, dq_first_store=first_store)
         if swizzle is not None:  # one bulk op per staged dQ tile (BwdConfig.dq_swizzle)
             cfg = dataclasses.replace(cfg, dq_swizzle=swizzle,
-                                      dq_uniform_rows=cfg.dq_uniform_rows and not swizzle)
+                                      dq_uniform_rows=cfg.dq_uniform_rows and not swizzle,
+                                      dq_per_wg=cfg.dq_per_wg and swizzle)
         if claim_passes > 1:  # the persistent grid claims by work class (BwdConfig.claim_passes)
             cfg = dataclasses.replace(cfg, claim_passes=claim_passes)
         if pds_stages is not None:  # dS^T in one or two smem stages (BwdConfig.pds_stages)
@@ -170,7 +172,10 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, stage_stats=True, prefetch_stats=False)
         if uniform_rows is not None:  # dQ row ops from lane 0, uniform addresses, or per lane
             cfg = dataclasses.replace(cfg, dq_swizzle=cfg.dq_swizzle and not uniform_rows,
-                                      dq_uniform_rows=uniform_rows)
+                                      dq_uniform_rows=uniform_rows,
+                                      dq_per_wg=cfg.dq_per_wg and not uniform_rows)
+        if per_wg:  # the swizzled dQ tile as one block per warpgroup (BwdConfig.dq_per_wg)
+            cfg = dataclasses.replace(cfg, dq_swizzle=True, dq_uniform_rows=False, dq_per_wg=True)
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
@@ -193,7 +198,8 @@ def variants(full: bool = False) -> list[Variant]:
                              prefetch_stats],
                          " stage-stats" if stage_stats else "",
                          {None: "", True: " uniform-rows", False: " no-uniform-rows"}[
-                             uniform_rows]])
+                             uniform_rows],
+                         " per-wg" if per_wg else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -262,6 +268,9 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 256, False, 2, stage_stats=True)
     # dQ row ops: from lane 0 with uniform addresses (the d128 default), or per lane
     bwd("bfloat16", 128, True, 1, uniform_rows=False)  # the pre-session-11 writer
+    bwd("bfloat16", 128, True, 1, per_wg=True)  # one dQ block per warpgroup (off until measured)
+    bwd("bfloat16", 128, False, None, per_wg=True)
+    bwd("bfloat16", 64, True, 1, per_wg=True)
     bwd("bfloat16", 128, True, 2, sink=True, det=True)
     bwd("bfloat16", 64, True, 1, uniform_rows=True)  # instead of the d64 default dq_swizzle
     bwd("bfloat16", 256, False, 2, uniform_rows=True)

@@ -151,6 +151,9 @@ class PrePostConfig:
     # BwdConfig.dq_swizzle: dq_accum rows hold their 16-byte chunks XOR-swizzled by row
     # (chunk ^= row % 8); the postprocess undoes it.
     dq_swizzle: bool = False
+    # BwdConfig.dq_per_wg: each query tile's dq_accum block is two swizzled blocks of D/2 columns
+    # (dq_stage_layout), one per consumer warpgroup; the postprocess reads it that way.
+    dq_per_wg: bool = False
     causal: bool = False
     num_columns: Optional[int] = None
     tile_n: int = 0
@@ -391,7 +394,14 @@ class _Postprocess:
             chunk = tidx + k * _THREADS
             i = row0 + chunk // chunks_per_row
             col = chunk % chunks_per_row
-            if const_expr(self.cfg.dq_swizzle):  # the chunk's place in the row (an involution)
+            if const_expr(self.cfg.dq_per_wg):  # block w holds columns [w * D/2, (w + 1) * D/2)
+                block_chunks = chunks_per_row // 2
+                within = chunk % (ROWS_PER_CTA * block_chunks)
+                r = within // block_chunks
+                i = row0 + r
+                col = ((chunk // (ROWS_PER_CTA * block_chunks)) * block_chunks
+                       + ((within % block_chunks) ^ (r % 8)))
+            elif const_expr(self.cfg.dq_swizzle):  # the chunk's place in the row (an involution)
                 col = col ^ ((chunk // chunks_per_row) % 8)
             if i < sq:
                 if written != 0:

@@ -77,6 +77,10 @@ _BAR_DQ_EMPTY = 5  # dQ writer warp -> consumers: smem dQ buffer free again
 _DQ_SYNC_THREADS = 256 + 32
 _DQ_PAD = 8  # fp32 padding per dQ smem row: conflict-free 8-byte stores from the wgmma layout
 _BAR_CONV_BUF = 6  # converter warps: the queue slot / a conversion buffer was read out
+# dq_per_wg: warpgroup w's dQ block uses _BAR_DQ_FULL / _BAR_DQ_EMPTY + _BAR_DQ_WG_STEP * w
+# (w = 1: ids 7 / 8), each with its 128 consumer threads and the writer warp
+_BAR_DQ_WG_STEP = 3
+_DQ_WG_SYNC_THREADS = 128 + 32
 _CONV_THREADS = 64  # producer-group warps 2 and 3
 _CONV_QUEUE = 8  # finished query tiles the dQ writer can queue for the converter warps
 _SMEM_BYTES = 227 * 1024  # the H100/H200 opt-in maximum per CTA
@@ -164,6 +168,18 @@ def default_dq_swizzle(head_dim: int) -> bool:
 
     forced = env_choice(DQ_SWIZZLE_ENV, ("0", "1"))
     return forced == "1" if forced else head_dim == 64
+
+
+DQ_PER_WG_ENV = "PADDLE_FLASHMASK_BWD_DQ_PER_WG"
+
+
+def default_dq_per_wg() -> bool:
+    """``BwdConfig.dq_per_wg`` wanted where it applies (with dq_swizzle, which it turns on: dQ
+    staged in smem, not deterministic, no fused_dq): off until its H200 check (prepared in
+    session 12, compiled only). Env ``PADDLE_FLASHMASK_BWD_DQ_PER_WG=1`` turns it on."""
+    from .launch_args import env_choice
+
+    return env_choice(DQ_PER_WG_ENV, ("0", "1")) == "1"
 
 
 DQ_UNIFORM_ROWS_ENV = "PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS"
@@ -488,6 +504,13 @@ class BwdConfig:
     # Not with dq_swizzle (already one op per tile). The host's choice: default_dq_uniform_rows
     # (on at D = 128 without gqa_in_cta).
     dq_uniform_rows: bool = False
+    # With dq_swizzle: the staged tile as two blocks, one per consumer warpgroup (its dQ columns
+    # [w * D/2, (w + 1) * D/2), each block the D/2-wide swizzled tile), each with its own
+    # empty / full barrier pair and ONE bulk op, so a warpgroup hands its half over without
+    # waiting for the other's (FA4's per-warpgroup dQ hand-off, docs/kernels_bwd.md "Session
+    # 12"). dq_accum and the postprocess use the same blocked layout. Not deterministic, no
+    # fused_dq. The host's choice: default_dq_per_wg (off until its H200 check).
+    dq_per_wg: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -538,6 +561,10 @@ class BwdConfig:
             raise ValueError(f"dq_swizzle: expected dQ staged in smem, fused_dq=False and head_dim "
                              f"in (64, 128, 256), found dq_in_smem={self.dq_in_smem}, "
                              f"fused_dq={self.fused_dq}, head_dim={self.head_dim}")
+        if self.dq_per_wg and (not self.dq_swizzle or self.deterministic or self.fused_dq):
+            raise ValueError(f"dq_per_wg: expected dq_swizzle=True, deterministic=False and "
+                             f"fused_dq=False, found dq_swizzle={self.dq_swizzle}, "
+                             f"deterministic={self.deterministic}, fused_dq={self.fused_dq}")
         if self.dq_uniform_rows and (not self.dq_in_smem or self.fused_dq or self.dq_swizzle):
             raise ValueError(f"dq_uniform_rows: expected dQ staged in smem, fused_dq=False and "
                              f"dq_swizzle=False, found dq_in_smem={self.dq_in_smem}, "
@@ -621,25 +648,35 @@ class BwdConfig:
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
                              first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,
-                             **fused)
+                             dq_per_wg=self.dq_per_wg, **fused)
 
 
 # --------------------------------------------------------------------------------------------------
 # small layout helpers
 # --------------------------------------------------------------------------------------------------
 
-def dq_stage_layout(rows: int, d: int, swizzle: bool):
+def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False):
     """Layout of the fp32 dQ staging tile ``[rows, d]``: rows padded by ``_DQ_PAD`` against bank
     conflicts, or (``swizzle``, d a power of two) a contiguous block whose 16-byte chunks are
-    XOR-swizzled by row (chunk ^= row % 8; the postprocess undoes it in dq_accum)."""
+    XOR-swizzled by row (chunk ^= row % 8; the postprocess undoes it in dq_accum), or
+    (``per_wg``) two such blocks of ``d / 2`` columns, one after the other: columns
+    ``[w * d/2, (w + 1) * d/2)`` (consumer warpgroup w's) at offset ``w * rows * d/2``."""
     if not swizzle:
+        if per_wg:
+            raise ValueError("dq_stage_layout per_wg: expected swizzle=True")
         return cute.make_layout((rows, d), stride=(d + _DQ_PAD, 1))
-    if d & (d - 1) or d < 32:
-        raise ValueError(f"dq_stage_layout d: expected a power of two >= 32, found {d}")
-    # offset bits [2, 5) (the chunk within 128 bytes) ^= offset bits [log2 d, log2 d + 3)
-    swizzle_atom = cute.make_swizzle(3, 2, d.bit_length() - 1 - 2)
-    return cute.make_composed_layout(swizzle_atom, 0,
-                                     cute.make_layout((rows, d), stride=(d, 1)))
+    width = d // 2 if per_wg else d
+    if width & (width - 1) or width < 32:
+        raise ValueError(f"dq_stage_layout d: expected a power of two >= {64 if per_wg else 32}, "
+                         f"found {d}")
+    # offset bits [2, 5) (the chunk within 128 bytes) ^= offset bits [log2 w, log2 w + 3): the
+    # row's low bits; a block's start (a multiple of rows * w) is above them
+    swizzle_atom = cute.make_swizzle(3, 2, width.bit_length() - 1 - 2)
+    if not per_wg:
+        return cute.make_composed_layout(swizzle_atom, 0,
+                                         cute.make_layout((rows, d), stride=(d, 1)))
+    return cute.make_composed_layout(
+        swizzle_atom, 0, cute.make_layout((rows, (width, 2)), stride=(width, (1, rows * width))))
 
 
 def _smem_layout(dtype, rows: int, cols: int, swizzle_cols: int, stages: Optional[int] = None):
@@ -1625,7 +1662,7 @@ class FlashMaskBwdSm90:
                     self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
                     warpgroup.commit_group()
                     warpgroup.wait_group(1)
-                    self._hand_dq_to_writer(acc_dQ, th_dq, sdQ)
+                    self._hand_dq_to_writer(acc_dQ, th_dq, sdQ, ctid)
                 else:
                     self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
                     self._wgmma(tiled_dq, acc_dQ, tQrdS_now, tQrK, True)
@@ -1639,7 +1676,7 @@ class FlashMaskBwdSm90:
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
                 if const_expr(self.dq_bulk):
                     if const_expr(not cfg.dq_early):  # (dq_early handed it over above)
-                        self._hand_dq_to_writer(acc_dQ, th_dq, sdQ)
+                        self._hand_dq_to_writer(acc_dQ, th_dq, sdQ, ctid)
                 else:
                     tdQg = th_dq.partition_C(gdQ)
                     if const_expr(cfg.deterministic):
@@ -1664,13 +1701,23 @@ class FlashMaskBwdSm90:
         return state
 
     @cute.jit
-    def _hand_dq_to_writer(self, acc_dQ: cute.Tensor, th_dq, sdQ: cute.Tensor):
+    def _hand_dq_to_writer(self, acc_dQ: cute.Tensor, th_dq, sdQ: cute.Tensor, ctid):
         """This consumer thread's part of the fp32 dQ tile into the staging buffer, for the dQ
-        writer warp (named barriers: wait until the buffer is free, then mark it full)."""
-        cute.arch.barrier(barrier_id=_BAR_DQ_EMPTY, number_of_threads=_DQ_SYNC_THREADS)
-        cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
-        cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.barrier_arrive(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
+        writer warp (named barriers: wait until the buffer is free, then mark it full). With
+        ``dq_per_wg`` each warpgroup's block has its own pair (its threads and the writer)."""
+        if const_expr(self.cfg.dq_per_wg):
+            step = cute.arch.make_warp_uniform(ctid // 128) * _BAR_DQ_WG_STEP
+            cute.arch.barrier(barrier_id=_BAR_DQ_EMPTY + step,
+                              number_of_threads=_DQ_WG_SYNC_THREADS)
+            cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.barrier_arrive(barrier_id=_BAR_DQ_FULL + step,
+                                     number_of_threads=_DQ_WG_SYNC_THREADS)
+        else:
+            cute.arch.barrier(barrier_id=_BAR_DQ_EMPTY, number_of_threads=_DQ_SYNC_THREADS)
+            cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.barrier_arrive(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
 
     @cute.jit
     def _dq_writer(self, grid, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
@@ -1698,9 +1745,17 @@ class FlashMaskBwdSm90:
                     if p1 >= 0:
                         self._mark_stored(grid, p1, lane)
                         p1 = Int32(-1)
-                cute.arch.cp_async_bulk_wait_group(0, read=True)  # previous tile read out
-                cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY,
-                                         number_of_threads=_DQ_SYNC_THREADS)
+                if const_expr(self.cfg.dq_per_wg):
+                    # block w free once its previous bulk op read it (the groups are the previous
+                    # tile's block 0 then block 1: at most 1 - w may stay pending)
+                    for w in cutlass.range_constexpr(2):
+                        cute.arch.cp_async_bulk_wait_group(1 - w, read=True)
+                        cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY + _BAR_DQ_WG_STEP * w,
+                                                 number_of_threads=_DQ_WG_SYNC_THREADS)
+                else:
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)  # previous tile read out
+                    cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY,
+                                             number_of_threads=_DQ_SYNC_THREADS)
                 claim = Int32(0)
                 item = (b * grid.num_h + hc) * num_m + m_blk
                 if const_expr(self.cfg.dq_first_store):
@@ -1728,19 +1783,36 @@ class FlashMaskBwdSm90:
                     cute.arch.sync_warp()
                     if const_expr(self.cfg.det_sync != "acquire"):  # flag seen before every add
                         cute.arch.fence_proxy("async.global")
-                cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
-                tile = None
-                if const_expr(self.cfg.dq_uniform_rows):  # its index in dq_accum's tile order
+                if const_expr(self.cfg.dq_per_wg):
+                    # each warpgroup's block as soon as that warpgroup staged it; the tile's
+                    # index is warp-uniform, so the ops' addresses stay in uniform registers
                     tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc) * num_m + m_blk)
-                if const_expr(self.cfg.dq_first_store):
-                    if claim == 0:
-                        self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=True)
+                    for w in cutlass.range_constexpr(2):
+                        cute.arch.barrier(barrier_id=_BAR_DQ_FULL + _BAR_DQ_WG_STEP * w,
+                                          number_of_threads=_DQ_WG_SYNC_THREADS)
+                        if const_expr(self.cfg.dq_first_store):
+                            if claim == 0:
+                                self._bulk_block(mdQacc, tile, sdQ, w, store=True)
+                            else:
+                                self._bulk_block(mdQacc, tile, sdQ, w, store=False)
+                        else:
+                            self._bulk_block(mdQacc, tile, sdQ, w, store=False)
+                        cute.arch.cp_async_bulk_commit_group()
+                else:
+                    cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
+                    tile = None
+                    if const_expr(self.cfg.dq_uniform_rows):  # its index in dq_accum's tile order
+                        tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc) * num_m
+                                                           + m_blk)
+                    if const_expr(self.cfg.dq_first_store):
+                        if claim == 0:
+                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=True)
+                        else:
+                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=False)
                     else:
                         self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=False)
-                else:
-                    self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=False)
-                cute.arch.cp_async_bulk_commit_group()
+                    cute.arch.cp_async_bulk_commit_group()
                 if const_expr(self.cfg.dq_first_store):
                     if claim == 0:
                         p1 = item
@@ -1769,7 +1841,8 @@ class FlashMaskBwdSm90:
 
     def _sdq_tensor(self, ptr):
         """The staged dQ tile ``[tile_m, d]`` fp32 in smem (``dq_stage_layout``)."""
-        return cute.make_tensor(ptr, dq_stage_layout(self.tile_m, self.d, self.cfg.dq_swizzle))
+        return cute.make_tensor(ptr, dq_stage_layout(self.tile_m, self.d, self.cfg.dq_swizzle,
+                                                     self.cfg.dq_per_wg))
 
     @cute.jit
     def _bulk_rows(self, gdQ, sdQ, lane, mdQacc, tile, store: cutlass.Constexpr[bool]):
@@ -1797,6 +1870,17 @@ class FlashMaskBwdSm90:
                 self._bulk_op(gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
                               sdQ.iterator + cute.crd2idx((row, 0), sdQ.layout), self.d * 4,
                               store)
+
+    @cute.jit
+    def _bulk_block(self, mdQacc, tile, sdQ, w: cutlass.Constexpr[int],
+                    store: cutlass.Constexpr[bool]):
+        """``dq_per_wg``: warpgroup ``w``'s block of the staged tile (``dq_stage_layout``: the
+        blocks lie one after the other, in smem and in dq_accum alike) in one bulk op from one
+        elected lane; ``tile`` is the tile's warp-uniform index in ``mdQacc``."""
+        block = self.tile_m * self.d // 2
+        with cute.arch.elect_one():
+            base = mdQacc.iterator + cutlass.Int64(tile) * (self.tile_m * self.d)
+            self._bulk_op(base + w * block, sdQ.iterator + w * block, block * 4, store)
 
     @staticmethod
     def _bulk_op(dst, src, nbytes: int, store: bool):

@@ -324,7 +324,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                       _env_switches):
     from .flash_bwd_sm90 import (default_claim_passes, default_det_sync, default_dq_chains,
                                  default_dq_count_lag, default_dq_early, default_dq_first_store,
-                                 default_dq_swizzle, default_dq_uniform_rows, default_fused_dq,
+                                 default_dq_per_wg, default_dq_swizzle, default_dq_uniform_rows,
+                                 default_fused_dq,
                                  default_gqa_in_cta,
                                  default_key_major, default_late_loads, default_lazy_release,
                                  default_pds_stages, default_persistent_ctas,
@@ -348,7 +349,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
                             default_dq_early(), default_prefetch_stats(head_dim),
                             default_stage_stats(),
-                            default_dq_uniform_rows(head_dim, default_gqa_in_cta(gqa), num_columns))
+                            default_dq_uniform_rows(head_dim, default_gqa_in_cta(gqa), num_columns),
+                            default_dq_per_wg())
 
 
 @functools.lru_cache(maxsize=256)
@@ -356,7 +358,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      row_ranges, rs_dkv, gqa_in_cta, persistent_ctas, qdo_stages, key_major,
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
-                     dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False):
+                     dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
+                     dq_per_wg=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -377,6 +380,9 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, dq_first_store=True)
     if dq_swizzle and cfg.dq_in_smem and not cfg.fused_dq and head_dim in (64, 128, 256):
         cfg = replace(cfg, dq_swizzle=True)
+    if (dq_per_wg and cfg.dq_in_smem and not cfg.fused_dq and not deterministic
+            and head_dim in (64, 128, 256)):  # the swizzled tile, one block per warpgroup
+        cfg = replace(cfg, dq_swizzle=True, dq_per_wg=True)
     if dq_early and cfg.dq_in_smem and not deterministic:
         cfg = replace(cfg, dq_early=True)
     if prefetch_stats and not cfg.late_loads:
