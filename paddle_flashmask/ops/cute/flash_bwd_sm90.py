@@ -1705,19 +1705,14 @@ class FlashMaskBwdSm90:
         """This consumer thread's part of the fp32 dQ tile into the staging buffer, for the dQ
         writer warp (named barriers: wait until the buffer is free, then mark it full). With
         ``dq_per_wg`` each warpgroup's block has its own pair (its threads and the writer)."""
-        if const_expr(self.cfg.dq_per_wg):
+        empty, full, threads = _BAR_DQ_EMPTY, _BAR_DQ_FULL, _DQ_SYNC_THREADS
+        if const_expr(self.cfg.dq_per_wg):  # this warpgroup's block and barrier pair
             step = cute.arch.make_warp_uniform(ctid // 128) * _BAR_DQ_WG_STEP
-            cute.arch.barrier(barrier_id=_BAR_DQ_EMPTY + step,
-                              number_of_threads=_DQ_WG_SYNC_THREADS)
-            cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
-            cute.arch.fence_proxy("async.shared", space="cta")
-            cute.arch.barrier_arrive(barrier_id=_BAR_DQ_FULL + step,
-                                     number_of_threads=_DQ_WG_SYNC_THREADS)
-        else:
-            cute.arch.barrier(barrier_id=_BAR_DQ_EMPTY, number_of_threads=_DQ_SYNC_THREADS)
-            cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
-            cute.arch.fence_proxy("async.shared", space="cta")
-            cute.arch.barrier_arrive(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
+            empty, full, threads = empty + step, full + step, _DQ_WG_SYNC_THREADS
+        cute.arch.barrier(barrier_id=empty, number_of_threads=threads)
+        cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier_arrive(barrier_id=full, number_of_threads=threads)
 
     @cute.jit
     def _dq_writer(self, grid, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
