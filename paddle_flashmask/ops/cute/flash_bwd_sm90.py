@@ -751,6 +751,11 @@ class FlashMaskBwdSm90:
         # else fp32 red.global.add from registers (D = 256 with two Q/dO stages)
         self.dq_bulk = cfg.dq_in_smem
         self.sdq_elems = self.tile_m * cfg.dq_row_elems if self.dq_bulk else 4
+        # the staged dQ tile's hand-off units, each with its empty / full barrier pair and bulk
+        # op group: the whole tile (both consumer WGs and the writer), or (dq_per_wg) one block
+        # per consumer WG (its 128 threads and the writer)
+        self.dq_blocks = 2 if cfg.dq_per_wg else 1
+        self.dq_sync_threads = _DQ_WG_SYNC_THREADS if cfg.dq_per_wg else _DQ_SYNC_THREADS
         self.conv_rows = cfg.conv_rows if cfg.fused_dq else 0
         # late_loads applies to multi-column masks outside deterministic mode (there it spilled more)
         self.late_loads = (cfg.late_loads and cfg.num_columns is not None and cfg.num_columns >= 2
@@ -1705,14 +1710,14 @@ class FlashMaskBwdSm90:
         """This consumer thread's part of the fp32 dQ tile into the staging buffer, for the dQ
         writer warp (named barriers: wait until the buffer is free, then mark it full). With
         ``dq_per_wg`` each warpgroup's block has its own pair (its threads and the writer)."""
-        empty, full, threads = _BAR_DQ_EMPTY, _BAR_DQ_FULL, _DQ_SYNC_THREADS
-        if const_expr(self.cfg.dq_per_wg):  # this warpgroup's block and barrier pair
+        empty, full = _BAR_DQ_EMPTY, _BAR_DQ_FULL
+        if const_expr(self.dq_blocks > 1):  # this warpgroup's block and barrier pair
             step = cute.arch.make_warp_uniform(ctid // 128) * _BAR_DQ_WG_STEP
-            empty, full, threads = empty + step, full + step, _DQ_WG_SYNC_THREADS
-        cute.arch.barrier(barrier_id=empty, number_of_threads=threads)
+            empty, full = empty + step, full + step
+        cute.arch.barrier(barrier_id=empty, number_of_threads=self.dq_sync_threads)
         cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
         cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.barrier_arrive(barrier_id=full, number_of_threads=threads)
+        cute.arch.barrier_arrive(barrier_id=full, number_of_threads=self.dq_sync_threads)
 
     @cute.jit
     def _dq_writer(self, grid, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
@@ -1740,17 +1745,12 @@ class FlashMaskBwdSm90:
                     if p1 >= 0:
                         self._mark_stored(grid, p1, lane)
                         p1 = Int32(-1)
-                if const_expr(self.cfg.dq_per_wg):
-                    # block w free once its previous bulk op read it (the groups are the previous
-                    # tile's block 0 then block 1: at most 1 - w may stay pending)
-                    for w in cutlass.range_constexpr(2):
-                        cute.arch.cp_async_bulk_wait_group(1 - w, read=True)
-                        cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY + _BAR_DQ_WG_STEP * w,
-                                                 number_of_threads=_DQ_WG_SYNC_THREADS)
-                else:
-                    cute.arch.cp_async_bulk_wait_group(0, read=True)  # previous tile read out
-                    cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY,
-                                             number_of_threads=_DQ_SYNC_THREADS)
+                for w in cutlass.range_constexpr(self.dq_blocks):
+                    # block w free once its previous bulk op read it (the previous tile's groups
+                    # come block by block: at most dq_blocks - 1 - w may stay pending)
+                    cute.arch.cp_async_bulk_wait_group(self.dq_blocks - 1 - w, read=True)
+                    cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY + _BAR_DQ_WG_STEP * w,
+                                             number_of_threads=self.dq_sync_threads)
                 claim = Int32(0)
                 item = (b * grid.num_h + hc) * num_m + m_blk
                 if const_expr(self.cfg.dq_first_store):
@@ -1779,34 +1779,22 @@ class FlashMaskBwdSm90:
                     if const_expr(self.cfg.det_sync != "acquire"):  # flag seen before every add
                         cute.arch.fence_proxy("async.global")
                 gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
-                if const_expr(self.cfg.dq_per_wg):
-                    # each warpgroup's block as soon as that warpgroup staged it; the tile's
-                    # index is warp-uniform, so the ops' addresses stay in uniform registers
+                tile = None
+                if const_expr(self.cfg.dq_uniform_rows or self.cfg.dq_per_wg):
+                    # its index in dq_accum's tile order, warp-uniform: the bulk ops' addresses
+                    # stay in uniform registers
                     tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc) * num_m + m_blk)
-                    for w in cutlass.range_constexpr(2):
-                        cute.arch.barrier(barrier_id=_BAR_DQ_FULL + _BAR_DQ_WG_STEP * w,
-                                          number_of_threads=_DQ_WG_SYNC_THREADS)
-                        if const_expr(self.cfg.dq_first_store):
-                            if claim == 0:
-                                self._bulk_block(mdQacc, tile, sdQ, w, store=True)
-                            else:
-                                self._bulk_block(mdQacc, tile, sdQ, w, store=False)
-                        else:
-                            self._bulk_block(mdQacc, tile, sdQ, w, store=False)
-                        cute.arch.cp_async_bulk_commit_group()
-                else:
-                    cute.arch.barrier(barrier_id=_BAR_DQ_FULL, number_of_threads=_DQ_SYNC_THREADS)
-                    tile = None
-                    if const_expr(self.cfg.dq_uniform_rows):  # its index in dq_accum's tile order
-                        tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc) * num_m
-                                                           + m_blk)
+                for w in cutlass.range_constexpr(self.dq_blocks):
+                    # each block as soon as its warpgroup(s) staged it
+                    cute.arch.barrier(barrier_id=_BAR_DQ_FULL + _BAR_DQ_WG_STEP * w,
+                                      number_of_threads=self.dq_sync_threads)
                     if const_expr(self.cfg.dq_first_store):
                         if claim == 0:
-                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=True)
+                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=True)
                         else:
-                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=False)
+                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
                     else:
-                        self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, store=False)
+                        self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
                     cute.arch.cp_async_bulk_commit_group()
                 if const_expr(self.cfg.dq_first_store):
                     if claim == 0:
@@ -1840,13 +1828,22 @@ class FlashMaskBwdSm90:
                                                      self.cfg.dq_per_wg))
 
     @cute.jit
-    def _bulk_rows(self, gdQ, sdQ, lane, mdQacc, tile, store: cutlass.Constexpr[bool]):
-        """The staged dQ tile to global: bulk reduce-adds, or (``store``, the tile's first writer
-        with ``dq_first_store``) plain bulk copies; one per row, 2 rows per lane, or
-        (``dq_swizzle``) one for the whole contiguous tile from lane 0, or (``dq_uniform_rows``)
-        one per row from lane 0, addressed from ``tile`` (warp-uniform index of the tile in
-        ``mdQacc``, whose rows are padded to whole tiles)."""
-        if const_expr(self.cfg.dq_uniform_rows):
+    def _bulk_rows(self, gdQ, sdQ, lane, mdQacc, tile, block: cutlass.Constexpr[int],
+                   store: cutlass.Constexpr[bool]):
+        """Hand-off unit ``block`` of the staged dQ tile (``dq_blocks``) to global: bulk
+        reduce-adds, or (``store``, the tile's first writer with ``dq_first_store``) plain bulk
+        copies; one per row, 2 rows per lane, or (``dq_swizzle``) one for the whole contiguous
+        tile from lane 0, or (``dq_per_wg``) one for warpgroup ``block``'s block (they lie one
+        after the other, in smem and in dq_accum alike), or (``dq_uniform_rows``) one per row
+        from lane 0. The last two are addressed from ``tile`` (warp-uniform index of the tile in
+        ``mdQacc``, whose rows are padded to whole tiles) by one elected lane."""
+        if const_expr(self.cfg.dq_per_wg):
+            elems = self.tile_m * self.d // 2
+            with cute.arch.elect_one():
+                base = mdQacc.iterator + cutlass.Int64(tile) * (self.tile_m * self.d)
+                self._bulk_op(base + block * elems, sdQ.iterator + block * elems, elems * 4,
+                              store)
+        elif const_expr(self.cfg.dq_uniform_rows):
             with cute.arch.elect_one():
                 tile_base = mdQacc.iterator + cutlass.Int64(tile) * (self.tile_m * self.d)
                 # rolled, 4 ops per trip (24 instructions): fully unrolled, ptxas hoists all
@@ -1865,17 +1862,6 @@ class FlashMaskBwdSm90:
                 self._bulk_op(gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
                               sdQ.iterator + cute.crd2idx((row, 0), sdQ.layout), self.d * 4,
                               store)
-
-    @cute.jit
-    def _bulk_block(self, mdQacc, tile, sdQ, w: cutlass.Constexpr[int],
-                    store: cutlass.Constexpr[bool]):
-        """``dq_per_wg``: warpgroup ``w``'s block of the staged tile (``dq_stage_layout``: the
-        blocks lie one after the other, in smem and in dq_accum alike) in one bulk op from one
-        elected lane; ``tile`` is the tile's warp-uniform index in ``mdQacc``."""
-        block = self.tile_m * self.d // 2
-        with cute.arch.elect_one():
-            base = mdQacc.iterator + cutlass.Int64(tile) * (self.tile_m * self.d)
-            self._bulk_op(base + w * block, sdQ.iterator + w * block, block * 4, store)
 
     @staticmethod
     def _bulk_op(dst, src, nbytes: int, store: bool):
