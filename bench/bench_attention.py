@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import triton.testing as tt  # noqa: E402
 
-from mask_zoo import OPT_IN, check_same_mask, dense_allowed, make_zoo, visible_pairs  # noqa: E402
+from mask_zoo import check_same_mask, dense_allowed, make_zoo, opt_in_names, visible_pairs  # noqa: E402
 
 # (B, S, H, Hk, D): the shapes, then the extra rows (GQA 32/8, D=64, D=256)
 CASES = [(4, 8192, 16, 16, 128), (1, 32768, 16, 16, 128), (4, 8192, 32, 8, 128),
@@ -134,7 +134,7 @@ def run_case(B, S, H, Hk, D, args, results, meta):
     k0 = torch.randn(B, S, Hk, D, device="cuda", dtype=dt)
     v0 = torch.randn(B, S, Hk, D, device="cuda", dtype=dt)
     do0 = torch.randn(B, S, H, D, device="cuda", dtype=dt)
-    zoo = make_zoo(B, S, extra=tuple(m for m in args.masks if m in OPT_IN))
+    zoo = make_zoo(B, S, extra=opt_in_names(args.masks))
     for name, mask in zoo.items():
         if args.masks and name not in args.masks:
             continue
@@ -263,7 +263,7 @@ def variant_compile_times(case, args) -> list:
 
     B, S, H, Hk, D = case
     forms = []
-    opt_in = tuple(m for m in args.masks if m in OPT_IN)
+    opt_in = opt_in_names(args.masks)
     for name, mask in make_zoo(1, S if opt_in else 1024, device="cpu",
                                extra=opt_in).items():  # forms only: any size will do
         if args.masks and name not in args.masks:

@@ -62,6 +62,11 @@ def _shared_question_samples(rng: np.random.Generator, seqlen: int) -> list[list
 OPT_IN = ("sft_documents",)
 
 
+def opt_in_names(names) -> tuple:
+    """The opt-in masks among the mask ``names`` a script was asked for (its ``make_zoo`` extra)."""
+    return tuple(name for name in names if name in OPT_IN)
+
+
 def make_zoo(batch: int, seqlen: int, device: str = "cuda", seed: int = 1234,
              extra: tuple = ()) -> dict[str, ZooMask]:
     """The benchmark's masks, in table order; ``extra`` adds opt-in masks of :data:`OPT_IN`."""

@@ -18,14 +18,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from mask_zoo import OPT_IN, make_zoo  # noqa: E402
+from mask_zoo import make_zoo, opt_in_names  # noqa: E402
 
 
 def zoo_mask(args):
     """The zoo mask ``--mask`` at the run's batch and length (opt-in masks such as
     ``sft_documents`` included)."""
     return make_zoo(args.batch, args.seqlen,
-                    extra=(args.mask,) if args.mask in OPT_IN else ())[args.mask]
+                    extra=opt_in_names([args.mask]))[args.mask]
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from mask_zoo import OPT_IN, make_zoo  # noqa: E402
+from mask_zoo import make_zoo, opt_in_names  # noqa: E402
 
 
 def kernel_times_us(fn) -> dict:
@@ -109,7 +109,7 @@ def main() -> None:
     grads = [torch.empty_like(t) for t in (q, k, v)]
     stream = torch.cuda.current_stream().cuda_stream
     scale = D ** -0.5
-    zoo = make_zoo(B, S, extra=tuple(m for m in args.masks.split(",") if m in OPT_IN))
+    zoo = make_zoo(B, S, extra=opt_in_names(args.masks.split(",")))
     report = {}
     for name in args.masks.split(","):
         mask = zoo[name]

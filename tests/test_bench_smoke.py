@@ -213,6 +213,7 @@ def test_opt_in_sft_documents_mask_is_the_e2e_steps_mask():
     mask_zoo.check_same_mask(sft, allowed, s)
     assert mask_zoo.visible_pairs(sft, b, s) == int(allowed.sum())
     assert "sft_documents" not in mask_zoo.make_zoo(1, 1024, device="cpu")  # opt-in only
+    assert mask_zoo.opt_in_names(["causal", "sft_documents"]) == ("sft_documents",)
     with pytest.raises(ValueError, match="extra"):
         mask_zoo.make_zoo(1, 1024, device="cpu", extra=("sft",))
 
