@@ -719,7 +719,84 @@ wait; tail -n 1 $OUT/bwd_pw*.log; grep -H -E "paddle_flashmask " $OUT/bench_pw*.
 $(pack_logs 54 'bench-pw*.json')"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54"
+call55() {
+  emit "call 55 (session 13, right after call 5a on a fresh nvidia-h200-x2, FA4 wheels carried) - stage part b; call 53 showed the end-to-end shape's forward (B=2 S=8K GQA 16/8, sft_documents) kernel-bound, 322 vs FA4 varlen's 253 us, with our SMs idle 17 % of it (FA4 4 %): the existing forward schedule options on that shape, each alone - GPU work order, claims by work class (2, 3 passes), diagonal-only partials - between two default runs (GPU 0) || the compiled-model e2e step, default FlashMask + FA4 varlen, then FlashMask with the work order and with 3-pass claims (GPU 1) [<= 7 min]" \
+    nvidia-h200-x2 420 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+F=PADDLE_FLASHMASK_FWD; WO=${F}_WORK_ORDER=1; C2=${F}_CLAIM_PASSES=2; C3=${F}_CLAIM_PASSES=3; DG=${F}_DIAGONAL_PARTIALS=1
+ab() { env $1 timeout -s INT -k 10 48 python3 bench/bench_attention.py --cases 5 --masks sft_documents --systems paddle_flashmask --tag so$2 > $OUT/bench_so$2.log 2>&1; }
+e2e() { env $1 timeout -s INT -k 10 $2 python3 bench/e2e_step.py --impl-timeout $(($2 - 15)) --compile-model --impls $3 --tag s13_$4 > $OUT/e2e_$4.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; ab X=0 0a; ab $WO wo; ab $C2 c2; ab $C3 c3; ab $DG dg; ab X=0 0b ) &
+( export CUDA_VISIBLE_DEVICES=1; e2e X=0 140 flashmask,fa4_varlen base; e2e $WO 85 flashmask wo; e2e $C3 85 flashmask c3 ) &
+wait; grep -H -E "paddle_flashmask " $OUT/bench_so*.log | sed "s/.*bench_//"; grep -h -E "tokens/s|flashmask|fa4_varlen" $OUT/e2e_*.log | tail -n 12'"
+$(pack_logs 55 'bench-so*.json')"
+}
+
+call56() {
+  emit "call 56 (session 13, right after call 5a on a fresh nvidia-h200-x2) - stage part b; call 55: no forward schedule option helps the end-to-end shape (B=2 S=8K GQA 16/8, sft_documents), though the schedule model puts the current order's tail at 1.15x and a heaviest-first order at 1.01x: the kernels of one call with and without the GPU work order (torch.profiler, GPU 0) || Nsight Compute of the forward with the work order: SM active cycles against call 53's 83 % (GPU 1) [<= 3 min]" \
+    nvidia-h200-x2 200 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+WO=PADDLE_FLASHMASK_FWD_WORK_ORDER=1; N="--clock-control none --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section InstructionStats"
+pc() { env $1 timeout -s INT -k 10 70 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks sft_documents --out $OUT/$2 > $OUT/profile_$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; mkdir -p $OUT/wo $OUT/base; pc $WO wo; pc X=0 base ) &
+( export CUDA_VISIBLE_DEVICES=1; env $WO timeout -s INT -k 5 80 ncu $N -k regex:flash_fwd_sm90 python3 bench/ncu_target.py --batch 2 --kv-heads 8 --mask sft_documents > $OUT/ncu_fwd_wo.txt 2>&1 ) &
+wait; grep -H -E "^sft_documents " $OUT/profile_*.log | cut -c1-900; grep -h -E "Duration|Elapsed Cycles|SM Active Cycles|Executed Instructions " $OUT/ncu_fwd_wo.txt'"
+$(pack_logs 56)"
+}
+
+call57() {
+  emit "call 57 (session 13, right after call 5a on a fresh nvidia-h200-x2, FA4 wheels carried) - stage part b; call 56: the static work order cut the sft_documents forward kernel 321 -> 307 us (SMs active 83 -> 88 %) but its four ordering kernels (~11 us) ran every call: now the dynamic schedule's claims walk the order (claim t takes order[t]) and the order is kept with the index tensor (once per step, not per layer): a smoke, the forward oracle with it (GPU 0), then the compiled-model e2e step with it next to FA4 varlen || a smoke, then forward A/B/B/A on the e2e shape, A/B on the 8K zoo masks with columns (GPU 1) [<= 8 min]" \
+    nvidia-h200-x2 580 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+WO=PADDLE_FLASHMASK_FWD_WORK_ORDER=1; M=sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window
+ab() { env $1 timeout -s INT -k 10 40 python3 bench/bench_attention.py --cases 5 --masks sft_documents --systems paddle_flashmask --tag cw5$2 > $OUT/bench_cw5$2.log 2>&1; }
+ab0() { env $1 timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 0 --masks $M --systems paddle_flashmask --tag cw0$2 > $OUT/bench_cw0$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; env $WO timeout -s INT -k 5 45 python3 tests/gpu/fwd_check.py --work-order --dynamic --only causal_doc_C1 --json-name fwd_cw_smoke.json > $OUT/fwd_cw_smoke.log 2>&1 && env $WO timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --work-order --dynamic --json-name fwd_claimed_order.json > $OUT/fwd_cw.log 2>&1; env $WO timeout -s INT -k 10 150 python3 bench/e2e_step.py --impl-timeout 135 --compile-model --impls flashmask,fa4_varlen --tag s13_claimed_order > $OUT/e2e_cw.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; env $WO timeout -s INT -k 5 40 python3 bench/bench_attention.py --cases 5 --masks sft_documents --systems paddle_flashmask --tag cwsmoke > $OUT/bench_cwsmoke.log 2>&1 && { ab X=0 a; ab $WO b; ab $WO c; ab X=0 d; ab0 X=0 a; ab0 $WO b; } ) &
+wait; tail -n 1 $OUT/fwd_cw*.log; grep -H -E "paddle_flashmask " $OUT/bench_cw*.log | sed "s/.*bench_//" | cut -c1-80; grep -h -E "x \\(target|tokens" $OUT/e2e_cw.log | tail -n 3'"
+$(pack_logs 57 'bench-cw*.json')"
+}
+
+call58() {
+  emit "call 58 (session 13, right after call 5a on a fresh nvidia-h200-x2, FA4 wheels carried) - stage part b; call 57's smoke: claims over the cached work order made the sft_documents forward slower (0.345 vs 0.322 ms), so the forward schedule stays as it is; the backward of the same shape, whose schedule model puts the current order's tail at 1.11x: its kernels' SM activity, ours then FA4 varlen's (Nsight Compute, GPU 1), and the existing 2- and 3-pass claims by work class on it, A/B/B/A (GPU 0), then the compiled-model e2e step with 3-pass backward claims next to FA4 varlen (GPU 1) [<= 7 min]" \
+    nvidia-h200-x2 560 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+C=PADDLE_FLASHMASK_BWD_CLAIM_PASSES; N="--clock-control none --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section InstructionStats"; T="--batch 2 --kv-heads 8 --mask sft_documents"
+ab() { env $1 timeout -s INT -k 10 60 python3 bench/bench_attention.py --cases 5 --masks sft_documents --systems paddle_flashmask --tag bc$2 > $OUT/bench_bc$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; ab X=0 0a; ab $C=3 3b; ab $C=2 2c; ab $C=3 3d; ab X=0 0e ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 5 70 ncu $N -k regex:bwd_sm90F python3 bench/ncu_target.py $T > $OUT/ncu_bwd_sft.txt 2>&1; timeout -s INT -k 5 70 ncu $N -k regex:BackwardSm90 python3 bench/ncu_target.py $T --system fa4 > $OUT/ncu_fa4_bwd_sft.txt 2>&1; env $C=3 timeout -s INT -k 10 150 python3 bench/e2e_step.py --impl-timeout 135 --compile-model --impls flashmask,fa4_varlen --tag s13_bwd_claims3 > $OUT/e2e_bc.log 2>&1 ) &
+wait; grep -H -E "paddle_flashmask " $OUT/bench_bc*.log | sed "s/.*bench_//" | cut -c1-80; grep -H -E "Duration|Elapsed Cycles|SM Active Cycles|Executed Instructions " $OUT/ncu_*bwd_sft.txt; grep -h -E "x \\(target" $OUT/e2e_bc.log'"
+$(pack_logs 58 'bench-bc*.json')"
+}
+
+call59() {
+  emit "call 59 (session 13, right after call 5a on a fresh nvidia-h200-x2) - stage part b; call 58: our sft_documents backward kernel 813 us vs FA4 varlen 628 us, SMs active 82 % vs 93 %; with GQA in the CTA its 1,024 work items (key tiles of 8 KV heads) put the schedule model's tail at 1.23x, 3-pass claims by work class at 1.04x; the benchmark's forward+backward there is host-bound (1.6-1.8 ms around ~1.2 ms of kernels), so: kernel times per call (torch.profiler) default / 3-pass / 3-pass / default (GPU 0) || Nsight Compute of the backward kernel with 3-pass claims, then 2- and 4-pass kernel times (GPU 1) [<= 4 min]" \
+    nvidia-h200-x2 260 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+C=PADDLE_FLASHMASK_BWD_CLAIM_PASSES; N="--clock-control none --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section InstructionStats"
+pc() { mkdir -p $OUT/$2; env $1 timeout -s INT -k 10 45 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks sft_documents --out $OUT/$2 > $OUT/profile_$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; pc X=0 p0a; pc $C=3 p3b; pc $C=3 p3c; pc X=0 p0d ) &
+( export CUDA_VISIBLE_DEVICES=1; env $C=3 timeout -s INT -k 5 70 ncu $N -k regex:bwd_sm90F python3 bench/ncu_target.py --batch 2 --kv-heads 8 --mask sft_documents > $OUT/ncu_bwd_sft_c3.txt 2>&1; pc $C=2 p2e; pc $C=4 p4f ) &
+wait; for f in $OUT/profile_p*.log; do echo "$f $(grep -o "bwd_sm90F[^,]*" $f)"; done; grep -h -E "Duration|Elapsed Cycles|SM Active Cycles|Executed Instructions " $OUT/ncu_bwd_sft_c3.txt'"
+$(pack_logs 59)"
+}
+
+call60() {
+  emit "call 60 (session 13, right after call 5a on a fresh nvidia-h200-x2, FA4 wheels carried) - stage part b; at the new backward rule (3-pass claims by work class where the persistent grid gets fewer than 16 key tiles per CTA; call 59: the e2e shape's backward kernel 806-809 -> 735-739 us): the compiled-model e2e step next to FA4 varlen (GPU 0) || the GPU suite, whose small problems now take the 3-pass variant (GPU 1); then context parallelism at 64K on both GPUs, whose pipelined remote chunks fall under the rule [<= 8 min]" \
+    nvidia-h200-x2 540 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 170 python3 bench/e2e_step.py --impl-timeout 150 --compile-model --impls flashmask,fa4_varlen --tag s13_rule > $OUT/e2e_rule.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 130 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1 ) &
+wait; tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json; grep -h -E "x \\(target" $OUT/e2e_rule.log
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 150 python3 -m torch.distributed.run --standalone --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0 --chunk-sizes 1024 --pipeline 8 --iters 8 --out $OUT/cp_scaling.json > $OUT/cp_scaling.log 2>&1; tail -n 8 $OUT/cp_scaling.log | cut -c1-400'"
+$(pack_logs 60)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -760,7 +837,7 @@ for i, call in enumerate(calls):
     for line in cmd.splitlines():
         for prog in re.finditer(r"(?:^|[;&|]\s*|\s)(python3|torchrun|nvidia-smi)\b", line):
             before = line[:prog.start(1)]
-            if re.search(r"timeout (-s \w+ )?(-k \d+ )?\d+\s+(ncu [^|;&]*\s)?$", before):
+            if re.search(r"timeout (-s \w+ )?(-k \d+ )?(\d+|\$\d)\s+(ncu [^|;&]*\s)?$", before):
                 continue
             if re.match(r'python3 -c "import [\w.]+"', line[prog.start(1):]):
                 continue
@@ -895,7 +972,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

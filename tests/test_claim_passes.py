@@ -96,3 +96,51 @@ def test_forward_host_api_and_compile_check(monkeypatch):
     interface.flashmask_fwd(q, k, v, out, lse, idx, causal=True, softmax_scale=0.1, stream=0,
                             retire=True)
     assert api.launched[-1] == "flash_fwd_sm90" and len(api.counter_resets) == 1
+
+
+def test_backward_claims_by_class_where_the_grid_gets_few_items(monkeypatch):
+    """The problem-size rule (flash_bwd_sm90.default_claim_passes): 3-pass claims below
+    FEW_ITEMS_PER_CTA key tiles per CTA, the list once above; the env value overrides both."""
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(bwd.CLAIM_PASSES_ENV, raising=False)
+    few = bwd.FEW_ITEMS_PER_CTA
+    assert bwd.default_claim_passes() == 1  # compile time: the problem is not known yet
+    assert bwd.default_claim_passes(few * 132 - 1, 132) == 3
+    assert bwd.default_claim_passes(few * 132, 132) == 1
+    assert bwd.default_claim_passes(1024, 132) == 3  # the e2e step: B=2 S=8K, 8 KV heads
+    assert bwd.default_claim_passes(4096, 132) == 1  # the benchmark: B=4 S=8K, 16 heads
+    monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, "1")
+    assert bwd.default_claim_passes(1024, 132) == 1
+    monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, "2")
+    assert bwd.default_claim_passes(4096, 132) == 2
+    monkeypatch.delenv(bwd.CLAIM_PASSES_ENV)
+    # the work list counts KV heads when the CTA walks the query heads (GQA in the CTA)
+    gqa = interface.backward_config("bfloat16", 128, True, 1, gqa=True)
+    mha = interface.backward_config("bfloat16", 128, True, 1)
+    assert gqa.gqa_in_cta and not mha.gqa_in_cta and gqa.tile_n == mha.tile_n == 128
+    assert bwd.backward_work_items(gqa, 2, 8192, 16, 8) == 64 * 8 * 2
+    assert bwd.backward_work_items(mha, 2, 8000, 16, 16) == 63 * 16 * 2
+
+
+def test_host_api_applies_the_rule_per_problem(monkeypatch):
+    """flashmask_bwd picks the passes from the problem's work items (real sm_90a compiles of
+    the variants it asks for); retire launches and the env override keep one pass."""
+    pytest.importorskip("torch")
+    from test_cp_retire import _harness_seeing
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.CLAIM_PASSES_ENV, bwd.PERSISTENT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    api, seen = _harness_seeing(monkeypatch, "compiled_backward")
+    t = api.tensor
+    b, s, h, d = 1, 256, 2, 128  # 2 key tiles x 2 heads: far below 16 per CTA
+    q, k, v, out, dout, lse = api.attention_tensors(b, s, h, h, d)
+    grads = [t(b, s, h, d) for _ in range(3)]
+    for retire, env in ((False, None), (True, None), (False, "1")):
+        if env is not None:
+            monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, env)
+        interface.flashmask_bwd(q, k, v, out, dout, lse, *grads, None, causal=True,
+                                softmax_scale=0.1, stream=0, retire=retire)
+    assert [c.claim_passes for c in seen] == [3, 1, 1]
+    assert seen[0].persistent and not seen[1].persistent and seen[2].persistent

@@ -16,10 +16,36 @@ def test_dynamic_schedule_config(monkeypatch):
     monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "1")
     assert fwd.default_config("bf16", 128, None, True, 1).dynamic_schedule
     assert fwd.default_config("bf16", 128, None, False, None).dynamic_schedule
-    # the work order walks static slots: the two schedulers exclude each other
-    assert not fwd.default_config("bf16", 128, None, True, 1, work_order=True).dynamic_schedule
-    with pytest.raises(ValueError, match="dynamic_schedule"):
-        fwd.FwdConfig("bf16", 128, 128, True, 1, dynamic_schedule=True, work_order=True)
+    # with the work order the claims walk it (claim t takes order[t]); the static slots walk it
+    # through the snake when the dynamic schedule is off; claims by class would be redundant
+    ordered = fwd.default_config("bf16", 128, None, True, 1, work_order=True)
+    assert ordered.dynamic_schedule and ordered.work_order and ordered.claim_passes == 1
+    monkeypatch.setenv(fwd.CLAIM_PASSES_ENV, "3")
+    assert fwd.default_config("bf16", 128, None, True, 1, work_order=True).claim_passes == 1
+    assert fwd.default_config("bf16", 128, None, True, 1).claim_passes == 3
+    with pytest.raises(ValueError, match="claim_passes: expected 1 with work_order=True"):
+        fwd.FwdConfig("bf16", 128, 128, True, 1, dynamic_schedule=True, work_order=True,
+                      claim_passes=3)
+    monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "0")
+    static = fwd.default_config("bf16", 128, None, True, 1, work_order=True)
+    assert static.work_order and not static.dynamic_schedule and static.claim_passes == 1
+
+
+def test_work_tile_reads_the_order_by_claim_or_through_the_snake():
+    """Claims hand out the order's items one after the other; static slots read them through
+    the snake (tile_scheduler.work_tile, plain arithmetic on Python ints)."""
+    from paddle_flashmask.ops.cute import tile_scheduler as sched
+
+    m_blocks, heads, batch = 3, 2, 2
+    total = m_blocks * heads * batch
+    order = [(7 * i + 5) % total for i in range(total)]  # a permutation of the items
+    assert sorted(order) == list(range(total))
+    claimed = [sched.work_tile(order, t, total, m_blocks, heads, batch, claimed=True)
+               for t in range(total)]
+    assert claimed == [sched.decode_item(order[t], m_blocks, heads) for t in range(total)]
+    assert len(set(claimed)) == total  # every (m_block, head, batch) exactly once
+    assert claimed[0] == (order[0] % m_blocks, (order[0] // m_blocks) % heads,
+                          order[0] // (m_blocks * heads))
 
 
 def test_backward_register_operand_switch(monkeypatch):

@@ -157,8 +157,9 @@ def _compiled_sass(nvdisasm: str, tmp_path: Path, code: str, **env_vars: str) ->
                           text=True).stdout
 
 
-@pytest.mark.parametrize("fast,work_order", [(False, False), (True, False), (False, True)],
-                         ids=["verified", "fast", "work-order"])
+@pytest.mark.parametrize("fast,work_order", [(False, False), (True, False), (False, True),
+                                             (True, True)],
+                         ids=["verified", "fast", "work-order", "fast-claimed-work-order"])
 def test_sm90a_sass_has_tma_and_async_wgmma(tmp_path, fast, work_order):
     nvdisasm = _nvdisasm()
     if nvdisasm is None:

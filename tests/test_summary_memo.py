@@ -84,3 +84,34 @@ def test_objects_without_a_version_are_not_cached(launches):
     _, owned = interface.tile_summary_for(obj, DEV0, 112, 7)
     _, owned_again = interface.tile_summary_for(obj, DEV0, 112, 7)
     assert owned and owned_again and _launch_count(launches) == 2 and not interface._derived
+
+
+def test_work_order_is_kept_with_the_tensor_and_its_workspace_freed(launches, monkeypatch):
+    """The forward's work order (interface.work_order_for): computed once per index tensor and
+    head count (every layer of a step passes the same tensor), the ordering kernels' workspace
+    released right after they are enqueued, the order kept until the tensor changes or dies;
+    without an index tensor (plain causal) a fresh order per call, owned by the caller."""
+    from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
+
+    log = launches
+
+    def fake_order(problem, config, summary, stream):
+        log.append(("order", problem.num_heads, stream))
+        return FakeBuffer(log), FakeBuffer(log)
+
+    monkeypatch.setattr(interface, "launch_work_order", fake_order)
+    config = fwd.default_config("bf16", 128, None, True, 1, work_order=True)
+    problem = types.SimpleNamespace(device=0, num_heads=4, seqlen_q=300, seqlen_k=300)
+    idx = torch.zeros(1, 1, 300, 1, dtype=torch.int32)
+    (order,), owned = interface.work_order_for(idx, problem, config, (None, None), 7)
+    assert not owned and log == [("order", 4, 7), "release"]  # the workspace, not the order
+    (again,), owned = interface.work_order_for(idx, problem, config, (None, None), 7)
+    assert again is order and not owned and _launch_count(log) == 1
+    more_heads = types.SimpleNamespace(device=0, num_heads=8, seqlen_q=300, seqlen_k=300)
+    interface.work_order_for(idx, more_heads, config, (None, None), 7)  # a longer order
+    assert _launch_count(log) == 2
+    idx.add_(1)
+    (fresh,), _ = interface.work_order_for(idx, problem, config, (None, None), 7)
+    assert fresh is not order and order.released and not fresh.released
+    (plain,), owned = interface.work_order_for(None, problem, config, (None, None), 7)
+    assert owned and not plain.released

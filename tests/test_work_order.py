@@ -177,13 +177,14 @@ def test_host_api_with_work_order_packs_the_compiled_kernels_arguments(monkeypat
     launched, scratch, t = api.launched, api.scratch, api.tensor
     b, s, h, hk, d = 2, 300, 4, 2, 128
     q, k, v, out, _, lse = api.attention_tensors(b, s, h, hk, d)
-    interface.flashmask_fwd(q, k, v, out, lse, t(b, hk, s, 2, dtype=torch.int32), causal=True,
-                            softmax_scale=0.1, stream=0)
+    indices = t(b, hk, s, 2, dtype=torch.int32)
+    interface.flashmask_fwd(q, k, v, out, lse, indices, causal=True, softmax_scale=0.1, stream=0)
     assert launched == ["tile_summary", "fwd_work_order", "flash_fwd_sm90"]
     m_blocks, k_tiles = 3, 3  # ceil(300 / 128)
-    # summary x2, then workspace (weights [B, Hk, M] + histogram) and the order [B * H * M]
+    # summary x2, then workspace (weights [B, Hk, M] + histogram) and the order [B * H * M];
+    # the dynamic schedule's counter last (the claims walk the order)
     assert scratch[2:] == [(b * hk * m_blocks + wo.WEIGHT_PARTIAL * k_tiles + 1,),
-                           (b * h * m_blocks,)]
+                           (b * h * m_blocks,), (1,)]
     launched.clear()
     interface.flashmask_fwd(q, k, v, out, lse, None, causal=True, softmax_scale=0.1, stream=0)
     assert launched == ["fwd_work_order", "flash_fwd_sm90"]

@@ -276,13 +276,40 @@ def default_key_major() -> bool:
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_PASSES"
 
 
-def default_claim_passes() -> int:
-    """``BwdConfig.claim_passes`` wanted for a persistent grid: 1 (the list in order) until the
-    H200 A/B; env ``PADDLE_FLASHMASK_BWD_CLAIM_PASSES=3`` claims by work class (the schedule model,
-    ``bench/schedule_sim.py --backward``: tail 1.8-20 % -> 0.5-1.5 % on the zoo's masks)."""
+# Below this many work items per CTA the persistent grid's tail dominates: the last key tiles
+# claimed (the lightest of their head, but a long document's first tiles are heavy) finish alone.
+FEW_ITEMS_PER_CTA = 16
+
+
+def default_claim_passes(work_items: Optional[int] = None, grid_ctas: Optional[int] = None
+                         ) -> int:
+    """``BwdConfig.claim_passes`` wanted for a persistent grid of ``grid_ctas`` CTAs over
+    ``work_items`` key tiles (None: not known yet, the compile-time default).
+
+    3 (claims by work class) when the grid gets fewer than :data:`FEW_ITEMS_PER_CTA` items per CTA,
+    else 1 (the list once, in order). The end-to-end step's backward (B=2 S=8K, GQA 16/8 in the
+    CTA: 1,024 key tiles over 132 CTAs) left the SMs idle 18 % of its time with one pass and
+    3-pass claims took its kernel from 806-809 to 735-739 us (H200, session 13); the schedule
+    model (``bench/schedule_sim.py --backward``) puts that tail at 1.23x -> 1.04x, and at
+    16-31 items per CTA at 1.06-1.12x -> 1.01x, where the extra claims' cost (session 10:
+    B=4 S=8K H=16, 31 per CTA, causal documents 1-5 % slower) eats the gain. Env
+    ``PADDLE_FLASHMASK_BWD_CLAIM_PASSES`` = 1-4 overrides the rule."""
     from .launch_args import env_choice
 
-    return int(env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4")) or 1)
+    forced = env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4"))
+    if forced:
+        return int(forced)
+    if work_items is None or grid_ctas is None or grid_ctas <= 0:
+        return 1
+    return 3 if work_items < FEW_ITEMS_PER_CTA * grid_ctas else 1
+
+
+def backward_work_items(config, batch: int, seqlen_k: int, num_heads: int,
+                        num_kv_heads: int) -> int:
+    """Key tiles in the persistent backward's work list (``_num_tiles``): per batch and query
+    head, or per KV head when the CTA walks the query heads itself (``gqa_in_cta``)."""
+    heads = num_kv_heads if config.gqa_in_cta else num_heads
+    return -(-seqlen_k // config.tile_n) * heads * batch
 
 
 PDS_STAGES_ENV = "PADDLE_FLASHMASK_BWD_PDS_STAGES"

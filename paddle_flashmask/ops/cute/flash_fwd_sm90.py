@@ -18,8 +18,9 @@ warpgroups, ``FwdConfig.tile_m`` -- persistent over work tiles):
 * Persistent scheduler (``tile_scheduler.py``): a head's query tiles together, last (heaviest)
   first; by default each CTA's producer claims the next work tile from a global counter
   (``FwdConfig.dynamic_schedule``) and passes it to the consumers with the tile's Q stage. With
-  ``FwdConfig.work_order`` (off by default, compiled but not yet GPU-run) the CTAs walk the
-  heaviest-first order that ``work_order_kernel.py`` computes on the GPU from the tile summary.
+  ``FwdConfig.work_order`` (off by default) the claims, or the static slots without the dynamic
+  schedule, walk the heaviest-first order that ``work_order_kernel.py`` computes on the GPU from
+  the tile summary.
 * Fast path (``FwdConfig`` flags, ``default_config(fast=True)``): S_j = Q·K_jᵀ in flight with
   P_{j-1}·V_{j-1} (intra-warpgroup overlap), turns between the consumer warpgroups (ping-pong,
   round robin with three), double-buffered Q, and a stmatrix + TMA-store epilogue. The default since it was
@@ -85,7 +86,8 @@ class FwdConfig:
     producer_regs: int = 24
     consumer_regs: int = 240
     # Persistent CTAs walk a work order computed on the GPU from the tile summary (query tiles by
-    # real work, heaviest first; work_order_kernel.py). Off by default: compiled, not yet GPU-run.
+    # real work, heaviest first; work_order_kernel.py): claim t takes order[t] under the dynamic
+    # schedule, static slot t takes order[snake(t)] without it. Off by default.
     work_order: bool = False
     # The producer scans only each query tile's [n_lo, n_hi) of key tiles, computed on the GPU
     # from the tile summary (tile_range_kernel.py). Masks only; default_config turns it on.
@@ -148,9 +150,10 @@ class FwdConfig:
             raise ValueError("FwdConfig.partial_overlap: needs intra_wg_overlap=True")
         if self.pingpong and not self.intra_wg_overlap:
             raise ValueError("FwdConfig.pingpong: needs intra_wg_overlap=True")
-        if self.dynamic_schedule and self.work_order:
-            raise ValueError("FwdConfig.dynamic_schedule: expected work_order=False (the work "
-                             "order is walked by static slots), found work_order=True")
+        if self.work_order and self.claim_passes > 1:
+            raise ValueError(f"FwdConfig.claim_passes: expected 1 with work_order=True (the "
+                             f"order already puts the heaviest items first), found "
+                             f"{self.claim_passes}")
         if self.tile_ranges and self.mask_columns is None:
             raise ValueError("FwdConfig.tile_ranges: expected mask_columns (ranges come from the "
                              "tile summary of startend_row_indices), found None")
@@ -250,7 +253,9 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     TFLOP/s, full equal), TMA-store epilogue. Verified on the H200 (fwd_check 24/24, 2026-11-30) and
     about 10 % faster than ``fast=False``, the simpler one-tile-at-a-time loop (also verified).
     ``work_order=True`` (or env ``PADDLE_FLASHMASK_FWD_WORK_ORDER=1``): the persistent scheduler
-    takes query tiles in the GPU-computed heaviest-first order (either path; not yet GPU-run).
+    takes query tiles in the GPU-computed heaviest-first order (either path): claimed one after
+    the other under the dynamic schedule (the default), through static snake slots with env
+    ``PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE=0``.
     """
     dv = head_dim if head_dim_v is None else head_dim_v
     if fast is None:
@@ -262,12 +267,12 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     tile_ranges = bool(tile_ranges) and mask_columns is not None
     if dynamic_schedule is None:  # on since the H200 A/B: documents +16-19 %, others +0-2 %
         dynamic_schedule = env_flag(DYNAMIC_SCHEDULE_ENV, default="1")
-    dynamic_schedule = bool(dynamic_schedule) and not work_order
+    dynamic_schedule = bool(dynamic_schedule)
     if partial_overlap is None:  # fast path only; on since the H200 A/B (24/24, masks +1-3 %)
         partial_overlap = env_flag(PARTIAL_OVERLAP_ENV, default="1")
     # claims by work class: off until the H200 A/B (env PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3)
     claim_passes = int(env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4")) or 1)
-    claim_passes = claim_passes if dynamic_schedule else 1
+    claim_passes = claim_passes if dynamic_schedule and not work_order else 1
     # diagonal-only partial tiles: off until the H200 A/B (env ..._FWD_DIAGONAL_PARTIALS=1)
     diagonal_partials = env_flag(DIAGONAL_PARTIALS_ENV) and mask_columns is not None
     # Q descriptors from the warpgroup's uniform slice: off until the H200 A/B (env ..._UNIFORM_Q=1)
@@ -666,7 +671,7 @@ class FlashFwdSm90:
         advanced Q, K and V pipeline states (assigned by the caller, so a branch carries them)."""
         tm, tn = self.tile_m, self.tile_n
         m_block, head, batch = sched.work_tile(mOrder, item, total, num_m_blocks, num_heads,
-                                               num_batch)
+                                               num_batch, self.dynamic)
         kv_head = head // (num_heads // num_kv_heads)
         mask_head = head // (num_heads // num_mask_heads)
         row_begin = m_block * tm
@@ -784,7 +789,7 @@ class FlashFwdSm90:
         """The length of the key-tile scan of work tile ``item`` (:meth:`key_tile_scan`), the
         measure of its claim class (``claim_passes``)."""
         m_block, head, batch = sched.work_tile(mOrder, item, total, num_m_blocks, num_heads,
-                                               num_batch)
+                                               num_batch, self.dynamic)
         row_end = cutlass.min(m_block * self.tile_m + self.tile_m, seqlen_q)
         n_begin, n_end = self.key_tile_scan(m_block, head // (num_heads // num_mask_heads),
                                             batch, row_end, mRanges, diag_offset, num_k_tiles)
@@ -895,7 +900,7 @@ class FlashFwdSm90:
             t = s_work[q_state.index]
         while t < total:
             m_block, head, batch = sched.work_tile(mOrder, t, total, num_m_blocks, num_heads,
-                                                   num_batch)
+                                                   num_batch, self.dynamic)
             row_base = m_block * tm
             row_max.fill(-Float32.inf)
             row_sum.fill(0.0)

@@ -266,6 +266,25 @@ def schedule_counter(device: int, stream: int) -> DeviceBuffer:
     return counter
 
 
+def work_order_for(indices: Any, problem: Problem, config: Any, summary: tuple, stream: int
+                   ) -> tuple[tuple, bool]:
+    """The forward's work order (``FwdConfig.work_order``) as ``((order,), owned)``: cached with
+    the index tensor when there is one (every layer of a step passes the same tensor, so the four
+    ordering kernels run once per step, not once per layer), else computed for this call."""
+    def compute() -> tuple:
+        workspace, order = launch_work_order(problem, config, summary, stream)
+        workspace.release()  # stream-ordered: freed after the ordering kernels that use it
+        return (order,)
+
+    if indices is None:  # plain causal / full attention: nothing to key a cache on
+        return compute(), True
+    from .work_order_kernel import WorkOrderConfig
+
+    what = ("work_order", WorkOrderConfig.for_forward(config), problem.num_heads,
+            problem.seqlen_q, problem.seqlen_k, problem.device, int(stream))
+    return derived_from_indices(indices, what, compute)
+
+
 def launch_work_order(problem: Problem, config: Any, summary: tuple, stream: int
                       ) -> tuple[DeviceBuffer, DeviceBuffer]:
     """The forward's work order (``FwdConfig.work_order``): its query tiles, heaviest first,
@@ -498,16 +517,18 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
         ranges, ranges_owned = tile_ranges_for(infos["indices_object"], problem, config, summary,
                                                stream)
     kernel = compiled_forward(config)
-    ordering = (None, None)  # workspace, order: only when the config asks for the work order
+    ordering, ordering_owned = (None,), False  # only when the config asks for the work order
     if getattr(config, "work_order", False):
-        ordering = launch_work_order(problem, config, summary, stream)
+        ordering, ordering_owned = work_order_for(infos.get("indices_object"), problem, config,
+                                                  summary, stream)
     counter = schedule_counter(problem.device, stream) if config.dynamic_schedule else None
     kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["lse"], infos.get("indices"),
            summary[0], summary[1], infos.get("sink"), float(softmax_scale), stream,
-           grid_ctas, work_order=ordering[1], tile_ranges=ranges[0],
+           grid_ctas, work_order=ordering[0], tile_ranges=ranges[0],
            schedule_counter=counter)
     # freed in stream order, after the kernel that reads them (cached buffers stay)
-    for buffer in (*(summary if owned else ()), *(ranges if ranges_owned else ()), *ordering):
+    for buffer in (*(summary if owned else ()), *(ranges if ranges_owned else ()),
+                   *(ordering if ordering_owned else ())):
         if buffer is not None:
             buffer.release()
 
@@ -550,6 +571,14 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
     if retire and config.persistent:  # one CTA per (key tile, head, batch), launched in order
         config = replace(config, persistent_ctas=0, key_major=False, fused_dq=False,
                          claim_passes=1)
+    elif config.persistent:
+        # claims by work class where the grid gets few items per CTA (a problem-size rule)
+        from .flash_bwd_sm90 import backward_work_items, default_claim_passes
+
+        passes = default_claim_passes(backward_work_items(config, b, sk, h, hk),
+                                      config.persistent_ctas)
+        if passes != config.claim_passes:
+            config = replace(config, claim_passes=passes)
     from .flash_bwd_sm90 import workspace_shapes
 
     workspace, buffers = {}, []

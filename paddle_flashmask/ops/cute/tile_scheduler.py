@@ -8,10 +8,12 @@ causal and bottom-right-heavy masks (causal documents, prefix-LM) the last query
 most key tiles, so they start first and the short ones fill in behind them; for flat masks
 (sliding window, documents) the order is neutral. Static: no per-tile table, nothing to allocate.
 
-Work-ordered variant (``FwdConfig.work_order``, off by default until run on the GPU): the order is
-a list of work items computed on the GPU from the tile summary (``work_order_kernel``: query tiles
-sorted by the key tiles they really load, heaviest first, O(S/tile) per head). The CTAs still
-take slots ``t = cta, cta + grid, ...`` statically; slot ``t`` reads item ``order[snake(t)]``.
+Work-ordered variant (``FwdConfig.work_order``, off by default): the order is a list of work
+items computed on the GPU from the tile summary (``work_order_kernel``: query tiles sorted by the
+key tiles they really load, heaviest first, O(S/tile) per head). With the dynamic schedule (below)
+the counter's claim ``t`` reads item ``order[t]``: the heaviest items start first and the CTAs
+that drew light ones take more. Without it, the CTAs take slots ``t = cta, cta + grid, ...``
+statically; slot ``t`` reads item ``order[snake(t)]``.
 Static striding rather than an atomic work counter: producer and consumers of a CTA compute the
 same sequence with no communication (an atomic counter needs the producer to publish each item to
 the consumers through shared memory and a barrier per work tile, plus a counter reset per launch),
@@ -108,14 +110,18 @@ def decode_item(item: Int32, num_m_blocks: Int32, num_heads: Int32):
 
 
 def work_tile(order: Optional[cute.Tensor], t: Int32, total: Int32, num_m_blocks: Int32,
-              num_heads: Int32, batch: Int32):
+              num_heads: Int32, batch: Int32, claimed: bool = False):
     """(m_block, head, batch) of slot ``t``: the static order, or the GPU-computed work order.
 
     ``order`` is None (trace-time constant) for the default scheduler, which then traces exactly
-    :func:`decode_work`.
+    :func:`decode_work`. With an order, ``claimed`` (trace-time constant) says how ``t`` was
+    obtained: from the dynamic schedule's counter, which hands out the order's items one after
+    the other (``order[t]``), or from the static striding, which reads it through the snake.
     """
     if order is None:
         return decode_work(t, num_m_blocks, num_heads, batch)
+    if claimed:
+        return decode_item(order[t], num_m_blocks, num_heads)
     grid = Int32(cute.arch.grid_dim()[0])
     return decode_item(order[snake_slot(t, total, grid)], num_m_blocks, num_heads)
 
