@@ -796,7 +796,19 @@ NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 150 python3 -m torch.distributed.run --s
 $(pack_logs 60)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60"
+call61() {
+  emit "call 61 (session 13, right after call 5a on a fresh nvidia-h200-x2) - stage part b; the backward rule also reaches the benchmark's GQA row (case 2: B=4 S=8K GQA 32/8, 2,048 key tiles of KV heads, < 16 per CTA): kernel times per call (torch.profiler) with one pass forced and with the rule, in both orders on the two GPUs [<= 4.5 min]" \
+    nvidia-h200-x2 250 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+C=PADDLE_FLASHMASK_BWD_CLAIM_PASSES
+pc() { mkdir -p $OUT/$2; env $1 timeout -s INT -k 10 100 python3 bench/profile_call.py --batch 4 --heads 32 --kv-heads 8 --masks full,causal,sliding_window,causal_document,document --out $OUT/$2 > $OUT/profile_$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; pc $C=1 g1a; pc X=0 grb ) &
+( export CUDA_VISIBLE_DEVICES=1; pc X=0 gra; pc $C=1 g1b ) &
+wait; for f in $OUT/profile_g*.log; do echo "$f"; grep -o -E "^[a-z_]+ |bwd_sm90F[^,]*" $f | paste -sd " "; done'"
+$(pack_logs 61)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -972,7 +984,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

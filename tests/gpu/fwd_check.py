@@ -312,7 +312,8 @@ def run_case(torch, cute_rt, fwd_mod, compiled_cache, case, rng, num_sms, fast=F
         out_base, lse_base = torch.full_like(out, float("nan")), torch.full_like(lse, float("nan"))
         compiled_cache[base_cfg](dl(q), dl(k), dl(v), dl(out_base), dl(lse_base), dl(idx_t),
                                  dl(cmin), dl(cmax), dl(sink), scale, stream, num_sms,
-                                 tile_ranges=ranges)
+                                 tile_ranges=ranges,
+                                 schedule_counter=schedule_counter(torch, base_cfg))
         torch.cuda.synchronize()
         order_info["bitwise_equal_to_default"] = bool(
             torch.equal(out.view(torch.int16), out_base.view(torch.int16))
