@@ -31,17 +31,22 @@ def test_dynamic_schedule_config(monkeypatch):
     assert static.work_order and not static.dynamic_schedule and static.claim_passes == 1
 
 
-def test_work_tile_reads_the_order_by_claim_or_through_the_snake():
-    """Claims hand out the order's items one after the other; static slots read them through
-    the snake (tile_scheduler.work_tile, plain arithmetic on Python ints)."""
+def test_claims_publish_the_order_items():
+    """Claims hand out the order's items one after the other: the producer reads order[claim]
+    once and publishes the item, which producer and consumers decode alike
+    (tile_scheduler.claimed_item / work_tile, plain arithmetic on Python ints; the static
+    slots' snake is tests/test_work_order.py's)."""
     from paddle_flashmask.ops.cute import tile_scheduler as sched
 
     m_blocks, heads, batch = 3, 2, 2
     total = m_blocks * heads * batch
     order = [(7 * i + 5) % total for i in range(total)]  # a permutation of the items
     assert sorted(order) == list(range(total))
-    claimed = [sched.work_tile(order, t, total, m_blocks, heads, batch, claimed=True)
-               for t in range(total)]
+    # the producer turns claim t into the order's item once; the item is what travels
+    items = [sched.claimed_item(order, t) for t in range(total)]
+    assert items == order and [sched.claimed_item(None, t) for t in range(3)] == [0, 1, 2]
+    claimed = [sched.work_tile(order, item, total, m_blocks, heads, batch, claimed=True)
+               for item in items]
     assert claimed == [sched.decode_item(order[t], m_blocks, heads) for t in range(total)]
     assert len(set(claimed)) == total  # every (m_block, head, batch) exactly once
     assert claimed[0] == (order[0] % m_blocks, (order[0] // m_blocks) % heads,

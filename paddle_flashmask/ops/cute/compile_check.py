@@ -77,6 +77,7 @@ def variants(full: bool = False) -> list[Variant]:
 
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
             partial_overlap=False, claim_passes=1, diagonal_partials=False, uniform_q=False,
+            claimed_order=False,
             rescale_threshold: float = 0.0,
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
@@ -99,7 +100,7 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, diagonal_partials=True)
             extra += " diagonal-partials"
         if claim_passes > 1:  # the dynamic schedule claims by work class (FwdConfig.claim_passes)
-            cfg = dataclasses.replace(cfg, claim_passes=claim_passes)
+            cfg = dataclasses.replace(cfg, claim_passes=claim_passes, work_order=False)
             extra += f" claim-passes-{claim_passes}"
         if partial_overlap:  # partial tiles masked with P·V in flight (FwdConfig.partial_overlap)
             cfg = dataclasses.replace(cfg, partial_overlap=True)
@@ -119,9 +120,10 @@ def variants(full: bool = False) -> list[Variant]:
         if work_order:  # the work-ordered scheduler (FwdConfig.work_order) + its ordering kernels
             from .work_order_kernel import WorkOrderConfig
 
-            cfg = dataclasses.replace(cfg, work_order=True, dynamic_schedule=False,
+            # claimed: the dynamic schedule's claims walk the order; else static snake slots
+            cfg = dataclasses.replace(cfg, work_order=True, dynamic_schedule=claimed_order,
                                       claim_passes=1)
-            extra += " work-order"
+            extra += " claimed-work-order" if claimed_order else " work-order"
             add(f"work-order {_form_label(causal, c)}", "work_order",
                 WorkOrderConfig.for_forward(cfg), False)
         add(f"fwd {dtype} d{d} {_form_label(causal, c)}{extra}", "fwd", cfg, True)
@@ -231,6 +233,7 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)
     fwd("bfloat16", 128, False, 4, work_order=True)
+    fwd("bfloat16", 128, True, 1, work_order=True, claimed_order=True)  # off: slower (session 13)
     fwd("bfloat16", 128, True, 1, tile_ranges=True)  # (default) + the tile-range kernel
     fwd("bfloat16", 128, False, 4, tile_ranges=True)
     fwd("bfloat16", 128, True, 1, dynamic=False)

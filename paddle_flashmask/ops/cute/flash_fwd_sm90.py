@@ -632,6 +632,8 @@ class FlashFwdSm90:
             item = t
             if cutlass.const_expr(passes > 1):
                 item = t - (t // total) * total
+            if cutlass.const_expr(self.dynamic and self.work_order):
+                item = sched.claimed_item(mOrder, t)  # the item itself is published
             work = (item, total, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
                     mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q, seqlen_k,
                     diag_offset, num_heads, num_kv_heads, num_mask_heads, num_m_blocks,

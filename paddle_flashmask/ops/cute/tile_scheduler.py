@@ -11,10 +11,10 @@ most key tiles, so they start first and the short ones fill in behind them; for 
 Work-ordered variant (``FwdConfig.work_order``, off by default): the order is a list of work
 items computed on the GPU from the tile summary (``work_order_kernel``: query tiles sorted by the
 key tiles they really load, heaviest first, O(S/tile) per head). With the dynamic schedule (below)
-the counter's claim ``t`` reads item ``order[t]``: the heaviest items start first and the CTAs
-that drew light ones take more. Without it, the CTAs take slots ``t = cta, cta + grid, ...``
-statically; slot ``t`` reads item ``order[snake(t)]``.
-Static striding rather than an atomic work counter: producer and consumers of a CTA compute the
+the counter's claim ``t`` takes item ``order[t]`` (read once by the producer, which publishes
+the item itself): the heaviest items start first and the CTAs that drew light ones take more.
+Without it, the CTAs take slots ``t = cta, cta + grid, ...`` statically; slot ``t`` reads item
+``order[snake(t)]``. Static striding rather than an atomic work counter: producer and consumers of a CTA compute the
 same sequence with no communication (an atomic counter needs the producer to publish each item to
 the consumers through shared memory and a barrier per work tile, plus a counter reset per launch),
 and over a list sorted heaviest first, striding already hands every CTA one item of each "row" of
@@ -114,16 +114,24 @@ def work_tile(order: Optional[cute.Tensor], t: Int32, total: Int32, num_m_blocks
     """(m_block, head, batch) of slot ``t``: the static order, or the GPU-computed work order.
 
     ``order`` is None (trace-time constant) for the default scheduler, which then traces exactly
-    :func:`decode_work`. With an order, ``claimed`` (trace-time constant) says how ``t`` was
-    obtained: from the dynamic schedule's counter, which hands out the order's items one after
-    the other (``order[t]``), or from the static striding, which reads it through the snake.
+    :func:`decode_work`. With an order, ``claimed`` (trace-time constant) says what ``t`` is:
+    under the dynamic schedule the order's entry itself (the producer reads ``order[claim]``
+    once, :func:`claimed_item`, and publishes the item, so the consumers decode it without a
+    global load of their own), under the static striding a slot read through the snake.
     """
     if order is None:
         return decode_work(t, num_m_blocks, num_heads, batch)
     if claimed:
-        return decode_item(order[t], num_m_blocks, num_heads)
+        return decode_item(t, num_m_blocks, num_heads)
     grid = Int32(cute.arch.grid_dim()[0])
     return decode_item(order[snake_slot(t, total, grid)], num_m_blocks, num_heads)
+
+
+def claimed_item(order: Optional[cute.Tensor], claim: Int32) -> Int32:
+    """Dynamic schedule: the work item of claim ``claim`` (< the item count: past the end the
+    producer publishes the sentinel instead) -- the list index itself, or with a work order its
+    entry ``order[claim]``."""
+    return claim if order is None else order[claim]
 
 
 CLAIM_CLASS_RATIO = 4  # work classes of a multi-pass claim: each 4x lighter than the one before
