@@ -821,7 +821,19 @@ wait; tail -n 1 $OUT/fwd_co*.log; for f in $OUT/profile_o*.log; do echo "$f $(gr
 $(pack_logs 62 'bench-co*.json')"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62"
+call63() {
+  emit "call 63 (for session 14, on the warm machine after call 62; prepared in session 13) - forward claims by work class with claim blocks (one atomic per 4 consecutive items, their classes read before any is produced; compiled only): a smoke with 3 passes and blocks of 4 that ends that side on failure, the forward oracle with it (GPU 0) || forward kernel times on the e2e shape (torch.profiler): default / 3-pass blocks of 4 / blocks of 8 / default (GPU 1) [<= 4 min]" \
+    nvidia-h200-x2 300 '[".devtools"]' \
+"$PRELUDE"'
+F=PADDLE_FLASHMASK_FWD; B4="${F}_CLAIM_PASSES=3 ${F}_CLAIM_BLOCK=4"; B8="${F}_CLAIM_PASSES=3 ${F}_CLAIM_BLOCK=8"
+pc() { mkdir -p $OUT/$2; env $1 timeout -s INT -k 10 50 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks sft_documents --out $OUT/$2 > $OUT/profile_$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; env $B4 timeout -s INT -k 5 60 python3 tests/gpu/fwd_check.py --only causal_doc_C1 --json-name fwd_cb_smoke.json > $OUT/fwd_cb_smoke.log 2>&1 && env $B4 timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_claim_block.json > $OUT/fwd_cb.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; pc X=0 b0a; pc "$B4" b4b; pc "$B8" b8c; pc X=0 b0d ) &
+wait; tail -n 1 $OUT/fwd_cb*.log; for f in $OUT/profile_b*.log; do echo "$f $(grep -o "fwd_sm90F[^,]*" $f)"; done'"
+$(pack_logs 63)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -997,7 +1009,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

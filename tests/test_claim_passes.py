@@ -144,3 +144,30 @@ def test_host_api_applies_the_rule_per_problem(monkeypatch):
                                 softmax_scale=0.1, stream=0, retire=retire)
     assert [c.claim_passes for c in seen] == [3, 1, 1]
     assert seen[0].persistent and not seen[1].persistent and seen[2].persistent
+
+
+def test_forward_claim_blocks_config(monkeypatch):
+    """FwdConfig.claim_block: several list items per atomic in the class passes, only with
+    claim_passes > 1; env PADDLE_FLASHMASK_FWD_CLAIM_BLOCK (1 / 2 / 4 / 8), off by default."""
+    from paddle_flashmask.ops.cute import compile_check
+    from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
+
+    for name in (fwd.CLAIM_PASSES_ENV, fwd.CLAIM_BLOCK_ENV, fwd.DYNAMIC_SCHEDULE_ENV,
+                 fwd.WORK_ORDER_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert fwd.default_config("bf16", 128, None, True, 1).claim_block == 1
+    monkeypatch.setenv(fwd.CLAIM_BLOCK_ENV, "4")
+    assert fwd.default_config("bf16", 128, None, True, 1).claim_block == 1  # one pass: no blocks
+    monkeypatch.setenv(fwd.CLAIM_PASSES_ENV, "3")
+    cfg = fwd.default_config("bf16", 128, None, True, 1)
+    assert (cfg.claim_passes, cfg.claim_block) == (3, 4)
+    monkeypatch.setenv(fwd.CLAIM_BLOCK_ENV, "3")
+    with pytest.raises(ValueError, match=fwd.CLAIM_BLOCK_ENV):
+        fwd.default_config("bf16", 128, None, True, 1)
+    with pytest.raises(ValueError, match="claim_block"):
+        fwd.FwdConfig("bfloat16", 128, 128, True, 1, dynamic_schedule=True, claim_block=4)
+    for name in (fwd.CLAIM_PASSES_ENV, fwd.CLAIM_BLOCK_ENV):
+        monkeypatch.delenv(name)
+    chosen = {v.label: v.config for v in compile_check.variants()}
+    blocked = chosen["fwd bfloat16 d128 causal-C1 claim-passes-3 claim-block-4"]
+    assert (blocked.claim_passes, blocked.claim_block, blocked.dynamic_schedule) == (3, 4, True)

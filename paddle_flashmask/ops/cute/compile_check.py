@@ -77,7 +77,7 @@ def variants(full: bool = False) -> list[Variant]:
 
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
             partial_overlap=False, claim_passes=1, diagonal_partials=False, uniform_q=False,
-            claimed_order=False,
+            claimed_order=False, claim_block=1,
             rescale_threshold: float = 0.0,
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
@@ -100,8 +100,10 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, diagonal_partials=True)
             extra += " diagonal-partials"
         if claim_passes > 1:  # the dynamic schedule claims by work class (FwdConfig.claim_passes)
-            cfg = dataclasses.replace(cfg, claim_passes=claim_passes, work_order=False)
+            cfg = dataclasses.replace(cfg, claim_passes=claim_passes, work_order=False,
+                                      claim_block=claim_block)
             extra += f" claim-passes-{claim_passes}"
+            extra += f" claim-block-{claim_block}" if claim_block > 1 else ""
         if partial_overlap:  # partial tiles masked with P·V in flight (FwdConfig.partial_overlap)
             cfg = dataclasses.replace(cfg, partial_overlap=True)
             extra += " partial-overlap"
@@ -241,6 +243,7 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 256, False, 2, dynamic=False)
     fwd("bfloat16", 128, True, 1, claim_passes=3)
     fwd("bfloat16", 128, True, None, claim_passes=3)
+    fwd("bfloat16", 128, True, 1, claim_passes=3, claim_block=4)  # off until the H200 A/B
     fwd("bfloat16", 128, True, 1, diagonal_partials=True)
     fwd("bfloat16", 128, True, None, uniform_q=True)  # Q descriptors in uniform registers
     fwd("bfloat16", 128, False, 4, sink=True, uniform_q=True)

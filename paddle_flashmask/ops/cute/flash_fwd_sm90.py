@@ -105,6 +105,11 @@ class FwdConfig:
     # producer scans), so heavy query tiles start first wherever they are in the list and the
     # grid ends on light ones. 1 = the list once (default until the H200 A/B).
     claim_passes: int = 1
+    # With claim_passes > 1: each atomic claims this many consecutive list items, whose classes
+    # the producer reads back to back before producing the ones of the current pass, so a pass
+    # skips the other classes' items at one atomic and one overlapped range read per block
+    # instead of per item (session 13: one skip per item stalled the forward's producer).
+    claim_block: int = 1
     # Masks: a partial tile whose bands touch none of its rows (tile summary) is masked by the
     # causal diagonal and the sequence edge only; the producer tells it apart (s_meta kind 2, no
     # column values staged) and the consumers run that cheaper mask (document masks: most
@@ -160,6 +165,11 @@ class FwdConfig:
         if self.diagonal_partials and self.mask_columns is None:
             raise ValueError("FwdConfig.diagonal_partials: expected mask_columns (plain causal "
                              "tiles have no bands to tell apart), found None")
+        if self.claim_block not in (1, 2, 4, 8) or (self.claim_block > 1
+                                                    and self.claim_passes == 1):
+            raise ValueError(f"FwdConfig.claim_block: expected 1, or 2 / 4 / 8 with "
+                             f"claim_passes > 1, found {self.claim_block} "
+                             f"(claim_passes={self.claim_passes})")
         if self.claim_passes not in (1, 2, 3, 4) or (self.claim_passes > 1
                                                      and not self.dynamic_schedule):
             raise ValueError(f"FwdConfig.claim_passes: expected 1, or 2..4 with "
@@ -185,6 +195,7 @@ TILE_RANGES_ENV = "PADDLE_FLASHMASK_FWD_TILE_RANGES"
 DYNAMIC_SCHEDULE_ENV = "PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE"
 PARTIAL_OVERLAP_ENV = "PADDLE_FLASHMASK_FWD_PARTIAL_OVERLAP"
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_PASSES"
+CLAIM_BLOCK_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_BLOCK"
 DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 UNIFORM_Q_ENV = "PADDLE_FLASHMASK_FWD_UNIFORM_Q"
 RESCALE_THRESHOLD_ENV = "PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD"
@@ -273,6 +284,9 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     # claims by work class: off until the H200 A/B (env PADDLE_FLASHMASK_FWD_CLAIM_PASSES=3)
     claim_passes = int(env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4")) or 1)
     claim_passes = claim_passes if dynamic_schedule and not work_order else 1
+    # items per claim of the class passes: 1 until the H200 A/B (env ..._FWD_CLAIM_BLOCK=4)
+    claim_block = int(env_choice(CLAIM_BLOCK_ENV, ("1", "2", "4", "8")) or 1)
+    claim_block = claim_block if claim_passes > 1 else 1
     # diagonal-only partial tiles: off until the H200 A/B (env ..._FWD_DIAGONAL_PARTIALS=1)
     diagonal_partials = env_flag(DIAGONAL_PARTIALS_ENV) and mask_columns is not None
     # Q descriptors from the warpgroup's uniform slice: off until the H200 A/B (env ..._UNIFORM_Q=1)
@@ -285,7 +299,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
         return FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
                          128, tile_n, stages, work_order=bool(work_order),
                          tile_ranges=tile_ranges, dynamic_schedule=dynamic_schedule,
-                         claim_passes=claim_passes, diagonal_partials=diagonal_partials,
+                         claim_passes=claim_passes, claim_block=claim_block,
+                         diagonal_partials=diagonal_partials,
                          uniform_q=uniform_q, rescale_threshold=rescale_threshold)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
@@ -296,7 +311,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                        tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
                        work_order=bool(work_order), tile_ranges=tile_ranges,
                        dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap),
-                       claim_passes=claim_passes, diagonal_partials=diagonal_partials,
+                       claim_passes=claim_passes, claim_block=claim_block,
+                         diagonal_partials=diagonal_partials,
                        uniform_q=uniform_q, rescale_threshold=rescale_threshold)
     # FA4's tile shapes at d256 (128x80) and d64 (192x128): on since the H200 A/B of session 10
     # (forward 1-10 % faster on every mask of the zoo); env "64" / "128" restores the old shapes
@@ -369,6 +385,7 @@ class FlashFwdSm90:
         self.tile_ranges = config.tile_ranges
         self.dynamic = config.dynamic_schedule
         self.claim_passes = config.claim_passes
+        self.claim_block = config.claim_block
         self.causal = config.causal
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
@@ -625,32 +642,56 @@ class FlashFwdSm90:
         num_k_tiles = (seqlen_k + tn - 1) // tn
         total = sched.total_work(num_m_blocks, num_heads, num_batch)
         t = sched.first_work()
+        block = self.claim_block
         if cutlass.const_expr(self.dynamic):
-            t = sched.claim_work(mCounter, lane)
+            t = sched.claim_work(mCounter, lane, block)
         passes = self.claim_passes
         while t < total * passes:
-            item = t
-            if cutlass.const_expr(passes > 1):
-                item = t - (t // total) * total
-            if cutlass.const_expr(self.dynamic and self.work_order):
-                item = sched.claimed_item(mOrder, t)  # the item itself is published
-            work = (item, total, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
-                    mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q, seqlen_k,
-                    diag_offset, num_heads, num_kv_heads, num_mask_heads, num_m_blocks,
-                    num_batch, mOrder, mRanges, s_work, num_k_tiles, lane)
-            if cutlass.const_expr(passes > 1):
-                if sched.claim_pass(self.visited_key_tiles(item, total, mOrder, mRanges,
-                                                           seqlen_q, diag_offset, num_heads,
-                                                           num_mask_heads, num_m_blocks,
-                                                           num_batch, num_k_tiles),
-                                    num_k_tiles, passes) == t // total:
+            if cutlass.const_expr(block > 1):
+                # The block's classes first (range reads with no production between them, one
+                # bit per item), then its items of this pass (one copy of the producer code
+                # each loop); claims past the list end are nobody's pass (t // total >= passes).
+                takes = Int32(0)
+                for j in cutlass.range(block, unroll=1):
+                    tj = t + j
+                    visited = self.visited_key_tiles(tj - (tj // total) * total, total, mOrder,
+                                                     mRanges, seqlen_q, diag_offset, num_heads,
+                                                     num_mask_heads, num_m_blocks, num_batch,
+                                                     num_k_tiles)
+                    if sched.claim_pass(visited, num_k_tiles, passes) == tj // total:
+                        takes = takes | (Int32(1) << j)
+                for j in cutlass.range(block, unroll=1):
+                    if (takes >> j) & 1 != 0:
+                        tj = t + j
+                        q_state, k_state, v_state = self.produce_work_tile(
+                            tj - (tj // total) * total, total, tma_q, mQ, tma_k, mK, tma_v, mVt,
+                            sQ, sK, sVt, s_meta, s_bounds, mIdx, mColMin, mColMax, pipe_q,
+                            pipe_k, pipe_v, seqlen_q, seqlen_k, diag_offset, num_heads,
+                            num_kv_heads, num_mask_heads, num_m_blocks, num_batch, mOrder,
+                            mRanges, s_work, num_k_tiles, lane, q_state, k_state, v_state)
+            else:
+                item = t
+                if cutlass.const_expr(passes > 1):
+                    item = t - (t // total) * total
+                if cutlass.const_expr(self.dynamic and self.work_order):
+                    item = sched.claimed_item(mOrder, t)  # the item itself is published
+                work = (item, total, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta,
+                        s_bounds, mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q,
+                        seqlen_k, diag_offset, num_heads, num_kv_heads, num_mask_heads,
+                        num_m_blocks, num_batch, mOrder, mRanges, s_work, num_k_tiles, lane)
+                if cutlass.const_expr(passes > 1):
+                    if sched.claim_pass(self.visited_key_tiles(item, total, mOrder, mRanges,
+                                                               seqlen_q, diag_offset, num_heads,
+                                                               num_mask_heads, num_m_blocks,
+                                                               num_batch, num_k_tiles),
+                                        num_k_tiles, passes) == t // total:
+                        q_state, k_state, v_state = self.produce_work_tile(
+                            *work, q_state, k_state, v_state)
+                else:
                     q_state, k_state, v_state = self.produce_work_tile(*work, q_state, k_state,
                                                                        v_state)
-            else:
-                q_state, k_state, v_state = self.produce_work_tile(*work, q_state, k_state,
-                                                                   v_state)
             if cutlass.const_expr(self.dynamic):
-                t = sched.claim_work(mCounter, lane)
+                t = sched.claim_work(mCounter, lane, block)
             else:
                 t = sched.next_work(t)
         if cutlass.const_expr(self.dynamic):

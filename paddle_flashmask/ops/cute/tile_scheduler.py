@@ -61,11 +61,12 @@ def next_work(t: Int32) -> Int32:
 
 
 @cute.jit
-def claim_work(counter: cute.Tensor, lane: Int32) -> Int32:
-    """Dynamic schedule: lane 0 takes the next linear work index; every lane of the warp gets it."""
+def claim_work(counter: cute.Tensor, lane: Int32, block: cutlass.Constexpr[int] = 1) -> Int32:
+    """Dynamic schedule: lane 0 takes the next ``block`` linear work indices (one atomic) and
+    returns the first; every lane of the warp gets it."""
     claimed = Int32(0)
     if lane == 0:
-        claimed = cute.arch.atomic_add(counter.iterator, Int32(1))
+        claimed = cute.arch.atomic_add(counter.iterator, Int32(block))
     return cute.arch.shuffle_sync(claimed, 0)
 
 
