@@ -646,6 +646,13 @@ class FlashFwdSm90:
         if cutlass.const_expr(self.dynamic):
             t = sched.claim_work(mCounter, lane, block)
         passes = self.claim_passes
+        # loop-invariant arguments: of produce_work_tile after the item, of visited_key_tiles
+        tile_args = (total, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta, s_bounds,
+                     mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q, seqlen_k,
+                     diag_offset, num_heads, num_kv_heads, num_mask_heads, num_m_blocks,
+                     num_batch, mOrder, mRanges, s_work, num_k_tiles, lane)
+        scan_args = (total, mOrder, mRanges, seqlen_q, diag_offset, num_heads, num_mask_heads,
+                     num_m_blocks, num_batch, num_k_tiles)
         while t < total * passes:
             if cutlass.const_expr(block > 1):
                 # The block's classes first (range reads with no production between them, one
@@ -654,42 +661,28 @@ class FlashFwdSm90:
                 takes = Int32(0)
                 for j in cutlass.range(block, unroll=1):
                     tj = t + j
-                    visited = self.visited_key_tiles(tj - (tj // total) * total, total, mOrder,
-                                                     mRanges, seqlen_q, diag_offset, num_heads,
-                                                     num_mask_heads, num_m_blocks, num_batch,
-                                                     num_k_tiles)
+                    visited = self.visited_key_tiles(tj - (tj // total) * total, *scan_args)
                     if sched.claim_pass(visited, num_k_tiles, passes) == tj // total:
                         takes = takes | (Int32(1) << j)
                 for j in cutlass.range(block, unroll=1):
                     if (takes >> j) & 1 != 0:
                         tj = t + j
                         q_state, k_state, v_state = self.produce_work_tile(
-                            tj - (tj // total) * total, total, tma_q, mQ, tma_k, mK, tma_v, mVt,
-                            sQ, sK, sVt, s_meta, s_bounds, mIdx, mColMin, mColMax, pipe_q,
-                            pipe_k, pipe_v, seqlen_q, seqlen_k, diag_offset, num_heads,
-                            num_kv_heads, num_mask_heads, num_m_blocks, num_batch, mOrder,
-                            mRanges, s_work, num_k_tiles, lane, q_state, k_state, v_state)
+                            tj - (tj // total) * total, *tile_args, q_state, k_state, v_state)
             else:
                 item = t
                 if cutlass.const_expr(passes > 1):
                     item = t - (t // total) * total
                 if cutlass.const_expr(self.dynamic and self.work_order):
                     item = sched.claimed_item(mOrder, t)  # the item itself is published
-                work = (item, total, tma_q, mQ, tma_k, mK, tma_v, mVt, sQ, sK, sVt, s_meta,
-                        s_bounds, mIdx, mColMin, mColMax, pipe_q, pipe_k, pipe_v, seqlen_q,
-                        seqlen_k, diag_offset, num_heads, num_kv_heads, num_mask_heads,
-                        num_m_blocks, num_batch, mOrder, mRanges, s_work, num_k_tiles, lane)
                 if cutlass.const_expr(passes > 1):
-                    if sched.claim_pass(self.visited_key_tiles(item, total, mOrder, mRanges,
-                                                               seqlen_q, diag_offset, num_heads,
-                                                               num_mask_heads, num_m_blocks,
-                                                               num_batch, num_k_tiles),
-                                        num_k_tiles, passes) == t // total:
+                    if sched.claim_pass(self.visited_key_tiles(item, *scan_args), num_k_tiles,
+                                        passes) == t // total:
                         q_state, k_state, v_state = self.produce_work_tile(
-                            *work, q_state, k_state, v_state)
+                            item, *tile_args, q_state, k_state, v_state)
                 else:
-                    q_state, k_state, v_state = self.produce_work_tile(*work, q_state, k_state,
-                                                                       v_state)
+                    q_state, k_state, v_state = self.produce_work_tile(
+                        item, *tile_args, q_state, k_state, v_state)
             if cutlass.const_expr(self.dynamic):
                 t = sched.claim_work(mCounter, lane, block)
             else:

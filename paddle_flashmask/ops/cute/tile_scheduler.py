@@ -14,10 +14,10 @@ key tiles they really load, heaviest first, O(S/tile) per head). With the dynami
 the counter's claim ``t`` takes item ``order[t]`` (read once by the producer, which publishes
 the item itself): the heaviest items start first and the CTAs that drew light ones take more.
 Without it, the CTAs take slots ``t = cta, cta + grid, ...`` statically; slot ``t`` reads item
-``order[snake(t)]``. Static striding rather than an atomic work counter: producer and consumers of a CTA compute the
-same sequence with no communication (an atomic counter needs the producer to publish each item to
-the consumers through shared memory and a barrier per work tile, plus a counter reset per launch),
-and over a list sorted heaviest first, striding already hands every CTA one item of each "row" of
+``order[snake(t)]``. Static striding rather than an atomic work counter: producer and consumers
+of a CTA compute the same sequence with no communication (an atomic counter needs the producer
+to publish each item to the consumers through shared memory and a barrier per work tile, plus a
+counter reset per launch), and over a list sorted heaviest first, striding already hands every CTA one item of each "row" of
 ``grid`` similar items. The snake (row r left to right when r is even, right to left when odd)
 keeps CTA 0 from taking the heaviest item of every row.
 
