@@ -17,9 +17,9 @@ Without it, the CTAs take slots ``t = cta, cta + grid, ...`` statically; slot ``
 ``order[snake(t)]``. Static striding rather than an atomic work counter: producer and consumers
 of a CTA compute the same sequence with no communication (an atomic counter needs the producer
 to publish each item to the consumers through shared memory and a barrier per work tile, plus a
-counter reset per launch), and over a list sorted heaviest first, striding already hands every CTA one item of each "row" of
-``grid`` similar items. The snake (row r left to right when r is even, right to left when odd)
-keeps CTA 0 from taking the heaviest item of every row.
+counter reset per launch), and over a list sorted heaviest first, striding already hands every
+CTA one item of each "row" of ``grid`` similar items. The snake (row r left to right when r is
+even, right to left when odd) keeps CTA 0 from taking the heaviest item of every row.
 
 Dynamic variant (``FwdConfig.dynamic_schedule``): the same linear list, but the producer warp
 claims each next index from a global counter (:func:`claim_work`, one atomic add) and publishes it
