@@ -123,6 +123,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny fp32 model on the CPU (S=256, batch 2, docs 8..120), flashmask on the "
                         "reference backend vs sdpa_dense, 1 + 2 steps, in one process")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the timed steps, profile this many forwards (+ loss) and whole steps "
+                        "(torch.profiler): span, busy and idle GPU time and the heaviest kernels")
     p.add_argument("--plot-from", default=None, help="only redraw the PNG of this JSON and exit")
     p.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -471,6 +474,14 @@ def run_impl(impl: str, args) -> dict:
         times.append(time.perf_counter() - t0)
         phases.append(marks.seconds())
         losses.append(float(loss))
+    if args.profile_steps > 0 and device.type == "cuda":  # after timing: never inside it
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from gpu_trace import kernel_ops, summarize
+
+        n = args.profile_steps
+        forward_only = lambda: loss_fn(model(ids, pos, attention), labels)  # noqa: E731
+        rec["profile"] = {"forward": summarize(kernel_ops(forward_only, n, 80), n, top=14),
+                          "step": summarize(kernel_ops(step, n, 80), n, top=14)}
     b, s = batch.shape
     med = statistics.median(times)
     # forward (+ loss), backward, optimizer: medians of the per-step splits

@@ -50,27 +50,8 @@ def kernel_timeline(fn, calls: int = 5) -> dict:
     """GPU timeline of ``calls`` back-to-back calls (no synchronisation between them): per call the
     span from the first kernel's start to the last one's end, the summed kernel time and the idle
     rest, plus the three longest idle gaps with the kernels around them."""
-    import tempfile
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        trace = json.load(open(f.name))
-    ops = sorted((float(e["ts"]), float(e["dur"]), e["name"][:60]) for e in trace.get("traceEvents", [])
-                 if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"))
-    if not ops:
-        return {}
-    busy = sum(d for _, d, _ in ops)
-    span = ops[-1][0] + ops[-1][1] - ops[0][0]
-    gaps = sorted(((b[0] - (a[0] + a[1]), a[2], b[2]) for a, b in zip(ops, ops[1:])), reverse=True)
-    return {"calls": calls, "span_us_per_call": round(span / calls, 1),
-            "busy_us_per_call": round(busy / calls, 1), "idle_us_per_call": round((span - busy) / calls, 1),
-            "longest_gaps_us": [[round(g, 1), before, after] for g, before, after in gaps[:3]]}
+    from gpu_trace import kernel_ops, summarize
+    return summarize(kernel_ops(fn, calls), calls)
 
 
 def host_us(fn, n: int = 50) -> float:

@@ -809,14 +809,14 @@ $(pack_logs 61)"
 }
 
 call62() {
-  emit "call 62 (for session 14, right after call 5a on nvidia-h200-x2; prepared in session 13, whose device time ran out) - stage part b; claims over the cached work order now publish the order's item (the producer reads order[claim] once; call 57's variant had every consumer warpgroup load it again at each tile start): a smoke that ends that side on failure, the forward oracle with it (GPU 0) || forward kernel times on the e2e shape (torch.profiler), default / order / order / default, then the 8K zoo masks with columns, default vs order (GPU 1) [<= 6 min]" \
+  emit "call 62 (for session 14, right after call 5a on nvidia-h200-x2; prepared in session 13, whose device time ran out) - stage part b; claims over the cached work order now publish the order's item (the producer reads order[claim] once; call 57's variant had every consumer warpgroup load it again at each tile start): a smoke that ends that side on failure, the forward oracle with it (GPU 0) || forward kernel times on the e2e shape (torch.profiler), default / claimed order / static order (cached, striding) / claimed / static / default, then the 8K zoo masks with columns, default vs order (GPU 1) [<= 6 min]" \
     nvidia-h200-x2 420 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-WO=PADDLE_FLASHMASK_FWD_WORK_ORDER=1; M=sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window
+WO=PADDLE_FLASHMASK_FWD_WORK_ORDER=1; ST=PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE=0; M=sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window
 pc() { mkdir -p $OUT/$2; env $1 timeout -s INT -k 10 60 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks sft_documents --out $OUT/$2 > $OUT/profile_$2.log 2>&1; }
 ab0() { env $1 timeout -s INT -k 10 90 python3 bench/bench_attention.py --cases 0 --masks $M --systems paddle_flashmask --tag co0$2 > $OUT/bench_co0$2.log 2>&1; }
 ( export CUDA_VISIBLE_DEVICES=0; env $WO timeout -s INT -k 5 60 python3 tests/gpu/fwd_check.py --work-order --dynamic --only causal_doc_C1 --json-name fwd_co_smoke.json > $OUT/fwd_co_smoke.log 2>&1 && env $WO timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --work-order --dynamic --json-name fwd_claimed_order.json > $OUT/fwd_co.log 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1; pc X=0 o0a; pc $WO o1b; pc $WO o1c; pc X=0 o0d; ab0 X=0 a; ab0 $WO b ) &
+( export CUDA_VISIBLE_DEVICES=1; pc X=0 o0a; pc $WO o1b; pc "$WO $ST" o2c; pc $WO o1d; pc "$WO $ST" o2e; pc X=0 o0f; ab0 X=0 a; ab0 $WO b ) &
 wait; tail -n 1 $OUT/fwd_co*.log; for f in $OUT/profile_o*.log; do echo "$f $(grep -o "fwd_sm90F[^,]*" $f)"; done; grep -H -E "paddle_flashmask " $OUT/bench_co0*.log | sed "s/.*bench_//" | cut -c1-90'"
 $(pack_logs 62 'bench-co*.json')"
 }
@@ -833,7 +833,31 @@ wait; tail -n 1 $OUT/fwd_cb*.log; for f in $OUT/profile_b*.log; do echo "$f $(gr
 $(pack_logs 63)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63"
+call64() {
+  emit "call 64 (session 14, right after call 63 or call 5a on nvidia-h200-x2, FA4 wheels carried) - stage part b (again, harmless when staged); call 62: claims over the cached work order cut the e2e shape's forward kernel 322 -> 299 us (oracle 24/24) but lost 3-16 % on the 8K B=4 zoo masks (31 items per CTA); call 63: claim blocks 305 us. The compiled-model e2e step with the claimed order forced on (every attention call of the step has the e2e shape), next to FA4 varlen, on each GPU [<= 6 min]" \
+    nvidia-h200-x2 400 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+WO=PADDLE_FLASHMASK_FWD_WORK_ORDER=1
+( export CUDA_VISIBLE_DEVICES=0; env $WO timeout -s INT -k 10 180 python3 bench/e2e_step.py --impl-timeout 160 --compile-model --impls flashmask,fa4_varlen --tag s14_order_g0 > $OUT/e2e_o0.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; env $WO timeout -s INT -k 10 180 python3 bench/e2e_step.py --impl-timeout 160 --compile-model --impls fa4_varlen,flashmask --tag s14_order_g1 > $OUT/e2e_o1.log 2>&1 ) &
+wait; grep -h -E "x \\(target|tokens" $OUT/e2e_o*.log | tail -n 8'"
+$(pack_logs 64)"
+}
+
+call65() {
+  emit "call 65 (session 14, right after call 5a on nvidia-h200-x2, FA4 wheels carried) - stage part b; call 64: with the claimed order the e2e step stays at 0.99x FA4 varlen and its forward phase is still 1.3-1.6 ms longer per step (59.5-59.8 vs 58.2-58.3 ms), more than the forward kernels' difference in isolation (~0.8 ms): the compiled-model e2e step with --profile-steps 2 (GPU timeline of the forward and of the whole step, heaviest kernels), default (GPU 0) and claimed order (GPU 1), each next to FA4 varlen [<= 6 min]" \
+    nvidia-h200-x2 400 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+e2e() { env $1 timeout -s INT -k 10 200 python3 bench/e2e_step.py --impl-timeout 180 --compile-model --profile-steps 2 --impls flashmask,fa4_varlen --tag s14_profile_$2 > $OUT/e2e_$2.log 2>&1; }
+( export CUDA_VISIBLE_DEVICES=0; e2e X=0 default ) &
+( export CUDA_VISIBLE_DEVICES=1; e2e PADDLE_FLASHMASK_FWD_WORK_ORDER=1 order ) &
+wait; grep -h -E "x \\(target" $OUT/e2e_*.log'"
+$(pack_logs 65)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1009,7 +1033,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
