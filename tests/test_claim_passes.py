@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
-from paddle_flashmask.ops.cute.tile_scheduler import claim_pass
+from paddle_flashmask.ops.cute.tile_scheduler import FEW_ITEMS_PER_CTA, claim_pass
 
 
 def test_classes_split_by_quarters_and_cover_every_item():
@@ -104,7 +104,7 @@ def test_backward_claims_by_class_where_the_grid_gets_few_items(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(bwd.CLAIM_PASSES_ENV, raising=False)
-    few = bwd.FEW_ITEMS_PER_CTA
+    few = FEW_ITEMS_PER_CTA
     assert bwd.default_claim_passes() == 1  # compile time: the problem is not known yet
     assert bwd.default_claim_passes(few * 132 - 1, 132) == 3
     assert bwd.default_claim_passes(few * 132, 132) == 1

@@ -235,7 +235,12 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)
     fwd("bfloat16", 128, False, 4, work_order=True)
-    fwd("bfloat16", 128, True, 1, work_order=True, claimed_order=True)  # off: slower (session 13)
+    # claims over the work order: the host's pick where a grid gets few query tiles per CTA
+    # (flash_fwd_sm90.default_work_order, session 14), for every mask form and head-dim shape
+    fwd("bfloat16", 128, True, 1, work_order=True, claimed_order=True)
+    fwd("bfloat16", 128, False, 4, work_order=True, claimed_order=True)
+    fwd("bfloat16", 64, True, 2, work_order=True, claimed_order=True)
+    fwd("bfloat16", 256, False, 2, work_order=True, claimed_order=True)
     fwd("bfloat16", 128, True, 1, tile_ranges=True)  # (default) + the tile-range kernel
     fwd("bfloat16", 128, False, 4, tile_ranges=True)
     fwd("bfloat16", 128, True, 1, dynamic=False)

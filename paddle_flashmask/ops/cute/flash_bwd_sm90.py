@@ -276,9 +276,6 @@ def default_key_major() -> bool:
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_PASSES"
 
 
-# Below this many work items per CTA the persistent grid's tail dominates: the last key tiles
-# claimed (the lightest of their head, but a long document's first tiles are heavy) finish alone.
-FEW_ITEMS_PER_CTA = 16
 
 
 def default_claim_passes(work_items: Optional[int] = None, grid_ctas: Optional[int] = None
@@ -286,7 +283,8 @@ def default_claim_passes(work_items: Optional[int] = None, grid_ctas: Optional[i
     """``BwdConfig.claim_passes`` wanted for a persistent grid of ``grid_ctas`` CTAs over
     ``work_items`` key tiles (None: not known yet, the compile-time default).
 
-    3 (claims by work class) when the grid gets fewer than :data:`FEW_ITEMS_PER_CTA` items per CTA,
+    3 (claims by work class) when the grid gets fewer than
+    :data:`~paddle_flashmask.ops.cute.tile_scheduler.FEW_ITEMS_PER_CTA` items per CTA,
     else 1 (the list once, in order). The end-to-end step's backward (B=2 S=8K, GQA 16/8 in the
     CTA: 1,024 key tiles over 132 CTAs) left the SMs idle 18 % of its time with one pass and
     3-pass claims took its kernel from 806-809 to 735-739 us (H200, session 13); the schedule
@@ -299,9 +297,9 @@ def default_claim_passes(work_items: Optional[int] = None, grid_ctas: Optional[i
     forced = env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4"))
     if forced:
         return int(forced)
-    if work_items is None or grid_ctas is None or grid_ctas <= 0:
+    if work_items is None or grid_ctas is None:
         return 1
-    return 3 if work_items < FEW_ITEMS_PER_CTA * grid_ctas else 1
+    return 3 if sched.few_items_per_cta(work_items, grid_ctas) else 1
 
 
 def backward_work_items(config, batch: int, seqlen_k: int, num_heads: int,

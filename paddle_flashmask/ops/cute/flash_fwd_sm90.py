@@ -250,6 +250,26 @@ FwdConfig.shared_memory_bytes = _shared_memory_bytes
 ENV_SWITCHES = tuple(value for name, value in list(globals().items()) if name.endswith("_ENV"))
 
 
+def default_work_order(work_items: Optional[int] = None, grid_ctas: Optional[int] = None) -> bool:
+    """``FwdConfig.work_order`` wanted for a persistent grid of ``grid_ctas`` CTAs over
+    ``work_items`` query tiles of a mask with columns (None: not known yet, the compile-time
+    default, off).
+
+    On when the grid gets fewer than ``tile_scheduler.FEW_ITEMS_PER_CTA`` items per CTA: the
+    dynamic schedule's claims then walk the heaviest-first order, which shortens the grid's tail.
+    H200, session 14 (``bench/results/README.md``): the end-to-end step's forward (B=2 S=8K H=16,
+    2,048 query tiles, 15.5 per CTA) 322 -> 299 us per kernel alone and 353 -> 316 us inside the
+    training step; at 31 per CTA (B=4, the benchmark's zoo) the order cost 3-16 %, its tail being
+    short already and its heads interleaved in L2. Env ``PADDLE_FLASHMASK_FWD_WORK_ORDER`` = 1 / 0
+    forces it on / off."""
+    forced = env_choice(WORK_ORDER_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    if work_items is None or grid_ctas is None:
+        return False
+    return sched.few_items_per_cta(work_items, grid_ctas)
+
+
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
                    fast: Optional[bool] = None, work_order: Optional[bool] = None,
@@ -266,13 +286,14 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     ``work_order=True`` (or env ``PADDLE_FLASHMASK_FWD_WORK_ORDER=1``): the persistent scheduler
     takes query tiles in the GPU-computed heaviest-first order (either path): claimed one after
     the other under the dynamic schedule (the default), through static snake slots with env
-    ``PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE=0``.
+    ``PADDLE_FLASHMASK_FWD_DYNAMIC_SCHEDULE=0``. Off here (the problem is not known yet); the host
+    API turns it on per call where :func:`default_work_order` asks for it.
     """
     dv = head_dim if head_dim_v is None else head_dim_v
     if fast is None:
         fast = env_flag(FAST_ENV, default="1")
-    if work_order is None:
-        work_order = env_flag(WORK_ORDER_ENV)
+    if work_order is None:  # the env's choice; the host API applies the problem-size rule
+        work_order = default_work_order()
     if tile_ranges is None:  # on since the H200 check (24/24, 1-3 % faster on documents/windows)
         tile_ranges = env_flag(TILE_RANGES_ENV, default="1")
     tile_ranges = bool(tile_ranges) and mask_columns is not None

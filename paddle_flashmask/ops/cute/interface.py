@@ -506,9 +506,19 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     config = forward_config(problem.dtype, problem.head_dim, problem.causal, problem.num_columns,
                             problem.has_sink)
     grid_ctas = sms - reserved_sms
+    work_items = b * h * -(-sq // config.tile_m)
     if retire:  # static schedule over a grid of every work tile: each CTA takes one and ends
         config = replace(config, dynamic_schedule=False, work_order=False, claim_passes=1)
-        grid_ctas = b * h * -(-sq // config.tile_m)
+        grid_ctas = work_items
+    elif (config.dynamic_schedule and config.claim_passes == 1
+          and problem.num_columns is not None):
+        # claims over the heaviest-first order where the grid gets few items per CTA (a
+        # problem-size rule, flash_fwd_sm90.default_work_order)
+        from .flash_fwd_sm90 import default_work_order
+
+        ordered = default_work_order(work_items, grid_ctas)
+        if ordered != config.work_order:
+            config = replace(config, work_order=ordered)
     summary, owned = (None, None), False
     if problem.num_columns is not None:
         summary, owned = tile_summary_for(infos["indices_object"], problem, config.tile_n, stream)

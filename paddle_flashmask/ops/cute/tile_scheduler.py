@@ -135,6 +135,21 @@ def claimed_item(order: Optional[cute.Tensor], claim: Int32) -> Int32:
     return claim if order is None else order[claim]
 
 
+# Below this many work items per CTA a persistent grid's tail dominates: the last items claimed
+# finish alone while the other CTAs idle, so the schedules that start heavy items first pay for
+# their extra cost (the backward's claims by work class, the forward's claimed work order). At
+# more items per CTA the tail is short and their cost (extra claims, heads interleaved in L2)
+# makes them slower (H200, sessions 10, 13 and 14: flash_bwd_sm90.default_claim_passes,
+# flash_fwd_sm90.default_work_order).
+FEW_ITEMS_PER_CTA = 16
+
+
+def few_items_per_cta(work_items: int, grid_ctas: int) -> bool:
+    """True when a persistent grid of ``grid_ctas`` CTAs gets fewer than
+    :data:`FEW_ITEMS_PER_CTA` of ``work_items`` each."""
+    return grid_ctas > 0 and work_items < FEW_ITEMS_PER_CTA * grid_ctas
+
+
 CLAIM_CLASS_RATIO = 4  # work classes of a multi-pass claim: each 4x lighter than the one before
 
 
