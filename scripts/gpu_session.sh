@@ -857,7 +857,44 @@ wait; grep -h -E "x \\(target" $OUT/e2e_*.log'"
 $(pack_logs 65)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65"
+call66() {
+  emit "call 66 (session 14, right after call 5a on nvidia-h200-x2, FA4 wheels carried) - stage part b; at the forward's new work-order rule (claims over the heaviest-first order below 16 query tiles per CTA, 9466d37): the GPU suite, whose small problems now take it (GPU 0) || the compiled-model e2e step with --profile-steps 2 next to FA4 varlen, then the frontend's host time with cProfile on the e2e shape (GPU 1); then context parallelism at 64K on both GPUs, whose remote phases fall under the rule [<= 7 min]" \
+    nvidia-h200-x2 540 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+( export CUDA_VISIBLE_DEVICES=0; timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1 ) &
+( export CUDA_VISIBLE_DEVICES=1; timeout -s INT -k 10 170 python3 bench/e2e_step.py --impl-timeout 150 --compile-model --profile-steps 2 --impls flashmask,fa4_varlen --tag s14_rule > $OUT/e2e_rule.log 2>&1; mkdir -p $OUT/cprof; timeout -s INT -k 10 60 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks sft_documents --cprofile --out $OUT/cprof > $OUT/profile_cprof.log 2>&1 ) &
+wait; tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json; grep -h -E "x \\(target" $OUT/e2e_rule.log
+NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 150 python3 -m torch.distributed.run --standalone --nproc_per_node 2 bench/cp_scaling.py --comm-groups 1 --strategies locality --equal-chunks 0 --chunk-sizes 1024 --pipeline 8 --iters 8 --out $OUT/cp_scaling.json > $OUT/cp_scaling.log 2>&1; tail -n 8 $OUT/cp_scaling.log | cut -c1-400'"
+$(pack_logs 66)"
+}
+
+call66s() {
+  emit "call 66s (session 14, when only nvidia-h200 is lent: call 66 without its context-parallel part; stage parts a and b on the 1-GPU machine first, FA4 wheels carried) - at the forward's new work-order rule (9466d37): the GPU suite, whose small problems now take it, then forward kernel times at B=2 S=8K H=16 (15.5 query tiles per CTA: the rule applies) on the other zoo masks, the order forced off vs the rule, then the compiled-model e2e step with --profile-steps 2 next to FA4 varlen [<= 9.5 min]" \
+    nvidia-h200 590 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1
+tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json
+Z=causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window
+pc() { mkdir -p $OUT/$2; env $1 timeout -s INT -k 10 60 python3 bench/profile_call.py --batch 2 --heads 16 --masks $Z --out $OUT/$2 > $OUT/profile_$2.log 2>&1; }
+pc PADDLE_FLASHMASK_FWD_WORK_ORDER=0 z0; pc X=0 zr; for f in $OUT/profile_z*.log; do echo "$f"; grep -o -E "^[a-z_]+ |fwd_sm90F[^,]*" $f | paste -sd " "; done
+timeout -s INT -k 10 160 python3 bench/e2e_step.py --impl-timeout 140 --compile-model --profile-steps 2 --impls flashmask,fa4_varlen --tag s14_rule > $OUT/e2e_rule.log 2>&1; grep -h -E "x \\(target" $OUT/e2e_rule.log'"
+$(pack_logs 66s)"
+}
+
+call67() {
+  emit "call 67 (session 14, nvidia-h200: stage parts a and b first) - call 66s: at B=2 S=8K H=16 (15.5 query tiles per CTA) the claimed work order took 3-7 % on five of six zoo masks (document -4 %), so its rule is in doubt; the other way to start heavy tiles first keeps the default order inside a class: 3-pass claims with claim blocks of 4 (305 us on the e2e shape in call 63, oracle 24/24). Forward kernel times on the e2e shape and the zoo masks at B=2 GQA 16/8, the order forced off (default) / blocks / the order's rule (claimed order) / blocks / default [<= 8 min]" \
+    nvidia-h200 480 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+F=PADDLE_FLASHMASK_FWD; OFF=${F}_WORK_ORDER=0; B4="${F}_CLAIM_PASSES=3 ${F}_CLAIM_BLOCK=4"
+Z=sft_documents,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window
+pc() { mkdir -p $OUT/$2; env $1 timeout -s INT -k 10 70 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks $Z --out $OUT/$2 > $OUT/profile_$2.log 2>&1; }
+timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; pc $OFF k0a; pc "$B4" k4b; pc X=0 krc; pc "$B4" k4d; pc $OFF k0e; for f in $OUT/profile_k*.log; do echo "$f"; grep -o -E "^[a-z_]+ |fwd_sm90F[^,]*" $f | paste -sd " "; done'"
+$(pack_logs 67)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1033,7 +1070,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
