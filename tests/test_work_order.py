@@ -207,32 +207,34 @@ def test_static_order_is_a_bijection_grouped_by_head_heaviest_first():
 
 
 def test_forward_work_order_rule_follows_items_per_cta(monkeypatch):
-    """flash_fwd_sm90.default_work_order: claims over the heaviest-first order below
-    FEW_ITEMS_PER_CTA query tiles per CTA (the same bound as the backward's claim rule), the list
-    in its static order above; env 1 / 0 forces it; anything else is an error naming the env."""
+    """flash_fwd_sm90.default_work_order: for GQA / MQA, claims over the heaviest-first order
+    below FEW_ITEMS_PER_CTA query tiles per CTA (the same bound as the backward's claim rule),
+    the list in its static order above; never for MHA; env 1 / 0 forces it; anything else is an
+    error naming the env."""
     from paddle_flashmask.ops.cute.tile_scheduler import FEW_ITEMS_PER_CTA
 
     monkeypatch.delenv(fwd.WORK_ORDER_ENV, raising=False)
     assert not fwd.default_work_order()  # compile time: the problem is not known yet
-    assert fwd.default_work_order(FEW_ITEMS_PER_CTA * 132 - 1, 132)
-    assert not fwd.default_work_order(FEW_ITEMS_PER_CTA * 132, 132)
-    assert fwd.default_work_order(2 * 16 * 64, 132)  # the e2e step: B=2 S=8K H=16, 15.5 per CTA
-    assert not fwd.default_work_order(4 * 16 * 64, 132)  # the benchmark's zoo: B=4, 31 per CTA
-    assert not fwd.default_work_order(10, 0)
+    assert fwd.default_work_order(FEW_ITEMS_PER_CTA * 132 - 1, 132, 2)
+    assert not fwd.default_work_order(FEW_ITEMS_PER_CTA * 132, 132, 2)
+    assert fwd.default_work_order(2 * 16 * 64, 132, 2)  # the e2e step: B=2 S=8K GQA 16/8
+    assert not fwd.default_work_order(2 * 16 * 64, 132, 1)  # the same shape with MHA
+    assert not fwd.default_work_order(4 * 32 * 64, 132, 4)  # the benchmark's GQA row: 62 per CTA
+    assert not fwd.default_work_order(10, 0, 2)
     monkeypatch.setenv(fwd.WORK_ORDER_ENV, "0")
-    assert not fwd.default_work_order(10, 132)
+    assert not fwd.default_work_order(10, 132, 8)
     monkeypatch.setenv(fwd.WORK_ORDER_ENV, "1")
     assert fwd.default_work_order(10 ** 6, 132) and fwd.default_work_order()
     monkeypatch.setenv(fwd.WORK_ORDER_ENV, "yes")
     with pytest.raises(ValueError, match=fwd.WORK_ORDER_ENV):
-        fwd.default_work_order(10, 132)
+        fwd.default_work_order(10, 132, 2)
 
 
 def test_host_api_applies_the_work_order_rule_per_problem(monkeypatch):
-    """flashmask_fwd turns the order on for a mask with columns on a grid with few items per
+    """flashmask_fwd turns the order on for a GQA mask with columns on a grid with few items per
     CTA (real sm_90a compiles of the variants it asks for), and leaves it off for plain masks
-    (nothing to key the cached order on), retire launches, the static schedule, many items per
-    CTA (a grid of 1 CTA here) and the env's 0."""
+    (nothing to key the cached order on), MHA, retire launches, the static schedule, many items
+    per CTA (a grid of 1 CTA here) and the env's 0."""
     torch = pytest.importorskip("torch")
     from test_cp_retire import _harness_seeing
     from paddle_flashmask.ops.cute import interface
@@ -241,13 +243,15 @@ def test_host_api_applies_the_work_order_rule_per_problem(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     api, seen = _harness_seeing(monkeypatch, "compiled_forward")
     t = api.tensor
-    b, s, h, d = 1, 300, 8, 128  # 3 query tiles x 8 heads for 132 CTAs
-    q, k, v, out, _, lse = api.attention_tensors(b, s, h, h, d)
+    b, s, h, hk, d = 1, 300, 8, 4, 128  # 3 query tiles x 8 heads for 132 CTAs, GQA 8/4
+    q, k, v, out, _, lse = api.attention_tensors(b, s, h, hk, d)
+    k_mha, v_mha = t(b, s, h, d), t(b, s, h, d)
     idx = t(b, 1, s, 1, dtype=torch.int32)
-    run = lambda indices, **kw: interface.flashmask_fwd(  # noqa: E731
-        q, k, v, out, lse, indices, causal=True, softmax_scale=0.1, stream=0, **kw)
+    run = lambda indices, keys=k, values=v, **kw: interface.flashmask_fwd(  # noqa: E731
+        q, keys, values, out, lse, indices, causal=True, softmax_scale=0.1, stream=0, **kw)
     run(idx)
     run(None)
+    run(idx, k_mha, v_mha)
     run(idx, retire=True)
     monkeypatch.setattr(interface, "num_sms", lambda device: 1)  # 24 items for 1 CTA: many
     run(idx)
@@ -257,6 +261,6 @@ def test_host_api_applies_the_work_order_rule_per_problem(monkeypatch):
     monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "1")
     monkeypatch.setenv(fwd.WORK_ORDER_ENV, "0")
     run(idx)
-    assert [c.work_order for c in seen] == [True, False, False, False, False, False]
+    assert [c.work_order for c in seen] == [True, False, False, False, False, False, False]
     assert seen[0].dynamic_schedule and seen[0].claim_passes == 1
-    assert seen[0] == dataclasses.replace(seen[3], work_order=True)  # only the order differs
+    assert seen[0] == dataclasses.replace(seen[4], work_order=True)  # only the order differs

@@ -235,7 +235,7 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)
     fwd("bfloat16", 128, False, 4, work_order=True)
-    # claims over the work order: the host's pick where a grid gets few query tiles per CTA
+    # claims over the work order: the host's pick where a GQA grid gets few query tiles per CTA
     # (flash_fwd_sm90.default_work_order, session 14), for every mask form and head-dim shape
     fwd("bfloat16", 128, True, 1, work_order=True, claimed_order=True)
     fwd("bfloat16", 128, False, 4, work_order=True, claimed_order=True)

@@ -250,22 +250,28 @@ FwdConfig.shared_memory_bytes = _shared_memory_bytes
 ENV_SWITCHES = tuple(value for name, value in list(globals().items()) if name.endswith("_ENV"))
 
 
-def default_work_order(work_items: Optional[int] = None, grid_ctas: Optional[int] = None) -> bool:
+def default_work_order(work_items: Optional[int] = None, grid_ctas: Optional[int] = None,
+                       heads_per_kv_head: int = 1) -> bool:
     """``FwdConfig.work_order`` wanted for a persistent grid of ``grid_ctas`` CTAs over
-    ``work_items`` query tiles of a mask with columns (None: not known yet, the compile-time
-    default, off).
+    ``work_items`` query tiles of a mask with columns, whose query heads share K/V heads in groups
+    of ``heads_per_kv_head`` (None: not known yet, the compile-time default, off).
 
-    On when the grid gets fewer than ``tile_scheduler.FEW_ITEMS_PER_CTA`` items per CTA: the
-    dynamic schedule's claims then walk the heaviest-first order, which shortens the grid's tail.
-    H200, session 14 (``bench/results/README.md``): the end-to-end step's forward (B=2 S=8K H=16,
-    2,048 query tiles, 15.5 per CTA) 322 -> 299 us per kernel alone and 353 -> 316 us inside the
-    training step; at 31 per CTA (B=4, the benchmark's zoo) the order cost 3-16 %, its tail being
-    short already and its heads interleaved in L2. Env ``PADDLE_FLASHMASK_FWD_WORK_ORDER`` = 1 / 0
-    forces it on / off."""
+    On for GQA / MQA (``heads_per_kv_head > 1``) when the grid gets fewer than
+    ``tile_scheduler.FEW_ITEMS_PER_CTA`` items per CTA: the dynamic schedule's claims then walk
+    the heaviest-first order, which shortens the grid's tail but runs tiles of many heads at once.
+    H200, session 14 (``bench/results/README.md``), forward kernel per call at B=2 S=8K H=16:
+
+    * GQA 16/8 (the end-to-end step's model): its packed SFT rows 322-325 -> 299 us (inside the
+      training step 353 -> 316-343 us), documents -6 %, shared question -8 %, causal documents
+      -3 %, prefix-LM causal 0 %, sliding windows +2 %;
+    * MHA (16 K/V heads, twice the K/V streamed by the interleaved heads): 2-7 % slower on five of
+      six zoo masks, documents -4 % to -8 %; at B=4 (31 items per CTA, not reached) 3-16 % slower.
+
+    Env ``PADDLE_FLASHMASK_FWD_WORK_ORDER`` = 1 / 0 forces it on / off."""
     forced = env_choice(WORK_ORDER_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    if work_items is None or grid_ctas is None:
+    if work_items is None or grid_ctas is None or heads_per_kv_head <= 1:
         return False
     return sched.few_items_per_cta(work_items, grid_ctas)
 

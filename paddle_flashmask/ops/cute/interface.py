@@ -512,11 +512,11 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
         grid_ctas = work_items
     elif (config.dynamic_schedule and config.claim_passes == 1
           and problem.num_columns is not None):
-        # claims over the heaviest-first order where the grid gets few items per CTA (a
+        # claims over the heaviest-first order where a GQA grid gets few items per CTA (a
         # problem-size rule, flash_fwd_sm90.default_work_order)
         from .flash_fwd_sm90 import default_work_order
 
-        ordered = default_work_order(work_items, grid_ctas)
+        ordered = default_work_order(work_items, grid_ctas, h // problem.num_kv_heads)
         if ordered != config.work_order:
             config = replace(config, work_order=ordered)
     summary, owned = (None, None), False
