@@ -894,7 +894,21 @@ timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precomp
 $(pack_logs 67)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67"
+call68() {
+  emit "call 68 (session 14, nvidia-h200: stage parts a and b first) - the forward producer scanned a work tile's key tiles (tile ranges, summary: dependent global loads) only after its Q stage was free, i.e. after the consumers finished the previous tile, so short work tiles (packed documents: ~5 key tiles each) paid that latency before every first K/V load; FwdConfig.early_scan (env PADDLE_FLASHMASK_FWD_EARLY_SCAN=1, compiled only) scans first: a smoke that ends the call on failure, the forward oracle with it (and one case with the claimed order), then forward kernel times off / on / on / off at B=2 GQA 16/8 (the e2e shape and the zoo masks) and off / on at B=4 MHA (the benchmark's shape) [<= 9 min]" \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+ES=PADDLE_FLASHMASK_FWD_EARLY_SCAN
+Z=sft_documents,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window
+pc() { mkdir -p $OUT/$2; env $1 timeout -s INT -k 10 75 python3 bench/profile_call.py --batch $3 --heads 16 --kv-heads $4 --masks $Z --out $OUT/$2 > $OUT/profile_$2.log 2>&1; }
+env $ES=1 timeout -s INT -k 5 60 python3 tests/gpu/fwd_check.py --only causal_doc_C1 --json-name fwd_es_smoke.json > $OUT/fwd_es_smoke.log 2>&1 || { tail -n 20 $OUT/fwd_es_smoke.log; exit 7; }
+env $ES=1 timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_early_scan.json > $OUT/fwd_es.log 2>&1; env $ES=1 timeout -s INT -k 5 50 python3 tests/gpu/fwd_check.py --work-order --dynamic --only causal_doc_C1 --json-name fwd_es_order.json > $OUT/fwd_es_order.log 2>&1; tail -n 1 $OUT/fwd_es*.log
+pc $ES=0 e0a 2 8; pc $ES=1 e1b 2 8; pc $ES=1 e1c 2 8; pc $ES=0 e0d 2 8; pc $ES=1 m1e 4 16; pc $ES=0 m0f 4 16
+for f in $OUT/profile_[em]*.log; do echo "$f"; grep -o -E "^[a-z_]+ |fwd_sm90F[^,]*" $f | paste -sd " "; done'"
+$(pack_logs 68)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1070,7 +1084,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -115,6 +115,11 @@ class FwdConfig:
     # column values staged) and the consumers run that cheaper mask (document masks: most
     # partial tiles are the diagonal tiles inside one document). Off until the H200 A/B.
     diagonal_partials: bool = False
+    # The producer scans a work tile's key tiles (tile ranges, summary) before waiting for its
+    # Q stage, which frees only when the consumers finish the previous work tile, instead of
+    # after: with short work tiles (packed documents) that wait is at every tile boundary and
+    # the scan's global loads then delay the first K/V load. Off until the H200 A/B.
+    early_scan: bool = False
     # Q's wgmma operand descriptors from a slice at the warpgroup's first thread (made
     # warp-uniform), not at this thread: they depend only on the warpgroup, and built from the
     # thread index they sit in vector registers and are moved to uniform ones (R2UR) before
@@ -199,6 +204,7 @@ CLAIM_BLOCK_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_BLOCK"
 DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 UNIFORM_Q_ENV = "PADDLE_FLASHMASK_FWD_UNIFORM_Q"
 RESCALE_THRESHOLD_ENV = "PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD"
+EARLY_SCAN_ENV = "PADDLE_FLASHMASK_FWD_EARLY_SCAN"
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
 D256_TILE_ENV = "PADDLE_FLASHMASK_FWD_D256_TILE_N"  # default "80": 128x80 where it fits; "64"
 D64_TILE_M_ENV = "PADDLE_FLASHMASK_FWD_D64_TILE_M"  # default "192": three consumer WGs; "128"
@@ -320,6 +326,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     uniform_q = env_choice(UNIFORM_Q_ENV, ("0", "1")) == "1"
     # lazy O rescale: off until the H200 A/B (env ..._RESCALE_THRESHOLD=8)
     rescale_threshold = float(env_choice(RESCALE_THRESHOLD_ENV, ("0", "8")) or 0)
+    # the scan before the Q wait: off until the H200 A/B (env ..._EARLY_SCAN=1)
+    early_scan = env_choice(EARLY_SCAN_ENV, ("0", "1")) == "1"
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -328,7 +336,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          tile_ranges=tile_ranges, dynamic_schedule=dynamic_schedule,
                          claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
-                         uniform_q=uniform_q, rescale_threshold=rescale_threshold)
+                         uniform_q=uniform_q, rescale_threshold=rescale_threshold,
+                         early_scan=early_scan)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
@@ -340,7 +349,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                        dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap),
                        claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
-                       uniform_q=uniform_q, rescale_threshold=rescale_threshold)
+                       uniform_q=uniform_q, rescale_threshold=rescale_threshold,
+                       early_scan=early_scan)
     # FA4's tile shapes at d256 (128x80) and d64 (192x128): on since the H200 A/B of session 10
     # (forward 1-10 % faster on every mask of the zoo); env "64" / "128" restores the old shapes
     if head_dim == 256 and (env_choice(D256_TILE_ENV, ("64", "80")) or "80") == "80":
@@ -753,6 +763,14 @@ class FlashFwdSm90:
                                            cute.group_modes(sVt, 0, 2),
                                            cute.group_modes(gVt, 0, 2))
 
+        scan_args = (m_block, mask_head, batch, row_begin, row_end, mRanges, mColMin, mColMax,
+                     seqlen_q, seqlen_k, diag_offset, num_k_tiles, lane)
+        if cutlass.const_expr(self.cfg.early_scan):
+            # before the wait for a free Q stage, which ends only when the consumers finish the
+            # previous work tile: the scan's global loads then no longer delay this tile's first
+            # K/V load behind it
+            n_begin, n_end, todo, partial_bits, band_bits = self.start_scan(*scan_args)
+
         if cutlass.const_expr(self.dynamic):
             # The work tile travels with its Q stage: written before the producer's arrive,
             # which completes the stage's barrier together with Q's bytes.
@@ -772,20 +790,9 @@ class FlashFwdSm90:
                       tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         q_state.advance()
 
-        n_begin, n_end = self.key_tile_scan(m_block, mask_head, batch, row_end, mRanges,
-                                            diag_offset, num_k_tiles)
+        if cutlass.const_expr(not self.cfg.early_scan):
+            n_begin, n_end, todo, partial_bits, band_bits = self.start_scan(*scan_args)
         for chunk in cutlass.range(n_begin // 32, (n_end + 31) // 32, unroll=1):
-            band_bits = Uint32(0xFFFFFFFF)  # every partial tile needs its column values
-            if cutlass.const_expr(self.cfg.diagonal_partials):
-                todo, partial_bits, band_bits = fm_mask.chunk_visit_bits(
-                    mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, tn,
-                    seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal,
-                    self.mask_columns, True)
-            else:
-                todo, partial_bits = fm_mask.chunk_visit_bits(
-                    mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, tn,
-                    seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal,
-                    self.mask_columns)
             # Visit only the set bits of the chunk, lowest first: a chunk of skipped tiles
             # (most chunks of a document mask) costs one ballot, not 32 loop trips.
             while todo != Uint32(0):
@@ -822,6 +829,11 @@ class FlashFwdSm90:
                     cute.arch.mbarrier_arrive(k_bar)
                 k_state.advance()
                 v_state.advance()
+            # the next chunk's classification (past the scan's end its probes are clamped into
+            # range and every bit is clear)
+            todo, partial_bits, band_bits = self.classify_chunk(
+                mColMin, mColMax, chunk + 1, lane, n_begin, n_end, row_begin, row_end, seqlen_q,
+                seqlen_k, diag_offset, mask_head, batch)
         # Sentinel: a K stage with no data and key-tile index -1 ends this work tile.
         pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
         if lane == 0:
@@ -832,6 +844,38 @@ class FlashFwdSm90:
             cute.arch.mbarrier_arrive(pipe_k.producer_get_barrier(k_state))
         k_state.advance()
         return q_state, k_state, v_state
+
+    @cute.jit
+    def start_scan(self, m_block, mask_head, batch, row_begin, row_end, mRanges, mColMin, mColMax,
+                   seqlen_q, seqlen_k, diag_offset, num_k_tiles, lane):
+        """The producer's key-tile scan of a query tile and its first chunk's classification:
+        ``(n_begin, n_end, visit_bits, partial_bits, band_bits)`` (:meth:`key_tile_scan`,
+        :meth:`classify_chunk`); the scan loop classifies each next chunk at the end of the one
+        before."""
+        n_begin, n_end = self.key_tile_scan(m_block, mask_head, batch, row_end, mRanges,
+                                            diag_offset, num_k_tiles)
+        todo, partial_bits, band_bits = Uint32(0), Int32(0), Int32(-1)
+        if n_end > n_begin:  # an empty scan reads no summary (its probe would be out of range)
+            todo, partial_bits, band_bits = self.classify_chunk(
+                mColMin, mColMax, n_begin // 32, lane, n_begin, n_end, row_begin, row_end,
+                seqlen_q, seqlen_k, diag_offset, mask_head, batch)
+        return n_begin, n_end, todo, partial_bits, band_bits
+
+    def classify_chunk(self, mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end,
+                       seqlen_q, seqlen_k, diag_offset, mask_head, batch):
+        """``(visit_bits, partial_bits, band_bits)`` of key-tile chunk ``chunk`` of the producer's
+        scan (``fm_mask.chunk_visit_bits``); ``band_bits`` only with ``diagonal_partials``, else
+        all set (every partial tile needs its column values); typed as the scan's loop carries them."""
+        if cutlass.const_expr(self.cfg.diagonal_partials):
+            todo, partial_bits, band_bits = fm_mask.chunk_visit_bits(
+                mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, self.tile_n,
+                seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal,
+                self.mask_columns, True)
+            return Uint32(todo), Int32(partial_bits), Int32(band_bits)
+        todo, partial_bits = fm_mask.chunk_visit_bits(
+            mColMin, mColMax, chunk, lane, n_begin, n_end, row_begin, row_end, self.tile_n,
+            seqlen_q, seqlen_k, diag_offset, mask_head, batch, self.causal, self.mask_columns)
+        return Uint32(todo), Int32(partial_bits), Int32(-1)
 
     def key_tile_scan(self, m_block, mask_head, batch, row_end, mRanges, diag_offset,
                       num_k_tiles):
