@@ -908,7 +908,18 @@ for f in $OUT/profile_[em]*.log; do echo "$f"; grep -o -E "^[a-z_]+ |fwd_sm90F[^
 $(pack_logs 68)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68"
+call69() {
+  emit "call 69 (session 14, nvidia-h200: stage parts a and b first, FA4 wheels carried) - at the final forward defaults of the session (early_scan on since call 68: oracle 24/24, forward 0-5.5 % faster, no mask slower; the GQA work-order rule): the GPU suite, then the compiled-model e2e step with --profile-steps 2 next to FA4 varlen [<= 6 min]" \
+    nvidia-h200 420 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1
+tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json
+timeout -s INT -k 10 160 python3 bench/e2e_step.py --impl-timeout 140 --compile-model --profile-steps 2 --impls flashmask,fa4_varlen --tag s14_final > $OUT/e2e_final.log 2>&1; grep -h -E "x \\(target" $OUT/e2e_final.log'"
+$(pack_logs 69)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1084,7 +1095,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

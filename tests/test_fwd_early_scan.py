@@ -1,7 +1,7 @@
-"""The forward producer's scan before the Q wait (FwdConfig.early_scan), on the CPU: the env switch,
-the compile-check variants, and the host API (no new launch argument). Correctness and speed
-are checked on the H200 (tests/gpu/fwd_check.py and bench/profile_call.py with
-PADDLE_FLASHMASK_FWD_EARLY_SCAN=1)."""
+"""The forward producer's scan before the Q wait (FwdConfig.early_scan, the default since session
+14), on the CPU: the env switch, the compile-check variants of both placements, and the host
+API (no new launch argument). Correctness and speed were checked on the H200
+(tests/gpu/fwd_check.py 24/24 and bench/profile_call.py, scripts/gpu_session.sh call68)."""
 from __future__ import annotations
 
 import pytest
@@ -14,27 +14,27 @@ def test_env_switch(monkeypatch):
 
     monkeypatch.delenv(fwd.EARLY_SCAN_ENV, raising=False)
     for causal, columns in ((True, 1), (False, 4), (True, None)):
-        assert not interface.forward_config("bfloat16", 128, causal, columns).early_scan
-    monkeypatch.setenv(fwd.EARLY_SCAN_ENV, "1")
-    on = interface.forward_config("bfloat16", 128, True, 1)
-    assert on.early_scan
-    assert on == fwd.FwdConfig(**{**on.__dict__, "early_scan": True})
+        assert interface.forward_config("bfloat16", 128, causal, columns).early_scan  # default
     assert fwd.default_config("bf16", 64, None, True, 2, fast=False).early_scan  # both paths
+    monkeypatch.setenv(fwd.EARLY_SCAN_ENV, "0")
+    off = interface.forward_config("bfloat16", 128, True, 1)
+    assert not off.early_scan
+    assert off == fwd.FwdConfig(**{**off.__dict__, "early_scan": False})
     monkeypatch.setenv(fwd.EARLY_SCAN_ENV, "yes")
     with pytest.raises(ValueError, match=fwd.EARLY_SCAN_ENV):
         interface.forward_config("bfloat16", 128, True, 1)
 
 
-def test_compile_check_builds_the_option_for_every_scan_kind():
+def test_compile_check_builds_both_placements_for_every_scan_kind(monkeypatch):
     from paddle_flashmask.ops.cute import compile_check
 
+    monkeypatch.delenv(fwd.EARLY_SCAN_ENV, raising=False)
     chosen = {v.label: v.config for v in compile_check.variants()}
-    for label in ("fwd bfloat16 d128 causal-C1 early-scan", "fwd bfloat16 d128 bidir-C4 early-scan",
-                  "fwd bfloat16 d128 causal early-scan", "fwd bfloat16 d64 causal-C2 early-scan",
-                  "fwd bfloat16 d128 causal-C1 early-scan claimed-work-order"):
-        assert chosen[label].early_scan, label
-    with_ranges = chosen["fwd bfloat16 d128 causal-C1 early-scan"]
-    assert with_ranges.tile_ranges and with_ranges.dynamic_schedule  # the scan reads the ranges
+    for form in ("d128 causal-C1", "d128 bidir-C4", "d128 causal", "d64 causal-C2"):
+        assert chosen[f"fwd bfloat16 {form}"].early_scan, form
+        assert not chosen[f"fwd bfloat16 {form} late-scan"].early_scan, form
+    assert chosen["fwd bfloat16 d128 causal-C1 claimed-work-order"].early_scan
+    assert chosen["fwd bfloat16 d128 causal-C1"].tile_ranges  # the scan reads the ranges
 
 
 def test_host_api_launches_the_same_arguments(monkeypatch):

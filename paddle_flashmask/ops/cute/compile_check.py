@@ -78,7 +78,7 @@ def variants(full: bool = False) -> list[Variant]:
     def fwd(dtype, d, causal, c, sink=False, work_order=False, tile_ranges=False, dynamic=True,
             partial_overlap=False, claim_passes=1, diagonal_partials=False, uniform_q=False,
             claimed_order=False, claim_block=1,
-            rescale_threshold: float = 0.0, early_scan: bool = False,
+            rescale_threshold: float = 0.0, early_scan: Optional[bool] = None,
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
@@ -93,9 +93,9 @@ def variants(full: bool = False) -> list[Variant]:
         if rescale_threshold:  # lazy O rescale (FwdConfig.rescale_threshold)
             cfg = dataclasses.replace(cfg, rescale_threshold=rescale_threshold)
             extra += f" rescale-threshold-{rescale_threshold:g}"
-        if early_scan:  # the producer's scan before the Q wait (FwdConfig.early_scan)
-            cfg = dataclasses.replace(cfg, early_scan=True)
-            extra += " early-scan"
+        if early_scan is not None:  # the producer's scan before / after the Q wait (early_scan)
+            cfg = dataclasses.replace(cfg, early_scan=early_scan)
+            extra += " early-scan" if early_scan else " late-scan"
         if uniform_q:  # Q descriptors from the warpgroup's uniform slice (FwdConfig.uniform_q)
             cfg = dataclasses.replace(cfg, uniform_q=True)
             extra += " uniform-q"
@@ -253,13 +253,11 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, True, None, claim_passes=3)
     fwd("bfloat16", 128, True, 1, claim_passes=3, claim_block=4)  # off until the H200 A/B
     fwd("bfloat16", 128, True, 1, diagonal_partials=True)
-    # the producer's scan before the Q wait: off until the H200 A/B (session 14)
-    fwd("bfloat16", 128, True, 1, early_scan=True)
-    fwd("bfloat16", 128, False, 4, early_scan=True)
-    fwd("bfloat16", 128, True, None, early_scan=True)
-    fwd("bfloat16", 128, True, 1, work_order=True, claimed_order=True, early_scan=True)
-    fwd("bfloat16", 128, True, 1, diagonal_partials=True, early_scan=True)
-    fwd("bfloat16", 64, True, 2, early_scan=True)
+    # the producer's scan after the Q wait (the default before session 14; env EARLY_SCAN=0)
+    fwd("bfloat16", 128, True, 1, early_scan=False)
+    fwd("bfloat16", 128, False, 4, early_scan=False)
+    fwd("bfloat16", 128, True, None, early_scan=False)
+    fwd("bfloat16", 64, True, 2, early_scan=False)
     fwd("bfloat16", 128, True, None, uniform_q=True)  # Q descriptors in uniform registers
     fwd("bfloat16", 128, False, 4, sink=True, uniform_q=True)
     fwd("bfloat16", 64, True, 1, uniform_q=True)  # three consumer warpgroups
