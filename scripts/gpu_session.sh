@@ -910,7 +910,7 @@ $(pack_logs 68)"
 
 call69() {
   emit "call 69 (session 14, nvidia-h200: stage parts a and b first, FA4 wheels carried) - at the final forward defaults of the session (early_scan on since call 68: oracle 24/24, forward 0-5.5 % faster, no mask slower; the GQA work-order rule): the GPU suite, then the compiled-model e2e step with --profile-steps 2 next to FA4 varlen [<= 6 min]" \
-    nvidia-h200 420 '[".cutedsl/b", ".devtools", ".whl"]' \
+    nvidia-h200 520 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS_INSTALL"'
 timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1
