@@ -119,7 +119,7 @@ class FwdConfig:
     # Q stage, which frees only when the consumers finish the previous work tile, instead of
     # after: with short work tiles (packed documents) that wait is at every tile boundary and
     # the scan's global loads then delay the first K/V load. default_config turns it on (H200,
-    # session 14: forward 0-5.5 % faster on the zoo at B=4 MHA and B=2 GQA, no mask slower).
+    # session 14: forward 0-5.5 % faster on every zoo mask at B=4 MHA, within +-4 % at B=2 GQA).
     early_scan: bool = False
     # Q's wgmma operand descriptors from a slice at the warpgroup's first thread (made
     # warp-uniform), not at this thread: they depend only on the warpgroup, and built from the
