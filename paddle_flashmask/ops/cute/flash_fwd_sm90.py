@@ -18,9 +18,10 @@ warpgroups, ``FwdConfig.tile_m`` -- persistent over work tiles):
 * Persistent scheduler (``tile_scheduler.py``): a head's query tiles together, last (heaviest)
   first; by default each CTA's producer claims the next work tile from a global counter
   (``FwdConfig.dynamic_schedule``) and passes it to the consumers with the tile's Q stage. With
-  ``FwdConfig.work_order`` (off by default) the claims, or the static slots without the dynamic
-  schedule, walk the heaviest-first order that ``work_order_kernel.py`` computes on the GPU from
-  the tile summary.
+  ``FwdConfig.work_order`` (the host's choice for GQA grids with few query tiles per CTA,
+  :func:`default_work_order`) the claims, or the static slots without the dynamic schedule, walk
+  the heaviest-first order that ``work_order_kernel.py`` computes on the GPU from the tile
+  summary.
 * Fast path (``FwdConfig`` flags, ``default_config(fast=True)``): S_j = Q·K_jᵀ in flight with
   P_{j-1}·V_{j-1} (intra-warpgroup overlap), turns between the consumer warpgroups (ping-pong,
   round robin with three), double-buffered Q, and a stmatrix + TMA-store epilogue. The default since it was

@@ -8,7 +8,8 @@ causal and bottom-right-heavy masks (causal documents, prefix-LM) the last query
 most key tiles, so they start first and the short ones fill in behind them; for flat masks
 (sliding window, documents) the order is neutral. Static: no per-tile table, nothing to allocate.
 
-Work-ordered variant (``FwdConfig.work_order``, off by default): the order is a list of work
+Work-ordered variant (``FwdConfig.work_order``; the host API turns it on for GQA grids with fewer
+than :data:`FEW_ITEMS_PER_CTA` query tiles per CTA): the order is a list of work
 items computed on the GPU from the tile summary (``work_order_kernel``: query tiles sorted by the
 key tiles they really load, heaviest first, O(S/tile) per head). With the dynamic schedule (below)
 the counter's claim ``t`` takes item ``order[t]`` (read once by the producer, which publishes
