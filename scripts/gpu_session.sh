@@ -869,13 +869,16 @@ NCCL_NVLS_ENABLE=0 timeout -s INT -k 20 150 python3 -m torch.distributed.run --s
 $(pack_logs 66)"
 }
 
+# the GPU suite on one GPU after a precompile, and its skipping summary (calls 66s and 69)
+GPU_SUITE_1GPU='timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1
+tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json'
+
 call66s() {
   emit "call 66s (session 14, when only nvidia-h200 is lent: call 66 without its context-parallel part; stage parts a and b on the 1-GPU machine first, FA4 wheels carried) - at the forward's new work-order rule (9466d37): the GPU suite, whose small problems now take it, then forward kernel times at B=2 S=8K H=16 (15.5 query tiles per CTA: the rule applies) on the other zoo masks, the order forced off vs the rule, then the compiled-model e2e step with --profile-steps 2 next to FA4 varlen [<= 9.5 min]" \
     nvidia-h200 590 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
-$PEERS_INSTALL"'
-timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1
-tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json
+$PEERS_INSTALL
+$GPU_SUITE_1GPU"'
 Z=causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window
 pc() { mkdir -p $OUT/$2; env $1 timeout -s INT -k 10 60 python3 bench/profile_call.py --batch 2 --heads 16 --masks $Z --out $OUT/$2 > $OUT/profile_$2.log 2>&1; }
 pc PADDLE_FLASHMASK_FWD_WORK_ORDER=0 z0; pc X=0 zr; for f in $OUT/profile_z*.log; do echo "$f"; grep -o -E "^[a-z_]+ |fwd_sm90F[^,]*" $f | paste -sd " "; done
@@ -912,9 +915,8 @@ call69() {
   emit "call 69 (session 14, nvidia-h200: stage parts a and b first, FA4 wheels carried) - at the final forward defaults of the session (early_scan on since call 68: oracle 24/24, forward 0-5.5 % faster, no mask slower; the GQA work-order rule): the GPU suite, then the compiled-model e2e step with --profile-steps 2 next to FA4 varlen [<= 6 min]" \
     nvidia-h200 520 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
-$PEERS_INSTALL"'
-timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 150 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1
-tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json
+$PEERS_INSTALL
+$GPU_SUITE_1GPU"'
 timeout -s INT -k 10 160 python3 bench/e2e_step.py --impl-timeout 140 --compile-model --profile-steps 2 --impls flashmask,fa4_varlen --tag s14_final > $OUT/e2e_final.log 2>&1; grep -h -E "x \\(target" $OUT/e2e_final.log'"
 $(pack_logs 69)"
 }
