@@ -930,7 +930,17 @@ export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABL
 timeout -s INT -k 10 170 python3 bench/e2e_step.py --impl-timeout 150 --compile-model --impls fa4_varlen,flashmask --tag s14_final_b > $OUT/e2e_final_b.log 2>&1; grep -h -E "x \(target" $OUT/e2e_final_b.log; ls $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b"
+call70() {
+  emit "call 70 (session 15, nvidia-h200: stage parts a and b first) - the forward producer no longer classifies a chunk past its scan's last one (a summary read and two ballots per work tile before the sentinel): the forward oracle; then the end-to-end shape's backward (B=2 S=8K GQA 16/8, the head walk with mask columns, where the dQ writer still issues its 64 row adds per lane in a waterfall because the uniform-row writer spills 8-36 B there): kernel times interleaved in one process, 5 rounds x 10 calls, default / dq_uniform_rows / dq_per_wg / stage_stats, on sft_documents, causal documents and documents [<= 8 min]" \
+    nvidia-h200 500 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 170 python3 tests/gpu/fwd_check.py --json-name fwd_s15_guard.json > $OUT/fwd_guard.log 2>&1; tail -n 2 $OUT/fwd_guard.log
+K=PADDLE_FLASHMASK_BWD
+timeout -s INT -k 10 280 python3 bench/kernel_ab.py --pass bwd --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document --variant base: --variant ur:${K}_DQ_UNIFORM_ROWS=1 --variant pw:${K}_DQ_PER_WG=1 --variant ss:${K}_STAGE_STATS=1 --rounds 5 --calls 10 --tag s15_bwd_e2e_ab > $OUT/kab.log 2>&1; tail -n 5 $OUT/kab.log'"
+$(pack_logs 70)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1106,7 +1116,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

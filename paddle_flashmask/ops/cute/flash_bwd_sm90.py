@@ -276,8 +276,6 @@ def default_key_major() -> bool:
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_PASSES"
 
 
-
-
 def default_claim_passes(work_items: Optional[int] = None, grid_ctas: Optional[int] = None
                          ) -> int:
     """``BwdConfig.claim_passes`` wanted for a persistent grid of ``grid_ctas`` CTAs over

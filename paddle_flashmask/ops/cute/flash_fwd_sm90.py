@@ -831,11 +831,12 @@ class FlashFwdSm90:
                     cute.arch.mbarrier_arrive(k_bar)
                 k_state.advance()
                 v_state.advance()
-            # the next chunk's classification (past the scan's end its probes are clamped into
-            # range and every bit is clear)
-            todo, partial_bits, band_bits = self.classify_chunk(
-                mColMin, mColMax, chunk + 1, lane, n_begin, n_end, row_begin, row_end, seqlen_q,
-                seqlen_k, diag_offset, mask_head, batch)
+            # the next chunk's classification; none after the last chunk, whose summary read
+            # and ballots would only delay the sentinel
+            if chunk + 1 < (n_end + 31) // 32:
+                todo, partial_bits, band_bits = self.classify_chunk(
+                    mColMin, mColMax, chunk + 1, lane, n_begin, n_end, row_begin, row_end,
+                    seqlen_q, seqlen_k, diag_offset, mask_head, batch)
         # Sentinel: a K stage with no data and key-tile index -1 ends this work tile.
         pipe_k.sync_object_empty.wait(k_state.index, k_state.phase)
         if lane == 0:

@@ -1,0 +1,145 @@
+"""Interleaved A/B of kernel variants in one process (a diagnostic, not the benchmark).
+
+Each variant is a set of environment switches (the host API keys its configs on them, so they may
+flip between calls). Rounds run every variant in turn, ``--calls`` back-to-back calls each under
+``torch.profiler``; the device time of the main kernel (names matching ``--kernel``) per call is
+recorded per round, and the medians and spreads per variant are printed and written as JSON.
+Interleaving keeps clock and thermal drift out of the comparison, which separate processes,
+run one after another, do not.
+
+    python3 bench/kernel_ab.py --pass bwd --masks sft_documents --batch 2 --kv-heads 8 \\
+        --variant base: --variant ur:PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1 --rounds 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from typing import Callable
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from gpu_trace import kernel_ops  # noqa: E402
+from mask_zoo import make_zoo, opt_in_names  # noqa: E402
+
+MAIN_KERNEL = {"fwd": "fwd_sm90", "bwd": "bwd_sm90"}
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    """``label:NAME=VALUE,NAME=VALUE`` (no assignments: the defaults) -> (label, env)."""
+    label, sep, assignments = text.partition(":")
+    if not sep or not label:
+        raise ValueError(f"--variant: expected 'label:NAME=VALUE,...', found {text!r}")
+    env = {}
+    for item in filter(None, assignments.split(",")):
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise ValueError(f"--variant {label}: expected NAME=VALUE, found {item!r}")
+        env[name] = value
+    return label, env
+
+
+def with_env(env: dict, fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with ``env`` set (previous values restored afterwards)."""
+    def run():
+        saved = {name: os.environ.get(name) for name in env}
+        os.environ.update(env)
+        try:
+            return fn()
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    return run
+
+
+def main_kernel_us(fn: Callable[[], object], calls: int, pattern: str) -> float:
+    """Device time per call of the kernels whose names contain ``pattern``."""
+    ops = kernel_ops(fn, calls)
+    total = sum(dur for _, dur, name in ops if pattern in name)
+    if total == 0:
+        raise RuntimeError(f"no kernel named like {pattern!r} ran; saw {sorted({n for *_, n in ops})}")
+    return total / calls
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pass", dest="which", choices=("fwd", "bwd"), default="bwd")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seqlen", type=int, default=8192)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=None)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--masks", default="sft_documents")
+    p.add_argument("--variant", action="append", required=True,
+                   help="label:NAME=VALUE,... (repeatable; 'base:' = the defaults)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=10)
+    p.add_argument("--kernel", default=None, help="kernel-name substring (default by --pass)")
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--tag", default="kernel_ab")
+    args = p.parse_args()
+    variants = [parse_variant(v) for v in args.variant]
+    pattern = args.kernel or MAIN_KERNEL[args.which]
+
+    from paddle_flashmask.ops.cute import interface
+
+    B, S, H, D = args.batch, args.seqlen, args.heads, args.head_dim
+    Hk = args.kv_heads or H
+    torch.manual_seed(0)
+    q, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(B, S, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    out = torch.empty_like(q)
+    lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    stream = torch.cuda.current_stream().cuda_stream
+    scale = D ** -0.5
+    zoo = make_zoo(B, S, extra=opt_in_names(args.masks.split(",")))
+    report = {"shape": {"B": B, "S": S, "H": H, "Hk": Hk, "D": D}, "pass": args.which,
+              "calls": args.calls, "rounds": args.rounds, "kernel": pattern,
+              "variants": {label: env for label, env in variants}, "masks": {}}
+    for name in args.masks.split(","):
+        mask = zoo[name]
+        idx = None if mask.indices is None else torch.from_numpy(mask.indices).cuda()
+
+        def fwd():
+            interface.flashmask_fwd(q, k, v, out, lse, idx, causal=mask.causal,
+                                    softmax_scale=scale, stream=stream)
+
+        def bwd():
+            interface.flashmask_bwd(q, k, v, out, do, lse, *grads, idx, causal=mask.causal,
+                                    softmax_scale=scale, stream=stream)
+
+        fwd()  # out and lse for the backward, from the default forward
+        target = fwd if args.which == "fwd" else bwd
+        runs = {label: with_env(env, target) for label, env in variants}
+        for run in runs.values():  # compile every variant before timing any
+            run()
+        torch.cuda.synchronize()
+        samples: dict = {label: [] for label in runs}
+        for _ in range(args.rounds):
+            for label, run in runs.items():
+                samples[label].append(round(main_kernel_us(run, args.calls, pattern), 1))
+        base = statistics.median(samples[variants[0][0]])
+        rec = {label: {"median_us": statistics.median(s), "min_us": min(s), "max_us": max(s),
+                       "vs_first": round(statistics.median(s) / base, 4), "samples_us": s}
+               for label, s in samples.items()}
+        report["masks"][name] = rec
+        print(name, " ".join(f"{label} {r['median_us']:.1f} ({r['min_us']:.1f}-{r['max_us']:.1f}, "
+                             f"{r['vs_first']:.3f}x)" for label, r in rec.items()), flush=True)
+    path = os.path.join(args.out, f"{args.tag}.json")
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
