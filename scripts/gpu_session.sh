@@ -940,7 +940,28 @@ timeout -s INT -k 10 280 python3 bench/kernel_ab.py --pass bwd --batch 2 --heads
 $(pack_logs 70)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70"
+call71() {
+  emit "call 71 (session 15, nvidia-h200: stage parts a and b first) - call 70: with the GQA head walk over masks with columns, the uniform-row dQ writer (despite 8-36 B of producer spill) and LSE/delta staged with Q/dO are faster (documents 2,330 -> 1,992 us, the e2e shape 726 -> 696 us): the new backward rule's GPU suite; then forward kernel times interleaved (kernel_ab) of the off switches at the e2e shape and at B=4 MHA: diagonal-only partials, Q descriptors from the uniform slice, lazy rescale, the 128x112 tile [<= 9 min]" \
+    nvidia-h200 590 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE
+$GPU_SUITE_1GPU"'
+F=PADDLE_FLASHMASK_FWD; V="--variant base: --variant dp:${F}_DIAGONAL_PARTIALS=1 --variant uq:${F}_UNIFORM_Q=1 --variant rt:${F}_RESCALE_THRESHOLD=8 --variant t112:${F}_D128_TILE_N=112"
+timeout -s INT -k 10 120 python3 bench/kernel_ab.py --pass fwd --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document $V --rounds 5 --calls 10 --tag s15_fwd_gqa_ab > $OUT/kab_fg.log 2>&1; grep -v compiling $OUT/kab_fg.log | tail -n 4
+timeout -s INT -k 10 130 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window $V --rounds 4 --calls 4 --tag s15_fwd_mha_ab > $OUT/kab_fm.log 2>&1; grep -v compiling $OUT/kab_fm.log | tail -n 9'"
+$(pack_logs 71)"
+}
+
+call72() {
+  emit "call 72 (session 15, warm after call 71, FA4 wheels carried) - at the new backward rule: the compiled-model e2e step next to FA4 varlen, twice, the implementations in both orders [<= 6 min]" \
+    nvidia-h200 360 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+e2e() { timeout -s INT -k 10 170 python3 bench/e2e_step.py --impl-timeout 150 --compile-model --impls $1 --tag s15_$2 > $OUT/e2e_$2.log 2>&1; grep -h -E "x \\(target" $OUT/e2e_$2.log; }
+e2e flashmask,fa4_varlen a; e2e fa4_varlen,flashmask b'"
+$(pack_logs 72)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call71 call72"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1116,7 +1137,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call71|call72) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -87,14 +87,32 @@ def test_prefetch_stats_rules(monkeypatch):
 
 
 def test_stage_stats_rules(monkeypatch):
-    """LSE/delta staged with Q/dO: off by default, on through the env for every head dim, where
-    it replaces the D=64 prefetch and late_loads; shared memory grows by the two staged runs."""
+    """LSE/delta staged with Q/dO: by default only for the GQA head walk over a mask with columns
+    at D = 128 (session 15's A/B); on through the env for every head dim, where it replaces the
+    D=64 prefetch and late_loads; shared memory grows by the two staged runs."""
     from paddle_flashmask.ops.cute import interface
 
-    for name in (bwd.STAGE_STATS_ENV, bwd.PREFETCH_STATS_ENV, bwd.LATE_LOADS_ENV):
+    for name in (bwd.STAGE_STATS_ENV, bwd.PREFETCH_STATS_ENV, bwd.LATE_LOADS_ENV,
+                 bwd.GQA_IN_CTA_ENV):
         monkeypatch.delenv(name, raising=False)
     base = interface.backward_config("bfloat16", 128, True, 1)
     assert not base.stage_stats
+    for causal, columns, det in ((True, 1, False), (False, 2, False), (False, 4, True)):
+        cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=True,
+                                        deterministic=det)
+        assert cfg.gqa_in_cta and cfg.stage_stats, (causal, columns, det)
+    for d, columns, gqa in ((128, None, True), (128, 2, False), (64, 2, True), (256, 1, True)):
+        cfg = interface.backward_config("bfloat16", d, columns is None or columns == 1, columns,
+                                        gqa=gqa)
+        assert not cfg.stage_stats, (d, columns, gqa)
+    monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "0")  # no head walk: per-query-head CTAs, as MHA
+    assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).stage_stats
+    monkeypatch.setenv(bwd.STAGE_STATS_ENV, "0")
+    monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
+    assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).stage_stats
+    monkeypatch.setenv(bwd.STAGE_STATS_ENV, "on")
+    with pytest.raises(ValueError, match=bwd.STAGE_STATS_ENV):
+        interface.backward_config("bfloat16", 128, True, 2)
     monkeypatch.setenv(bwd.STAGE_STATS_ENV, "1")
     monkeypatch.setenv(bwd.LATE_LOADS_ENV, "1")
     for d in (64, 128, 256):

@@ -75,16 +75,37 @@ def _main_kernels(report):
                 yield r["label"], name, k
 
 
+# The one measured exception to "no spills": the backward's GQA head walk over a mask with
+# columns, with the uniform-row dQ writer. Its producer warpgroup's 24 registers spill a few bytes
+# of per-head state, and the kernel is still 2-3.5 % faster than the spill-free per-lane writer
+# (session 15, bench/results/README.md); the bound keeps it from growing unnoticed.
+SPILL_ALLOWED_BYTES = 40
+
+
+def _spill_allowed(config: str) -> int:
+    """Spill bytes allowed for a variant, from its config's repr in the report."""
+    if (config.startswith("BwdConfig(") and "gqa_in_cta=True" in config
+            and "dq_uniform_rows=True" in config and "num_columns=None" not in config):
+        return SPILL_ALLOWED_BYTES
+    return 0
+
+
 def test_no_register_spills_in_the_main_kernels(compile_report):
     """Issue 5/6: spills are reported, and none is allowed in the forward and backward kernels
-    (ptxas' own report, and no local-memory LDL/STL in their SASS)."""
+    (ptxas' own report, and no local-memory LDL/STL in their SASS), except the measured GQA
+    head walk with mask columns and uniform dQ rows, within a few bytes."""
     _, report = compile_report
     checked = 0
-    for label, name, k in _main_kernels(report):
-        assert "spill_stores" in k, (label, name, "no ptxas report")
-        assert k["spill_stores"] == 0 and k["spill_loads"] == 0, (label, name, k)
-        assert not k["sass"].get("LDL") and not k["sass"].get("STL"), (label, name)
-        checked += 1
+    for r in report["results"]:
+        if r["kind"] not in ("fwd", "bwd"):
+            continue
+        allowed = _spill_allowed(r["config"])
+        for name, k in r["kernels"].items():
+            assert "spill_stores" in k, (r["label"], name, "no ptxas report")
+            assert k["spill_stores"] <= allowed and k["spill_loads"] <= allowed, (r["label"], k)
+            if not allowed:
+                assert not k["sass"].get("LDL") and not k["sass"].get("STL"), (r["label"], name)
+            checked += 1
     assert checked > 0
 
 

@@ -187,20 +187,21 @@ DQ_UNIFORM_ROWS_ENV = "PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS"
 
 def default_dq_uniform_rows(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int]) -> bool:
     """``BwdConfig.dq_uniform_rows`` wanted where it applies (dQ staged in smem, one bulk op per
-    row): on at D = 128 since the H200 A/B of session 11 (B=4 S=8K, forward+backward: document
-    5.63 -> 5.35 ms, causal documents -1.3 %, causal -0.9 %, full -0.4 %; oracle 27/27 and
-    determinism with it on at every head dim). With the GQA head walk (``gqa_in_cta``) only
-    without mask columns (plain causal / full; session 12, GQA 32/8: causal -1.5 %, full -0.6 %,
-    the 13 GQA oracle cases and determinism pass): with columns the walk's extra state makes the
-    producer's 24 registers spill 8-36 B (document was still 2.8 % faster, causal documents
-    level, but the kernels stay spill-free). Off at the other head dims (not measured). Env
-    ``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1``/``0`` forces it on/off wherever it applies."""
+    row): on at D = 128. Session 11 (B=4 S=8K, forward+backward): document 5.63 -> 5.35 ms,
+    causal documents -1.3 %, causal -0.9 %, full -0.4 %; oracle 27/27 and determinism with it on
+    at every head dim. With the GQA head walk (``gqa_in_cta``) and mask columns the walk's extra
+    state makes the producer's 24 registers spill 8-36 B, so until session 15 it stayed off
+    there; session 15's interleaved kernel times (B=2 S=8K GQA 16/8, ``bench/kernel_ab.py``) have
+    it faster anyway: the end-to-end step's packed documents -3 %, causal documents -2 %,
+    documents -3.5 % (the per-lane waterfall of the row adds costs more than the spill). Off at
+    the other head dims (not measured). Env ``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1``/``0``
+    forces it on/off wherever it applies."""
     from .launch_args import env_choice
 
     forced = env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    return head_dim == 128 and not (gqa_in_cta and num_columns is not None)
+    return head_dim == 128
 
 
 FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_FIRST_STORE"
@@ -349,13 +350,21 @@ def default_prefetch_stats(head_dim: int) -> bool:
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 
-def default_stage_stats() -> bool:
-    """``BwdConfig.stage_stats`` wanted: off until the H200 A/B (compiled, not yet GPU-run); env
-    ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1`` stages each query tile's LSE/delta in shared memory
-    with its Q/dO (every head dim; it then replaces the D = 64 prefetch)."""
-    from .launch_args import env_flag
+def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int]) -> bool:
+    """``BwdConfig.stage_stats`` wanted: on at D = 128 for the GQA head walk over a mask with
+    columns, off elsewhere. Session 15's interleaved kernel times (``bench/kernel_ab.py``, B=2 S=8K
+    GQA 16/8, on top of ``dq_uniform_rows``): documents 2,248 -> 1,992 us, causal documents -0.8 %,
+    the end-to-end step's packed documents -1.3 %, sliding window -0.8 %; without columns (full,
+    causal) +0.1 / +0.9 %, and with MHA (B=4 H=16) within -1.5 / +1.1 % over the zoo, where it
+    stays off (session 11: oracle 27/27, forward+backward within +-1.9 %). Env
+    ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1``/``0`` forces it: each query tile's LSE/delta staged in
+    shared memory with its Q/dO (every head dim; it then replaces the D = 64 prefetch)."""
+    from .launch_args import env_choice
 
-    return env_flag(STAGE_STATS_ENV)
+    forced = env_choice(STAGE_STATS_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    return head_dim == 128 and gqa_in_cta and num_columns is not None
 
 
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:

@@ -367,7 +367,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_swizzle(head_dim),
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
                             default_dq_early(), default_prefetch_stats(head_dim),
-                            default_stage_stats(),
+                            default_stage_stats(head_dim, default_gqa_in_cta(gqa), num_columns),
                             default_dq_uniform_rows(head_dim, default_gqa_in_cta(gqa), num_columns),
                             default_dq_per_wg())
 
