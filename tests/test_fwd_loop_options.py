@@ -1,5 +1,6 @@
 """Two forward main-loop options, on the CPU (their numbers are for the H200: tests/gpu/fwd_check.py
-with the env switch, scripts/gpu_session.sh call46):
+with the env switch, scripts/gpu_session.sh calls 46 and 71-72; the lazy rescale is a default at
+D = 128 since session 15):
 
 * FwdConfig.uniform_q: Q's wgmma descriptors from the warpgroup's warp-uniform slice -- no
   vector-to-uniform register moves before the Q·Kᵀ wgmmas;
@@ -51,8 +52,17 @@ def test_rescale_threshold_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.RESCALE_THRESHOLD_ENV, raising=False)
+    # by default (session 15's A/B) at D = 128 for every form but full attention
+    for causal, columns in ((True, None), (True, 1), (True, 2), (False, 2), (False, 4)):
+        cfg = interface.forward_config("bfloat16", 128, causal, columns, False)
+        assert cfg.rescale_threshold == 8.0, (causal, columns)
+    assert interface.forward_config("bfloat16", 128, False, None, False).rescale_threshold == 0.0
+    for d in (64, 96, 192, 256):
+        assert interface.forward_config("bfloat16", d, True, 1, False).rescale_threshold == 0.0, d
+    monkeypatch.setenv(fwd.RESCALE_THRESHOLD_ENV, "0")
     assert interface.forward_config("bfloat16", 128, True, 1, False).rescale_threshold == 0.0
     monkeypatch.setenv(fwd.RESCALE_THRESHOLD_ENV, "8")
+    assert interface.forward_config("bfloat16", 128, False, None, False).rescale_threshold == 8.0
     for d in (64, 128, 256):
         assert interface.forward_config("bfloat16", d, True, 1, False).rescale_threshold == 8.0
     monkeypatch.setenv(fwd.RESCALE_THRESHOLD_ENV, "4")
