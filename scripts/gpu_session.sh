@@ -961,7 +961,17 @@ e2e flashmask,fa4_varlen a; e2e fa4_varlen,flashmask b'"
 $(pack_logs 72)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call71 call72"
+call73() {
+  emit "call 73 (session 15, nvidia-h200: stage parts a and b first) - kernel_ab's interleaved timing resolves 1-2 % where separate runs could not: the backward's off switches at B=4 S=8K MHA D=128 over the zoo (per-warpgroup dQ blocks, 3-pass claims, key-major order, the fused dQ conversion, late stats loads), and the lazy rescale (a D=128 default since call 71) at D=64 and D=256 [<= 6 min]" \
+    nvidia-h200 400 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD; Z=full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window
+timeout -s INT -k 10 250 python3 bench/kernel_ab.py --pass bwd --batch 4 --heads 16 --masks $Z --variant base: --variant pw:${K}_DQ_PER_WG=1 --variant cp3:${K}_CLAIM_PASSES=3 --variant km:${K}_KEY_MAJOR=1 --variant fd:${K}_FUSED_DQ=1 --variant ll:${K}_LATE_LOADS=1 --rounds 4 --calls 3 --tag s15_bwd_mha_ab > $OUT/kab_bm.log 2>&1; grep -v compiling $OUT/kab_bm.log | tail -n 9
+for d in 64 256; do timeout -s INT -k 10 60 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim $d --masks full,causal,causal_document,document,sliding_window --variant base: --variant rt:PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD=8 --rounds 4 --calls 4 --tag s15_fwd_rt_d$d > $OUT/kab_rt$d.log 2>&1; grep -v compiling $OUT/kab_rt$d.log | tail -n 6; done'"
+$(pack_logs 73)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call71 call72 call73"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1137,7 +1147,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call71|call72) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call71|call72|call73) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
