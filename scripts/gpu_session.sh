@@ -971,7 +971,17 @@ for d in 64 256; do timeout -s INT -k 10 60 python3 bench/kernel_ab.py --pass fw
 $(pack_logs 73)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call71 call72 call73"
+call74() {
+  emit "call 74 (session 15, nvidia-h200: stage parts a and b first, FA4 wheels carried) - at the session's new defaults (the backward's key-major claim order for masks with one-pass claims, its GQA uniform rows and staged stats, the forward's lazy rescale at D=64/128/256): the backward oracle with the key-major order forced everywhere (its small problems would otherwise take 3-pass claims), then the README's same-run benchmark at B=4 S=8K with every peer [<= 9 min]" \
+    nvidia-h200 540 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+PADDLE_FLASHMASK_BWD_KEY_MAJOR=1 timeout -s INT -k 10 170 python3 tests/gpu/bwd_check.py --json-name bwd_s15_key_major.json > $OUT/bwd_km.log 2>&1; tail -n 2 $OUT/bwd_km.log
+timeout -s INT -k 10 330 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s15_cases0 > $OUT/bench_s15_cases0.log 2>&1; tail -n 14 $OUT/bench_s15_cases0.log | cut -c1-300'"
+$(pack_logs 74)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call71 call72 call73 call74"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1147,7 +1157,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call71|call72|call73) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call71|call72|call73|call74) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -47,14 +47,25 @@ def test_host_api_resets_the_counter_and_packs_its_argument(monkeypatch, hk):
 
 
 def test_key_major_claim_order_switch(monkeypatch):
-    """env PADDLE_FLASHMASK_BWD_KEY_MAJOR=1 gives the persistent grid the key-tile-major claim
-    order (a compile-time field); never without a persistent grid."""
+    """The key-tile-major claim order (a compile-time field): by default for masks with columns
+    (session 15's A/B), env PADDLE_FLASHMASK_BWD_KEY_MAJOR=1/0 forces it; never without a
+    persistent grid."""
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(bwd.KEY_MAJOR_ENV, raising=False)
-    assert not interface.backward_config("bfloat16", 128, True, 1).key_major
-    monkeypatch.setenv(bwd.KEY_MAJOR_ENV, "1")
+    monkeypatch.delenv(bwd.CLAIM_PASSES_ENV, raising=False)
     assert interface.backward_config("bfloat16", 128, True, 1).key_major
+    assert interface.backward_config("bfloat16", 128, False, 4, gqa=True).key_major
+    assert not interface.backward_config("bfloat16", 128, True, None).key_major
+    assert not interface.backward_config("bfloat16", 128, False, None).key_major
+    assert not bwd.default_key_major(2, claim_passes=3)
+    monkeypatch.setenv(bwd.KEY_MAJOR_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1).key_major
+    monkeypatch.setenv(bwd.KEY_MAJOR_ENV, "yes")
+    with pytest.raises(ValueError, match=bwd.KEY_MAJOR_ENV):
+        interface.backward_config("bfloat16", 128, True, 1)
+    monkeypatch.setenv(bwd.KEY_MAJOR_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, True, None).key_major
     assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).key_major
     with pytest.raises(ValueError, match="key_major"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, key_major=True)

@@ -144,6 +144,18 @@ def test_host_api_applies_the_rule_per_problem(monkeypatch):
                                 softmax_scale=0.1, stream=0, retire=retire)
     assert [c.claim_passes for c in seen] == [3, 1, 1]
     assert seen[0].persistent and not seen[1].persistent and seen[2].persistent
+    assert not any(c.key_major for c in seen)  # no mask columns: the head-major list
+    # with mask columns the key-major order goes with one pass only (default_key_major)
+    torch = pytest.importorskip("torch")
+    idx = t(b, 1, s, 1, dtype=torch.int32)
+    for env in (None, "1"):
+        if env is None:
+            monkeypatch.delenv(bwd.CLAIM_PASSES_ENV, raising=False)
+        else:
+            monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, env)
+        interface.flashmask_bwd(q, k, v, out, dout, lse, *grads, idx, causal=True,
+                                softmax_scale=0.1, stream=0)
+    assert [(c.claim_passes, c.key_major) for c in seen[3:]] == [(3, False), (1, True)]
 
 
 def test_forward_claim_blocks_config(monkeypatch):

@@ -52,12 +52,14 @@ def test_rescale_threshold_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.RESCALE_THRESHOLD_ENV, raising=False)
-    # by default (session 15's A/B) at D = 128 for every form but full attention
-    for causal, columns in ((True, None), (True, 1), (True, 2), (False, 2), (False, 4)):
-        cfg = interface.forward_config("bfloat16", 128, causal, columns, False)
-        assert cfg.rescale_threshold == 8.0, (causal, columns)
+    # by default (session 15's A/B) at D = 64 and 256, and at D = 128 for every form but full
+    for d, causal, columns in ((128, True, None), (128, True, 1), (128, True, 2), (128, False, 2),
+                               (128, False, 4), (64, False, None), (64, True, 1),
+                               (256, False, None), (256, False, 2)):
+        cfg = interface.forward_config("bfloat16", d, causal, columns, False)
+        assert cfg.rescale_threshold == 8.0, (d, causal, columns)
     assert interface.forward_config("bfloat16", 128, False, None, False).rescale_threshold == 0.0
-    for d in (64, 96, 192, 256):
+    for d in (96, 192):
         assert interface.forward_config("bfloat16", d, True, 1, False).rescale_threshold == 0.0, d
     monkeypatch.setenv(fwd.RESCALE_THRESHOLD_ENV, "0")
     assert interface.forward_config("bfloat16", 128, True, 1, False).rescale_threshold == 0.0

@@ -267,11 +267,21 @@ def default_dq_count_lag() -> int:
 KEY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_KEY_MAJOR"
 
 
-def default_key_major() -> bool:
-    """``BwdConfig.key_major``: off until the H200 A/B; env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``."""
-    from .launch_args import env_flag
+def default_key_major(num_columns: Optional[int] = None, claim_passes: int = 1) -> bool:
+    """``BwdConfig.key_major`` (the persistent grid claims key tile n of every head before n + 1)
+    wanted: for masks with columns when the list is claimed in one pass. Session 15's interleaved
+    kernel times (``bench/kernel_ab.py``, B=4 S=8K H=16 D=128, 4,096 items, one pass): global +
+    sliding window -15 %, shared question -4.6 %, causal documents -3 %, documents -2.3 %,
+    sliding window 0, prefix-LM +1.2 % (within its spread); plain causal and full +1.1 / +1.2 %,
+    so not there. Where few items per CTA bring claims by work class
+    (:func:`default_claim_passes`), those already order the heavy tiles first, and the
+    combination is not measured. Env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``/``0`` forces it."""
+    from .launch_args import env_choice
 
-    return env_flag(KEY_MAJOR_ENV)
+    forced = env_choice(KEY_MAJOR_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    return num_columns is not None and claim_passes == 1
 
 
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_PASSES"

@@ -286,15 +286,17 @@ def default_work_order(work_items: Optional[int] = None, grid_ctas: Optional[int
 
 def default_rescale_threshold(head_dim: int, causal: bool, mask_columns: Optional[int]) -> float:
     """``FwdConfig.rescale_threshold`` without an env choice: 8 (a row keeps its max until a tile
-    beats it by 2^8; exact, see the field) at D = 128 except full attention, else 0. Measured on
-    the H200 in session 15 with ``bench/kernel_ab.py`` (5 variants interleaved in one process):
-    B=4 S=8K MHA, causal -1.3 %, sliding window -4.4 %, causal documents -5.5 %, documents
-    -2.6 %, shared question -6 %, prefix-LM -2.3 %, global + sliding window -5.3 %, full +1.5 %;
-    B=2 GQA 16/8 packed documents -1.3 %, causal documents -1.2 %, documents -2 %. Session 12's
-    separate-process runs could not see it through their 5-10 % spread."""
-    if head_dim != 128 or (not causal and mask_columns is None):
-        return 0.0
-    return 8.0
+    beats it by 2^8; exact, see the field) at D = 64 and 256, and at D = 128 except full
+    attention; 0 elsewhere (D = 96 / 192 not measured). Measured on the H200 in session 15 with
+    ``bench/kernel_ab.py`` (variants interleaved in one process), B=4 S=8K MHA: at D = 128 causal
+    -1.3 %, sliding window -4.4 %, causal documents -5.5 %, documents -2.6 %, shared question
+    -6 %, prefix-LM -2.3 %, global + sliding window -5.3 %, full +1.5 %; at D = 64 -0.4 to -3.1 %
+    and at D = 256 -2.2 to -4.7 % on full, causal, causal documents, documents and sliding
+    window; B=2 GQA 16/8 D = 128 packed documents -1.3 %, causal documents -1.2 %, documents
+    -2 %. Session 12's separate-process runs could not see it through their 5-10 % spread."""
+    if head_dim in (64, 256) or (head_dim == 128 and (causal or mask_columns is not None)):
+        return 8.0
+    return 0.0
 
 
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
@@ -339,9 +341,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     diagonal_partials = env_flag(DIAGONAL_PARTIALS_ENV) and mask_columns is not None
     # Q descriptors from the warpgroup's uniform slice: off until the H200 A/B (env ..._UNIFORM_Q=1)
     uniform_q = env_choice(UNIFORM_Q_ENV, ("0", "1")) == "1"
-    # lazy O rescale (env ..._RESCALE_THRESHOLD=8 / 0 forces it): at D = 128 for every form but
-    # full attention (session 15, interleaved kernel times: -1.3 to -6 % on the zoo's masks and
-    # the GQA packed documents, full +1.5 %); the other head dims are not measured
+    # lazy O rescale (env ..._RESCALE_THRESHOLD=8 / 0 forces it): the measured rule of
+    # default_rescale_threshold (session 15)
     rescale_threshold = float(env_choice(RESCALE_THRESHOLD_ENV, ("0", "8"))
                               or default_rescale_threshold(head_dim, causal, mask_columns))
     # the scan before the Q wait: on since the H200 A/B of session 14 (env ..._EARLY_SCAN=0: after)

@@ -358,7 +358,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             deterministic, row_ranges, default_rs_dkv(head_dim),
                             default_gqa_in_cta(gqa), persistent_ctas,
                             default_qdo_stages(head_dim),
-                            persistent_ctas > 0 and default_key_major(),
+                            persistent_ctas > 0 and default_key_major(num_columns, claim_passes),
                             default_dq_chains(deterministic),
                             default_lazy_release(deterministic),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
@@ -582,13 +582,15 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
         config = replace(config, persistent_ctas=0, key_major=False, fused_dq=False,
                          claim_passes=1)
     elif config.persistent:
-        # claims by work class where the grid gets few items per CTA (a problem-size rule)
-        from .flash_bwd_sm90 import backward_work_items, default_claim_passes
+        # claims by work class where the grid gets few items per CTA (a problem-size rule); the
+        # key-major order only where the list is claimed in one pass
+        from .flash_bwd_sm90 import backward_work_items, default_claim_passes, default_key_major
 
         passes = default_claim_passes(backward_work_items(config, b, sk, h, hk),
                                       config.persistent_ctas)
-        if passes != config.claim_passes:
-            config = replace(config, claim_passes=passes)
+        key_major = default_key_major(config.num_columns, passes)
+        if (passes, key_major) != (config.claim_passes, config.key_major):
+            config = replace(config, claim_passes=passes, key_major=key_major)
     from .flash_bwd_sm90 import workspace_shapes
 
     workspace, buffers = {}, []
