@@ -973,10 +973,10 @@ $(pack_logs 73)"
 
 call74() {
   emit "call 74 (session 15, nvidia-h200: stage parts a and b first, FA4 wheels carried) - at the session's new defaults (the backward's key-major claim order for masks with one-pass claims, its GQA uniform rows and staged stats, the forward's lazy rescale at D=64/128/256): the backward oracle with the key-major order forced everywhere (its small problems would otherwise take 3-pass claims), then the README's same-run benchmark at B=4 S=8K with every peer [<= 9 min]" \
-    nvidia-h200 590 '[".cutedsl/b", ".devtools", ".whl"]' \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-PADDLE_FLASHMASK_BWD_KEY_MAJOR=1 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_s15_key_major.json > $OUT/bwd_km.log 2>&1; tail -n 2 $OUT/bwd_km.log
+PADDLE_FLASHMASK_BWD_KEY_MAJOR=1 timeout -s INT -k 10 140 python3 tests/gpu/bwd_check.py --json-name bwd_s15_key_major.json > $OUT/bwd_km.log 2>&1; tail -n 2 $OUT/bwd_km.log
 timeout -s INT -k 10 320 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s15_cases0 > $OUT/bench_s15_cases0.log 2>&1; tail -n 14 $OUT/bench_s15_cases0.log | cut -c1-300'"
 $(pack_logs 74)"
 }
