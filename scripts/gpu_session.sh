@@ -940,6 +940,15 @@ timeout -s INT -k 10 280 python3 bench/kernel_ab.py --pass bwd --batch 2 --heads
 $(pack_logs 70)"
 }
 
+call70b() {
+  emit "call 70b (session 15, hand-written on call 70's warm machine, recorded as run) - call 70: uniform dQ rows and staged stats each faster on the GQA head walk with mask columns; both together at B=2 GQA 16/8 on six masks, and staged stats alone at B=4 MHA over the zoo (ran with timeout_s 420) [<= 7.5 min]" \
+    nvidia-h200 440 '[".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+timeout -s INT -k 10 200 python3 bench/kernel_ab.py --pass bwd --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,full,causal,sliding_window --variant base: --variant ur:${K}_DQ_UNIFORM_ROWS=1 --variant urss:${K}_DQ_UNIFORM_ROWS=1,${K}_STAGE_STATS=1 --rounds 5 --calls 6 --tag s15_bwd_gqa_urss > $OUT/kab2.log 2>&1; tail -n 7 $OUT/kab2.log
+timeout -s INT -k 10 200 python3 bench/kernel_ab.py --pass bwd --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window --variant base: --variant ss:${K}_STAGE_STATS=1 --rounds 4 --calls 4 --tag s15_bwd_mha_ss > $OUT/kab3.log 2>&1; tail -n 9 $OUT/kab3.log'
+}
+
 call71() {
   emit "call 71 (session 15, nvidia-h200: stage parts a and b first) - call 70: with the GQA head walk over masks with columns, the uniform-row dQ writer (despite 8-36 B of producer spill) and LSE/delta staged with Q/dO are faster (documents 2,330 -> 1,992 us, the e2e shape 726 -> 696 us): the new backward rule's GPU suite; then forward kernel times interleaved (kernel_ab) of the off switches at the e2e shape and at B=4 MHA: diagonal-only partials, Q descriptors from the uniform slice, lazy rescale, the 128x112 tile [<= 9 min]" \
     nvidia-h200 590 '[".cutedsl/b", ".devtools"]' \
@@ -952,12 +961,14 @@ $(pack_logs 71)"
 }
 
 call72() {
-  emit "call 72 (session 15, warm after call 71, FA4 wheels carried) - at the new backward rule: the compiled-model e2e step next to FA4 varlen, twice, the implementations in both orders [<= 6 min]" \
-    nvidia-h200 360 '[".devtools", ".whl"]' \
+  emit "call 72 (session 15, hand-written on call 71's warm machine, recorded as run; FA4 wheels carried) - call 71: the lazy O rescale (threshold 8) was faster on every forward but full attention: the forward oracle with it forced, then the compiled-model e2e step next to FA4 varlen with it, twice, the implementations in both orders [<= 8 min]" \
+    nvidia-h200 540 '[".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS_INSTALL"'
+export PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD=8
+timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_s15_rescale8.json > $OUT/fwd_rt.log 2>&1; tail -n 1 $OUT/fwd_rt.log
 e2e() { timeout -s INT -k 10 170 python3 bench/e2e_step.py --impl-timeout 150 --compile-model --impls $1 --tag s15_$2 > $OUT/e2e_$2.log 2>&1; grep -h -E "x \\(target" $OUT/e2e_$2.log; }
-e2e flashmask,fa4_varlen a; e2e fa4_varlen,flashmask b'"
+e2e flashmask,fa4_varlen rt_a; e2e fa4_varlen,flashmask rt_b'"
 $(pack_logs 72)"
 }
 
@@ -981,7 +992,26 @@ timeout -s INT -k 10 320 python3 bench/bench_attention.py --cases 0 --systems '"
 $(pack_logs 74)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call71 call72 call73 call74"
+call75() {
+  emit "call 75 (session 15, hand-written on call 74's warm machine, recorded as run) - at the session's final defaults: the compiled-model e2e step next to FA4 varlen, twice, the implementations in both orders [<= 5.5 min]" \
+    nvidia-h200 330 '[".devtools"]' \
+"$PRELUDE"'
+export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+e2e() { timeout -s INT -k 10 150 python3 bench/e2e_step.py --impl-timeout 130 --compile-model --impls $1 --tag s15_$2 > $OUT/e2e_$2.log 2>&1; grep -h -E "x \\(target" $OUT/e2e_$2.log; }
+e2e flashmask,fa4_varlen final_a; e2e fa4_varlen,flashmask final_b'"
+$(pack_logs 75)"
+}
+
+call76() {
+  emit "call 76 (session 15, hand-written on call 75's warm machine, recorded as run) - the compiled-model e2e step with all three implementations in one run (SDPA with the dense document mask included; ran with timeout_s 270) [<= 4.5 min]" \
+    nvidia-h200 280 '[".devtools"]' \
+"$PRELUDE"'
+export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+timeout -s INT -k 10 250 python3 bench/e2e_step.py --impl-timeout 110 --compile-model --tag s15_all3 > $OUT/e2e_all3.log 2>&1; grep -h -E "x \\(target" $OUT/e2e_all3.log
+gzip $OUT/e2e_all3.log; ls -la $OUT'
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1157,7 +1187,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call71|call72|call73|call74) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
