@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
+from call_buffers import call_buffers  # noqa: E402
 from mask_zoo import make_zoo, opt_in_names  # noqa: E402
 
 
@@ -81,15 +82,10 @@ def main() -> None:
 
     B, S, H, D = args.batch, args.seqlen, args.heads, 128
     Hk = args.kv_heads or H
-    torch.manual_seed(0)
-    q, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    k, v = (torch.randn(B, S, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    buf = call_buffers(B, S, H, Hk, D)
+    q, k, v, do, out, lse = buf.q, buf.k, buf.v, buf.do, buf.out, buf.lse
+    grads, stream, scale = buf.grads, buf.stream, buf.scale
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    out = torch.empty_like(q)
-    lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-    grads = [torch.empty_like(t) for t in (q, k, v)]
-    stream = torch.cuda.current_stream().cuda_stream
-    scale = D ** -0.5
     zoo = make_zoo(B, S, extra=opt_in_names(args.masks.split(",")))
     report = {}
     for name in args.masks.split(","):

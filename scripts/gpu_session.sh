@@ -940,6 +940,13 @@ timeout -s INT -k 10 280 python3 bench/kernel_ab.py --pass bwd --batch 2 --heads
 $(pack_logs 70)"
 }
 
+# e2e_both_orders TIMEOUT IMPL_TIMEOUT TAG_A TAG_B: the compiled-model e2e step next to FA4 varlen,
+# twice, the implementations in both orders (calls 72 and 75)
+e2e_both_orders() {
+  printf '%s' "e2e() { timeout -s INT -k 10 $1 python3 bench/e2e_step.py --impl-timeout $2 --compile-model --impls \$1 --tag s15_\$2 > \$OUT/e2e_\$2.log 2>&1; grep -h -E \"x \\\\(target\" \$OUT/e2e_\$2.log; }
+e2e flashmask,fa4_varlen $3; e2e fa4_varlen,flashmask $4"
+}
+
 call70b() {
   emit "call 70b (session 15, hand-written on call 70's warm machine, recorded as run) - call 70: uniform dQ rows and staged stats each faster on the GQA head walk with mask columns; both together at B=2 GQA 16/8 on six masks, and staged stats alone at B=4 MHA over the zoo (ran with timeout_s 420) [<= 7.5 min]" \
     nvidia-h200 440 '[".devtools"]' \
@@ -967,8 +974,7 @@ call72() {
 $PEERS_INSTALL"'
 export PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD=8
 timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_s15_rescale8.json > $OUT/fwd_rt.log 2>&1; tail -n 1 $OUT/fwd_rt.log
-e2e() { timeout -s INT -k 10 170 python3 bench/e2e_step.py --impl-timeout 150 --compile-model --impls $1 --tag s15_$2 > $OUT/e2e_$2.log 2>&1; grep -h -E "x \\(target" $OUT/e2e_$2.log; }
-e2e flashmask,fa4_varlen rt_a; e2e fa4_varlen,flashmask rt_b'"
+'"$(e2e_both_orders 170 150 rt_a rt_b)
 $(pack_logs 72)"
 }
 
@@ -997,8 +1003,7 @@ call75() {
     nvidia-h200 330 '[".devtools"]' \
 "$PRELUDE"'
 export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
-e2e() { timeout -s INT -k 10 150 python3 bench/e2e_step.py --impl-timeout 130 --compile-model --impls $1 --tag s15_$2 > $OUT/e2e_$2.log 2>&1; grep -h -E "x \\(target" $OUT/e2e_$2.log; }
-e2e flashmask,fa4_varlen final_a; e2e fa4_varlen,flashmask final_b'"
+'"$(e2e_both_orders 150 130 final_a final_b)
 $(pack_logs 75)"
 }
 
