@@ -1016,7 +1016,20 @@ timeout -s INT -k 10 250 python3 bench/e2e_step.py --impl-timeout 110 --compile-
 gzip $OUT/e2e_all3.log; ls -la $OUT'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76"
+call77() {
+  emit "call 77 (prepared in session 15 for the next one; nvidia-h200: stage parts a and b first, FA4 wheels carried) - the GPU suite at the final defaults of session 15 (it last ran before the lazy rescale and the key-major order); the 32K table next to FA4 (last run in session 12); then kernel_ab of combined backward switches: key-major + 3-pass claims at B=4 MHA (each alone took global + sliding window 13-15 %), and key-major with the rule's 3-pass claims on the e2e shape [<= 9.5 min]" \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL
+$GPU_SUITE_1GPU"'
+timeout -s INT -k 10 90 python3 bench/bench_attention.py --cases 1 --systems '"$BENCH_SYSTEMS"' --tag s16_cases1 > $OUT/bench_s16_cases1.log 2>&1; tail -n 6 $OUT/bench_s16_cases1.log | cut -c1-200
+K=PADDLE_FLASHMASK_BWD; Z=sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window
+timeout -s INT -k 10 80 python3 bench/kernel_ab.py --pass bwd --batch 4 --heads 16 --masks $Z --variant base: --variant c3:${K}_CLAIM_PASSES=3 --variant kmc3:${K}_CLAIM_PASSES=3,${K}_KEY_MAJOR=1 --rounds 4 --calls 3 --tag s16_bwd_kmc3 > $OUT/kab_kmc3.log 2>&1; grep -v compiling $OUT/kab_kmc3.log | tail -n 7
+timeout -s INT -k 10 45 python3 bench/kernel_ab.py --pass bwd --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document --variant base: --variant km:${K}_KEY_MAJOR=1 --rounds 5 --calls 6 --tag s16_bwd_gqa_km > $OUT/kab_gkm.log 2>&1; grep -v compiling $OUT/kab_gkm.log | tail -n 4'"
+$(pack_logs 77)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1192,7 +1205,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
