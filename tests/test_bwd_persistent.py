@@ -55,7 +55,11 @@ def test_key_major_claim_order_switch(monkeypatch):
     monkeypatch.delenv(bwd.KEY_MAJOR_ENV, raising=False)
     monkeypatch.delenv(bwd.CLAIM_PASSES_ENV, raising=False)
     assert interface.backward_config("bfloat16", 128, True, 1).key_major
+    walk = interface.backward_config("bfloat16", 128, False, 4, gqa=True)
+    assert walk.gqa_in_cta and not walk.key_major  # the GQA head walk stays head-major
+    monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "0")  # per-query-head CTAs, as MHA
     assert interface.backward_config("bfloat16", 128, False, 4, gqa=True).key_major
+    monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
     assert not interface.backward_config("bfloat16", 128, True, None).key_major
     assert not interface.backward_config("bfloat16", 128, False, None).key_major
     assert not bwd.default_key_major(2, claim_passes=3)

@@ -101,6 +101,8 @@ def backward_variant(dtype: str, d: int, causal: bool, cols, gqa: bool, has_sink
         over["gqa_in_cta"] = gqa_in_cta
     if persistent is not None:
         over["persistent_ctas"] = sms if persistent and not deterministic else 0
+        if not over["persistent_ctas"]:  # claim order and passes exist only on a persistent grid
+            over.update(key_major=False, claim_passes=1)
     if row_ranges is not None:
         over["row_ranges"] = row_ranges
     if d256_stages and d == 256:

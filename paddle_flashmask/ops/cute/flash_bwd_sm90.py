@@ -267,7 +267,8 @@ def default_dq_count_lag() -> int:
 KEY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_KEY_MAJOR"
 
 
-def default_key_major(num_columns: Optional[int] = None, claim_passes: int = 1) -> bool:
+def default_key_major(num_columns: Optional[int] = None, claim_passes: int = 1,
+                      gqa_in_cta: bool = False) -> bool:
     """``BwdConfig.key_major`` (the persistent grid claims key tile n of every head before n + 1)
     wanted: for masks with columns when the list is claimed in one pass. Session 15's interleaved
     kernel times (``bench/kernel_ab.py``, B=4 S=8K H=16 D=128, 4,096 items, one pass): global +
@@ -275,13 +276,15 @@ def default_key_major(num_columns: Optional[int] = None, claim_passes: int = 1) 
     sliding window 0, prefix-LM +1.2 % (within its spread); plain causal and full +1.1 / +1.2 %,
     so not there. Where few items per CTA bring claims by work class
     (:func:`default_claim_passes`), those already order the heavy tiles first, and the
-    combination is not measured. Env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``/``0`` forces it."""
+    combination is not measured. Not with the GQA head walk (``gqa_in_cta``): not measured, and
+    its per-head state plus the key-major decode spill 16-28 B in the producer's 24 registers at
+    D = 64 / 256. Env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``/``0`` forces it."""
     from .launch_args import env_choice
 
     forced = env_choice(KEY_MAJOR_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    return num_columns is not None and claim_passes == 1
+    return num_columns is not None and claim_passes == 1 and not gqa_in_cta
 
 
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_PASSES"

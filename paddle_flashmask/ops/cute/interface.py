@@ -358,7 +358,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             deterministic, row_ranges, default_rs_dkv(head_dim),
                             default_gqa_in_cta(gqa), persistent_ctas,
                             default_qdo_stages(head_dim),
-                            persistent_ctas > 0 and default_key_major(num_columns, claim_passes),
+                            persistent_ctas > 0 and default_key_major(num_columns, claim_passes,
+                                                                      default_gqa_in_cta(gqa)),
                             default_dq_chains(deterministic),
                             default_lazy_release(deterministic),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
@@ -588,7 +589,7 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
 
         passes = default_claim_passes(backward_work_items(config, b, sk, h, hk),
                                       config.persistent_ctas)
-        key_major = default_key_major(config.num_columns, passes)
+        key_major = default_key_major(config.num_columns, passes, config.gqa_in_cta)
         if (passes, key_major) != (config.claim_passes, config.key_major):
             config = replace(config, claim_passes=passes, key_major=key_major)
     from .flash_bwd_sm90 import workspace_shapes
