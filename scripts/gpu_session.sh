@@ -1029,7 +1029,15 @@ timeout -s INT -k 10 45 python3 bench/kernel_ab.py --pass bwd --batch 2 --heads 
 $(pack_logs 77)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77"
+call78() {
+  emit "call 78 (prepared in session 15 for the next one; warm after call 77, or stage parts a and b first) - the deterministic backward against the default at the final defaults (#6 item 1: <= 1.15x on every mask; session 15 changed the GQA head walk's dQ writer and stats staging, which the deterministic mode shares): the backward oracle with its bench rows (full, causal, causal documents MHA and GQA 16/8) [<= 4 min]" \
+    nvidia-h200 240 '[".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 220 python3 tests/gpu/bwd_check.py --bench --json-name bwd_s16_bench.json > $OUT/bwd_bench.log 2>&1; tail -n 6 $OUT/bwd_bench.log | cut -c1-300'"
+$(pack_logs 78)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1205,7 +1213,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
