@@ -1033,7 +1033,7 @@ call78() {
   emit "call 78 (prepared in session 15 for the next one; warm after call 77, or stage parts a and b first) - the deterministic backward against the default at the final defaults (#6 item 1: <= 1.15x on every mask; session 15 changed the GQA head walk's dQ writer and stats staging, which the deterministic mode shares): the backward oracle with its bench rows (full, causal, causal documents MHA and GQA 16/8) [<= 4 min]" \
     nvidia-h200 240 '[".devtools"]' \
 "$PRELUDE"'
-timeout -s INT -k 10 220 python3 tests/gpu/bwd_check.py --bench --json-name bwd_s16_bench.json > $OUT/bwd_bench.log 2>&1; tail -n 6 $OUT/bwd_bench.log | cut -c1-300'"
+timeout -s INT -k 10 210 python3 tests/gpu/bwd_check.py --bench --json-name bwd_s16_bench.json > $OUT/bwd_bench.log 2>&1; tail -n 6 $OUT/bwd_bench.log | cut -c1-300'"
 $(pack_logs 78)"
 }
 
