@@ -99,10 +99,10 @@ def backward_variant(dtype: str, d: int, causal: bool, cols, gqa: bool, has_sink
         over["rs_dkv"] = rs_dkv
     if gqa and gqa_in_cta is not None:
         over["gqa_in_cta"] = gqa_in_cta
-    if persistent is not None:
-        over["persistent_ctas"] = sms if persistent and not deterministic else 0
-        if not over["persistent_ctas"]:  # claim order and passes exist only on a persistent grid
-            over.update(key_major=False, claim_passes=1)
+    if persistent and not deterministic:
+        over["persistent_ctas"] = sms
+    elif persistent is not None:
+        cfg = cfg.one_cta_per_tile()
     if row_ranges is not None:
         over["row_ranges"] = row_ranges
     if d256_stages and d == 256:

@@ -43,7 +43,7 @@ reduces over the GQA group (fixed order).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Optional
 
@@ -645,6 +645,12 @@ class BwdConfig:
     @property
     def persistent(self) -> bool:
         return self.persistent_ctas > 0
+
+    def one_cta_per_tile(self) -> "BwdConfig":
+        """This variant without the persistent grid: one CTA per (key tile, head, batch), launched
+        in order, so nothing of what only a persistent grid has (the claim order, claim passes,
+        the fused dQ converter) is kept."""
+        return replace(self, persistent_ctas=0, key_major=False, fused_dq=False, claim_passes=1)
 
     def _staged_bytes(self) -> int:
         """Shared memory of the operand tiles, the fp32 dQ staging buffer and 4 KB of barriers

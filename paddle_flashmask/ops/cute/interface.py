@@ -352,14 +352,15 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_rs_dkv, default_stage_stats, default_vector_dkv)
 
     row_ranges = default_row_ranges(num_columns)
+    gqa_in_cta = default_gqa_in_cta(gqa)
     persistent_ctas = default_persistent_ctas(deterministic, num_sms)
     claim_passes = default_claim_passes()  # read (and checked) even where nothing is claimed
     return _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink,
                             deterministic, row_ranges, default_rs_dkv(head_dim),
-                            default_gqa_in_cta(gqa), persistent_ctas,
+                            gqa_in_cta, persistent_ctas,
                             default_qdo_stages(head_dim),
                             persistent_ctas > 0 and default_key_major(num_columns, claim_passes,
-                                                                      default_gqa_in_cta(gqa)),
+                                                                      gqa_in_cta),
                             default_dq_chains(deterministic),
                             default_lazy_release(deterministic),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
@@ -368,8 +369,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_swizzle(head_dim),
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
                             default_dq_early(), default_prefetch_stats(head_dim),
-                            default_stage_stats(head_dim, default_gqa_in_cta(gqa), num_columns),
-                            default_dq_uniform_rows(head_dim, default_gqa_in_cta(gqa), num_columns),
+                            default_stage_stats(head_dim, gqa_in_cta, num_columns),
+                            default_dq_uniform_rows(head_dim, gqa_in_cta, num_columns),
                             default_dq_per_wg())
 
 
@@ -580,8 +581,7 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
                              has_sink=problem.has_sink, deterministic=deterministic,
                              num_sms=sms - reserved_sms)
     if retire and config.persistent:  # one CTA per (key tile, head, batch), launched in order
-        config = replace(config, persistent_ctas=0, key_major=False, fused_dq=False,
-                         claim_passes=1)
+        config = config.one_cta_per_tile()
     elif config.persistent:
         # claims by work class where the grid gets few items per CTA (a problem-size rule); the
         # key-major order only where the list is claimed in one pass
