@@ -942,8 +942,8 @@ $(pack_logs 70)"
 
 # e2e_both_orders TIMEOUT IMPL_TIMEOUT TAG_A TAG_B: the compiled-model e2e step next to FA4 varlen,
 # twice, the implementations in both orders (calls 72 and 75)
-e2e_both_orders() {
-  printf '%s' "e2e() { timeout -s INT -k 10 $1 python3 bench/e2e_step.py --impl-timeout $2 --compile-model --impls \$1 --tag s15_\$2 > \$OUT/e2e_\$2.log 2>&1; grep -h -E \"x \\\\(target\" \$OUT/e2e_\$2.log; }
+e2e_both_orders() {  # e2e_both_orders LIMIT_S IMPL_LIMIT_S TAG_A TAG_B [SESSION (s15)]
+  printf '%s' "e2e() { timeout -s INT -k 10 $1 python3 bench/e2e_step.py --impl-timeout $2 --compile-model --impls \$1 --tag ${5:-s15}_\$2 > \$OUT/e2e_\$2.log 2>&1; grep -h -E \"x \\\\(target\" \$OUT/e2e_\$2.log; }
 e2e flashmask,fa4_varlen $3; e2e fa4_varlen,flashmask $4"
 }
 
@@ -1037,7 +1037,44 @@ timeout -s INT -k 10 210 python3 tests/gpu/bwd_check.py --bench --json-name bwd_
 $(pack_logs 78)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78"
+call79() {
+  emit "call 79 (session 16, first of the session: stage parts a and b on nvidia-h200 first, FA4 wheels carried) - why the document mask's backward is 22 % slower than FA4 varlen's when full attention is 9.5 % slower (bench-s15_cases0: per computed tile our document backward costs 1.15x our full one, FA4's ~1.0x): Nsight Compute of the backward, ours and FA4's, on document and on full (B=4 S=8K H=16 D=128); kernel_ab of the backward switches on document and full; then call 77's combined-switch sweeps (key-major + 3-pass claims at B=4, key-major on the e2e shape) [<= 6 min]" \
+    nvidia-h200 400 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL
+M=\"$NCU_SECTIONS --section MemoryWorkloadAnalysis\""'
+nc() { timeout 70 ncu --clock-control none -k regex:$1 --launch-skip 1 --launch-count 1 $M python3 bench/ncu_target.py --system $2 --mask $3 > $OUT/ncu_$4.txt 2>&1; grep -E "^    Duration|SM Active Cycles|Executed Instructions  |L2 Hit Rate  |Issue Slots Busy" $OUT/ncu_$4.txt; }
+for m in document full; do nc bwd_sm90F paddle_flashmask $m bwd_$m; nc BackwardSm90 fa4 $m fa4_bwd_$m; done
+K=PADDLE_FLASHMASK_BWD; A="timeout -s INT -k 10 100 python3 bench/kernel_ab.py --pass bwd --rounds 4 --heads 16"
+$A --batch 4 --masks document,full --variant base: --variant km0:${K}_KEY_MAJOR=0 --variant ll:${K}_LATE_LOADS=1 --variant ss:${K}_STAGE_STATS=1 --variant pf:${K}_PREFETCH_STATS=1 --calls 3 --tag s16_doc > $OUT/kab_doc.log 2>&1; grep -v compiling $OUT/kab_doc.log|tail -n4
+$A --batch 4 --masks sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window --variant base: --variant c3:${K}_CLAIM_PASSES=3 --variant kmc3:${K}_CLAIM_PASSES=3,${K}_KEY_MAJOR=1 --calls 3 --tag s16_kmc3 > $OUT/kab_kmc3.log 2>&1; grep -v compiling $OUT/kab_kmc3.log | tail -n 7
+$A --batch 2 --kv-heads 8 --masks sft_documents,causal_document,document --variant base: --variant km:${K}_KEY_MAJOR=1 --calls 6 --tag s16_gqa_km > $OUT/kab_gkm.log 2>&1; grep -v compiling $OUT/kab_gkm.log | tail -n 4'"
+$(pack_logs 79 'ncu_*.txt')"
+}
+
+call80() {
+  emit "call 80 (session 16: stage parts a and b on nvidia-h200 first) - the final defaults of session 16 (staged stats for MHA documents at D=128, key-major claims for the GQA head walk over causal masks at D=128, on top of session 15's): the backward oracle with determinism and the deterministic-vs-default bench rows (#6 item 1: <= 1.15x), then the GPU suite (last run at 04bea28) [<= 9 min]" \
+    nvidia-h200 560 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 230 python3 tests/gpu/bwd_check.py --bench --json-name bwd_s16_bench.json > $OUT/bwd_bench.log 2>&1; tail -n 12 $OUT/bwd_bench.log | cut -c1-300
+'"$GPU_SUITE_1GPU
+$(pack_logs 80)"
+}
+
+call81() {
+  emit "call 81 (session 16, warm after call 80; FA4 wheels carried) - the two new rules against their switches off (interleaved kernel times), the 32K table next to FA4 (last run in session 12), the e2e step in both orders [<= 8 min]" \
+    nvidia-h200 480 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+K=PADDLE_FLASHMASK_BWD; A="timeout -s INT -k 10 60 python3 bench/kernel_ab.py --pass bwd --rounds 4 --heads 16"
+$A --batch 4 --masks document --variant base: --variant ss0:${K}_STAGE_STATS=0 --calls 4 --tag s16_rule_ss > $OUT/kab_ss.log 2>&1; grep -v compiling $OUT/kab_ss.log | tail -n 2
+$A --batch 2 --kv-heads 8 --masks sft_documents,causal_document --variant base: --variant km0:${K}_KEY_MAJOR=0 --calls 6 --tag s16_rule_km > $OUT/kab_km.log 2>&1; grep -v compiling $OUT/kab_km.log | tail -n 3
+timeout -s INT -k 10 90 python3 bench/bench_attention.py --cases 1 --systems '"$BENCH_SYSTEMS"' --tag s16_cases1 > $OUT/bench_s16_cases1.log 2>&1; tail -n 8 $OUT/bench_s16_cases1.log | cut -c1-200
+'"$(e2e_both_orders 140 120 final_a final_b s16)
+$(pack_logs 81)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1213,7 +1250,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

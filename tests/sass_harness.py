@@ -24,10 +24,12 @@ def run_sass_script(script: str, *args: str, **extra_env: str) -> dict:
     from paddle_flashmask.ops.cute import compile_check as cc
     if cc.find_nvdisasm() is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", **extra_env,
-               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    out = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
+    # kept cubins go to a scratch folder, not into the checkout (the DSL's default is the cwd)
+    with tempfile.TemporaryDirectory() as dump:
+        env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_DUMP_DIR=dump, **extra_env,
+                   PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        out = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=900)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("JSON")]
     assert line, out.stderr[-4000:]
     return json.loads(line[-1][4:])

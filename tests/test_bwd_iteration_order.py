@@ -87,8 +87,9 @@ def test_prefetch_stats_rules(monkeypatch):
 
 
 def test_stage_stats_rules(monkeypatch):
-    """LSE/delta staged with Q/dO: by default only for the GQA head walk over a mask with columns
-    at D = 128 (session 15's A/B); on through the env for every head dim, where it replaces the
+    """LSE/delta staged with Q/dO: by default at D = 128 for masks with columns under the GQA head
+    walk (session 15's A/B) or bidirectional C = 2 with per-query-head CTAs (session 16); on through
+    the env for every head dim, where it replaces the
     D=64 prefetch and late_loads; shared memory grows by the two staged runs."""
     from paddle_flashmask.ops.cute import interface
 
@@ -101,12 +102,17 @@ def test_stage_stats_rules(monkeypatch):
         cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=True,
                                         deterministic=det)
         assert cfg.gqa_in_cta and cfg.stage_stats, (causal, columns, det)
-    for d, columns, gqa in ((128, None, True), (128, 2, False), (64, 2, True), (256, 1, True)):
-        cfg = interface.backward_config("bfloat16", d, columns is None or columns == 1, columns,
-                                        gqa=gqa)
-        assert not cfg.stage_stats, (d, columns, gqa)
+    assert interface.backward_config("bfloat16", 128, False, 2).stage_stats  # MHA documents
+    for d, causal, columns, gqa in ((128, True, None, True), (128, False, None, False),
+                                    (128, True, 2, False), (128, True, 1, False),
+                                    (64, False, 2, True), (64, False, 2, False),
+                                    (256, True, 1, True), (256, False, 4, False),
+                                    (128, False, 4, False)):
+        cfg = interface.backward_config("bfloat16", d, causal, columns, gqa=gqa)
+        assert not cfg.stage_stats, (d, causal, columns, gqa)
     monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "0")  # no head walk: per-query-head CTAs, as MHA
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).stage_stats
+    assert interface.backward_config("bfloat16", 128, False, 2, gqa=True).stage_stats
     monkeypatch.setenv(bwd.STAGE_STATS_ENV, "0")
     monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).stage_stats

@@ -56,7 +56,12 @@ def test_key_major_claim_order_switch(monkeypatch):
     monkeypatch.delenv(bwd.CLAIM_PASSES_ENV, raising=False)
     assert interface.backward_config("bfloat16", 128, True, 1).key_major
     walk = interface.backward_config("bfloat16", 128, False, 4, gqa=True)
-    assert walk.gqa_in_cta and not walk.key_major  # the GQA head walk stays head-major
+    assert walk.gqa_in_cta and not walk.key_major  # the GQA head walk stays head-major ...
+    # ... except over causal masks at D = 128 with claims by work class (session 16)
+    assert bwd.default_key_major(1, claim_passes=3, gqa_in_cta=True, head_dim=128, causal=True)
+    for passes, d, causal in ((1, 128, True), (3, 64, True), (3, 256, True), (3, 128, False)):
+        assert not bwd.default_key_major(2, passes, True, d, causal), (passes, d, causal)
+    assert not bwd.default_key_major(None, 3, True, 128, True)  # no columns: never
     monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "0")  # per-query-head CTAs, as MHA
     assert interface.backward_config("bfloat16", 128, False, 4, gqa=True).key_major
     monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)

@@ -156,6 +156,13 @@ def test_host_api_applies_the_rule_per_problem(monkeypatch):
         interface.flashmask_bwd(q, k, v, out, dout, lse, *grads, idx, causal=True,
                                 softmax_scale=0.1, stream=0)
     assert [(c.claim_passes, c.key_major) for c in seen[3:]] == [(3, False), (1, True)]
+    # the GQA head walk over a causal mask at D = 128: key-major with the claims by class
+    monkeypatch.delenv(bwd.CLAIM_PASSES_ENV, raising=False)
+    q, k, v, out, dout, lse = api.attention_tensors(b, s, 2 * h, h, d)
+    grads = [t(b, s, 2 * h, d), t(b, s, h, d), t(b, s, h, d)]
+    interface.flashmask_bwd(q, k, v, out, dout, lse, *grads, idx, causal=True,
+                            softmax_scale=0.1, stream=0)
+    assert seen[-1].gqa_in_cta and (seen[-1].claim_passes, seen[-1].key_major) == (3, True)
 
 
 def test_forward_claim_blocks_config(monkeypatch):

@@ -160,7 +160,7 @@ def variants(full: bool = False) -> list[Variant]:
         if det_sync:  # the deterministic dQ writer's semaphore ordering (BwdConfig.det_sync)
             cfg = dataclasses.replace(cfg, det_sync=det_sync)
         if late_loads:  # multi-column masks: delta / column values loaded late (BwdConfig.late_loads)
-            cfg = dataclasses.replace(cfg, late_loads=True)
+            cfg = dataclasses.replace(cfg, late_loads=True, stage_stats=False)  # they exclude
         if first_store is not None:  # dQ accumulator not zeroed (BwdConfig.dq_first_store)
             cfg = dataclasses.replace(cfg, dq_first_store=first_store)
         if swizzle is not None:  # one bulk op per staged dQ tile (BwdConfig.dq_swizzle)

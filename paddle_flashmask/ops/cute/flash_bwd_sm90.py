@@ -268,23 +268,33 @@ KEY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_KEY_MAJOR"
 
 
 def default_key_major(num_columns: Optional[int] = None, claim_passes: int = 1,
-                      gqa_in_cta: bool = False) -> bool:
+                      gqa_in_cta: bool = False, head_dim: int = 128, causal: bool = False) -> bool:
     """``BwdConfig.key_major`` (the persistent grid claims key tile n of every head before n + 1)
-    wanted: for masks with columns when the list is claimed in one pass. Session 15's interleaved
-    kernel times (``bench/kernel_ab.py``, B=4 S=8K H=16 D=128, 4,096 items, one pass): global +
-    sliding window -15 %, shared question -4.6 %, causal documents -3 %, documents -2.3 %,
-    sliding window 0, prefix-LM +1.2 % (within its spread); plain causal and full +1.1 / +1.2 %,
-    so not there. Where few items per CTA bring claims by work class
-    (:func:`default_claim_passes`), those already order the heavy tiles first, and the
-    combination is not measured. Not with the GQA head walk (``gqa_in_cta``): not measured, and
-    its per-head state plus the key-major decode spill 16-28 B in the producer's 24 registers at
-    D = 64 / 256. Env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``/``0`` forces it."""
+    wanted, for masks with columns only (plain causal and full: +1.1 / +1.2 %):
+
+    * per-query-head CTAs (no GQA head walk): when the list is claimed in one pass. Session 15's
+      interleaved kernel times (``bench/kernel_ab.py``, B=4 S=8K H=16 D=128, 4,096 items):
+      global + sliding window -15 %, shared question -4.6 %, causal documents -3 %, documents
+      -2.3 %, sliding window 0, prefix-LM +1.2 % (within its spread). With claims by work class
+      forced there it loses (session 16: +1.4 to +4.8 % against one pass, head-major).
+    * the GQA head walk (``gqa_in_cta``): at D = 128, causal masks, with claims by work class
+      (:func:`default_claim_passes`, the few-items-per-CTA grids). Session 16, B=2 S=8K GQA 16/8
+      (1,024 items, 3 passes): causal documents -2.6 %, the end-to-end step's packed documents
+      -0.5 %, bidirectional documents +0.8 % (so not there). The walk's per-head state plus the
+      key-major decode spill 16-28 B in the producer's 24 registers at D = 64 / 256; at D = 128
+      it stays within the uniform-row writer's allowance (causal C=1 8 B, C=2 28 B).
+
+    Env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``/``0`` forces it."""
     from .launch_args import env_choice
 
     forced = env_choice(KEY_MAJOR_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    return num_columns is not None and claim_passes == 1 and not gqa_in_cta
+    if num_columns is None:
+        return False
+    if gqa_in_cta:
+        return head_dim == 128 and causal and claim_passes > 1
+    return claim_passes == 1
 
 
 CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_PASSES"
@@ -363,21 +373,26 @@ def default_prefetch_stats(head_dim: int) -> bool:
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 
-def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int]) -> bool:
-    """``BwdConfig.stage_stats`` wanted: on at D = 128 for the GQA head walk over a mask with
-    columns, off elsewhere. Session 15's interleaved kernel times (``bench/kernel_ab.py``, B=2 S=8K
-    GQA 16/8, on top of ``dq_uniform_rows``): documents 2,248 -> 1,992 us, causal documents -0.8 %,
-    the end-to-end step's packed documents -1.3 %, sliding window -0.8 %; without columns (full,
-    causal) +0.1 / +0.9 %, and with MHA (B=4 H=16) within -1.5 / +1.1 % over the zoo, where it
-    stays off (session 11: oracle 27/27, forward+backward within +-1.9 %). Env
-    ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1``/``0`` forces it: each query tile's LSE/delta staged in
-    shared memory with its Q/dO (every head dim; it then replaces the D = 64 prefetch)."""
+def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int],
+                        causal: bool = True) -> bool:
+    """``BwdConfig.stage_stats`` wanted: at D = 128 for masks with columns under the GQA head walk,
+    and for the bidirectional C = 2 form (documents) with per-query-head CTAs; off elsewhere. Interleaved kernel times
+    (``bench/kernel_ab.py``, on top of ``dq_uniform_rows``): session 15, B=2 S=8K GQA 16/8:
+    documents 2,248 -> 1,992 us, causal documents -0.8 %, the end-to-end step's packed documents
+    -1.3 %, sliding window -0.8 %; without columns (full, causal) +0.1 / +0.9 %. B=4 S=8K H=16
+    (MHA): documents -1.5 % (session 15) and -1.7 % (session 16, with the key-major order); the
+    causal masks with columns within -0.8 / +1.1 % (prefix-LM +1.1 %), full +0.8 %, so off
+    there; bidirectional C = 4 is not measured and would spill 8 B per thread with it. Env ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1``/``0`` forces it: each query tile's
+    LSE/delta staged in shared memory with its Q/dO (every head dim; it then replaces the D = 64
+    prefetch)."""
     from .launch_args import env_choice
 
     forced = env_choice(STAGE_STATS_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    return head_dim == 128 and gqa_in_cta and num_columns is not None
+    if head_dim != 128 or num_columns is None:
+        return False
+    return gqa_in_cta or (not causal and num_columns == 2)
 
 
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:

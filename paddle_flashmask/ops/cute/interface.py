@@ -360,7 +360,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             gqa_in_cta, persistent_ctas,
                             default_qdo_stages(head_dim),
                             persistent_ctas > 0 and default_key_major(num_columns, claim_passes,
-                                                                      gqa_in_cta),
+                                                                      gqa_in_cta, head_dim,
+                                                                      causal),
                             default_dq_chains(deterministic),
                             default_lazy_release(deterministic),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
@@ -369,7 +370,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_swizzle(head_dim),
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
                             default_dq_early(), default_prefetch_stats(head_dim),
-                            default_stage_stats(head_dim, gqa_in_cta, num_columns),
+                            default_stage_stats(head_dim, gqa_in_cta, num_columns, causal),
                             default_dq_uniform_rows(head_dim, gqa_in_cta, num_columns),
                             default_dq_per_wg())
 
@@ -584,12 +585,13 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
         config = config.one_cta_per_tile()
     elif config.persistent:
         # claims by work class where the grid gets few items per CTA (a problem-size rule); the
-        # key-major order only where the list is claimed in one pass
+        # key-major order depends on the passes (default_key_major)
         from .flash_bwd_sm90 import backward_work_items, default_claim_passes, default_key_major
 
         passes = default_claim_passes(backward_work_items(config, b, sk, h, hk),
                                       config.persistent_ctas)
-        key_major = default_key_major(config.num_columns, passes, config.gqa_in_cta)
+        key_major = default_key_major(config.num_columns, passes, config.gqa_in_cta,
+                                      config.head_dim, config.causal)
         if (passes, key_major) != (config.claim_passes, config.key_major):
             config = replace(config, claim_passes=passes, key_major=key_major)
     from .flash_bwd_sm90 import workspace_shapes
