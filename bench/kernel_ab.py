@@ -9,6 +9,10 @@ run one after another, do not.
 
     python3 bench/kernel_ab.py --pass bwd --masks sft_documents --batch 2 --kv-heads 8 \\
         --variant base: --variant ur:PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1 --rounds 5
+
+The pseudo-switch ``deterministic=1`` in a backward variant calls the deterministic backward
+(``--kernel bwd`` then times the pre- and postprocess kernels too, as the deterministic mode's
+bound compares whole backward passes).
 """
 from __future__ import annotations
 
@@ -44,6 +48,21 @@ def parse_variant(text: str) -> tuple[str, dict]:
             raise ValueError(f"--variant {label}: expected NAME=VALUE, found {item!r}")
         env[name] = value
     return label, env
+
+
+DETERMINISTIC = "deterministic"  # the variant pseudo-switch: not an environment variable
+
+
+def split_deterministic(label: str, env: dict, which: str) -> tuple[dict, bool]:
+    """A variant's environment without the ``deterministic`` pseudo-switch, and its value."""
+    env = dict(env)
+    value = env.pop(DETERMINISTIC, "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"--variant {label}: expected {DETERMINISTIC}=0 or 1, found {value!r}")
+    if value == "1" and which != "bwd":
+        raise ValueError(f"--variant {label}: {DETERMINISTIC}=1 expected with --pass bwd, found "
+                         f"--pass {which}")
+    return env, value == "1"
 
 
 def with_env(env: dict, fn: Callable[[], object]) -> Callable[[], object]:
@@ -110,13 +129,19 @@ def main() -> None:
             interface.flashmask_fwd(q, k, v, out, lse, idx, causal=mask.causal,
                                     softmax_scale=scale, stream=stream)
 
-        def bwd():
+        def bwd(deterministic: bool = False):
             interface.flashmask_bwd(q, k, v, out, do, lse, *grads, idx, causal=mask.causal,
-                                    softmax_scale=scale, stream=stream)
+                                    softmax_scale=scale, stream=stream,
+                                    deterministic=deterministic)
+
+        def target_of(label: str, env: dict):
+            env, deterministic = split_deterministic(label, env, args.which)
+            if args.which == "fwd":
+                return with_env(env, fwd)
+            return with_env(env, lambda: bwd(deterministic))
 
         fwd()  # out and lse for the backward, from the default forward
-        target = fwd if args.which == "fwd" else bwd
-        runs = {label: with_env(env, target) for label, env in variants}
+        runs = {label: target_of(label, env) for label, env in variants}
         for run in runs.values():  # compile every variant before timing any
             run()
         torch.cuda.synchronize()

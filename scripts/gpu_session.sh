@@ -1074,7 +1074,42 @@ timeout -s INT -k 10 90 python3 bench/bench_attention.py --cases 1 --systems '"$
 $(pack_logs 81)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81"
+call82() {
+  emit "call 82 (session 16: stage parts a and b on nvidia-h200 first) - call 80's bench rows put the deterministic backward at 1.17x (causal documents) and 1.19x (GQA causal documents) the default, over #6 item 1's 1.15x (the default got faster, the deterministic mode has no persistent grid): interleaved times of the whole backward (pre + main + post), default vs deterministic with its prepared options (two dQ chains, lazy release) over the zoo at B=2 S=8K, MHA and GQA 16/8 [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD; V="--variant base: --variant det:deterministic=1 --variant c2:deterministic=1,${K}_DET_CHAINS=2 --variant lz:deterministic=1,${K}_DET_LAZY_RELEASE=1 --variant c2lz:deterministic=1,${K}_DET_CHAINS=2,${K}_DET_LAZY_RELEASE=1"
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 $V"
+timeout -s INT -k 10 240 $A --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s16_det_mha > $OUT/kab_det.log 2>&1; grep -v compiling $OUT/kab_det.log | tail -n 9
+timeout -s INT -k 10 100 $A --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s16_det_gqa > $OUT/kab_detg.log 2>&1; grep -v compiling $OUT/kab_detg.log | tail -n 5'"
+$(pack_logs 82)"
+}
+
+call83() {
+  emit "call 83 (session 16: stage parts a and b on nvidia-h200 first) - call 82: the deterministic backward is 1.07-1.39x the default over the MHA zoo and 1.17-1.43x with GQA 16/8 (#6 item 1 wants <= 1.15x on every mask); where the gap comes from: the default without its persistent grid (what the deterministic mode lacks), and the deterministic mode without the GQA head walk (2x the CTAs, fp32 dK/dV partials) [<= 4 min]" \
+    nvidia-h200 260 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD; V="--variant base: --variant np:${K}_PERSISTENT=0 --variant det:deterministic=1"
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3"
+timeout -s INT -k 10 110 $A $V --variant detnw:deterministic=1,${K}_GQA_IN_CTA=0 --variant nw:${K}_GQA_IN_CTA=0 --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s16_det_gqa_why > $OUT/kab_w1.log 2>&1; grep -v compiling $OUT/kab_w1.log | tail -n 5
+timeout -s INT -k 10 100 $A $V --masks global_sliding_window,shared_question,document,causal_document,causal --tag s16_det_mha_why > $OUT/kab_w2.log 2>&1; grep -v compiling $OUT/kab_w2.log | tail -n 6'"
+$(pack_logs 83)"
+}
+
+call84() {
+  emit "call 84 (session 16: stage parts a and b on nvidia-h200 first) - call 83: most of the deterministic mode's distance to the default is the missing persistent grid (default without it 1.05-1.28x); the deterministic mode on the persistent grid (each head's key tiles claimed last first, env PADDLE_FLASHMASK_BWD_DET_PERSISTENT=1): the backward oracle and determinism with it (stops on failure), then interleaved whole-backward times: default / deterministic / persistent deterministic (+ two dQ chains) over the zoo, MHA and GQA 16/8 (+ without the head walk) [<= 8 min]" \
+    nvidia-h200 470 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+env ${K}_DET_PERSISTENT=1 timeout -s INT -k 10 200 python3 tests/gpu/bwd_check.py --bench --json-name bwd_s16_det_persistent.json > $OUT/bwd_detp.log 2>&1; rc=$?; tail -n 3 $OUT/bwd_detp.log | cut -c1-400; [ $rc = 0 ] || exit $rc
+V="--variant base: --variant det:deterministic=1 --variant dp:deterministic=1,${K}_DET_PERSISTENT=1 --variant dpc2:deterministic=1,${K}_DET_PERSISTENT=1,${K}_DET_CHAINS=2"
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 $V"
+timeout -s INT -k 10 130 $A --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s16_detp_mha > $OUT/kab_dp.log 2>&1; grep -v compiling $OUT/kab_dp.log | tail -n 9
+timeout -s INT -k 10 90 $A --variant dpnw:deterministic=1,${K}_DET_PERSISTENT=1,${K}_GQA_IN_CTA=0 --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s16_detp_gqa > $OUT/kab_dpg.log 2>&1; grep -v compiling $OUT/kab_dpg.log | tail -n 5'"
+$(pack_logs 84)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1250,7 +1285,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

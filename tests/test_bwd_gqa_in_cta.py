@@ -17,6 +17,16 @@ def test_config_rule_and_workspace(monkeypatch):
     on = interface.backward_config("bfloat16", 128, True, 1, gqa=True)  # the default
     assert on.gqa_in_cta and not on.dkv_partials and not on.prepost.gqa
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=False).gqa_in_cta
+    # deterministic: per-query-head CTAs unless the env asks for the walk (session 16)
+    det = interface.backward_config("bfloat16", 128, True, 1, gqa=True, deterministic=True)
+    assert not det.gqa_in_cta and det.dkv_partials
+    monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, True, 1, gqa=True,
+                                     deterministic=True).gqa_in_cta
+    monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "yes")
+    with pytest.raises(ValueError, match=bwd.GQA_IN_CTA_ENV):
+        interface.backward_config("bfloat16", 128, True, 1, gqa=True)
+    monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
     with pytest.raises(ValueError, match="gqa_in_cta"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, gqa=False, gqa_in_cta=True)
     # no fp32 per-query-head partials: dK/dV leave the kernel in the input dtype

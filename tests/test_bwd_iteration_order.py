@@ -98,10 +98,13 @@ def test_stage_stats_rules(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     base = interface.backward_config("bfloat16", 128, True, 1)
     assert not base.stage_stats
-    for causal, columns, det in ((True, 1, False), (False, 2, False), (False, 4, True)):
-        cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=True,
-                                        deterministic=det)
-        assert cfg.gqa_in_cta and cfg.stage_stats, (causal, columns, det)
+    for causal, columns in ((True, 1), (False, 2), (False, 4)):
+        cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=True)
+        assert cfg.gqa_in_cta and cfg.stage_stats, (causal, columns)
+    monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "1")  # the deterministic mode walks only when asked
+    cfg = interface.backward_config("bfloat16", 128, False, 4, gqa=True, deterministic=True)
+    assert cfg.gqa_in_cta and cfg.stage_stats
+    monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
     assert interface.backward_config("bfloat16", 128, False, 2).stage_stats  # MHA documents
     for d, causal, columns, gqa in ((128, True, None, True), (128, False, None, False),
                                     (128, True, 2, False), (128, True, 1, False),

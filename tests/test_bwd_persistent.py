@@ -16,10 +16,8 @@ def test_config_rule_and_workspace(monkeypatch):
     monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)  # the default: on
     on = interface.backward_config("bfloat16", 128, True, 1, num_sms=114)
     assert on.persistent and on.persistent_ctas == 114
-    # deterministic mode keeps one CTA per key tile (its order relies on block dispatch)
-    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).persistent
-    with pytest.raises(ValueError, match="persistent_ctas"):
-        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, persistent_ctas=132)
+    # the deterministic mode too, in one claim pass (test_deterministic_rules)
+    assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).persistent
     with pytest.raises(ValueError, match="persistent_ctas"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, persistent_ctas=-1)
     assert bwd.workspace_shapes(on, 1, 300, 300, 4, 4)["tile_counter"] == ((1,), "int32")
@@ -75,7 +73,11 @@ def test_key_major_claim_order_switch(monkeypatch):
         interface.backward_config("bfloat16", 128, True, 1)
     monkeypatch.setenv(bwd.KEY_MAJOR_ENV, "1")
     assert interface.backward_config("bfloat16", 128, True, None).key_major
+    # forced, the deterministic mode's persistent grid takes it too (each head still last first)
+    assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).key_major
+    monkeypatch.setenv(bwd.DET_PERSISTENT_ENV, "0")  # one CTA per key tile: no claim order
     assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).key_major
+    monkeypatch.delenv(bwd.DET_PERSISTENT_ENV)
     with pytest.raises(ValueError, match="key_major"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, key_major=True)
 
@@ -121,3 +123,36 @@ def test_det_lazy_release_switch(monkeypatch):
     assert not interface.backward_config("bfloat16", 128, True, 1).lazy_release
     with pytest.raises(ValueError, match="lazy_release"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, lazy_release=True)
+
+
+def test_deterministic_rules(monkeypatch):
+    """Deterministic mode: the persistent grid in one claim pass (each head's key tiles last
+    first, head-major unless forced), one CTA per key tile with
+    PADDLE_FLASHMASK_BWD_DET_PERSISTENT=0; two dQ chains for bidirectional masks with columns
+    (session 16)."""
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.DET_PERSISTENT_ENV, bwd.PERSISTENT_ENV, bwd.KEY_MAJOR_ENV,
+                 bwd.CLAIM_PASSES_ENV, bwd.DET_CHAINS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    assert det.persistent and det.claim_passes == 1 and det.dq_chains == 1
+    monkeypatch.setenv(bwd.DET_PERSISTENT_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).persistent
+    assert interface.backward_config("bfloat16", 128, True, 1).persistent  # the default's own
+    assert interface.backward_config("bfloat16", 128, False, 2, deterministic=True).dq_chains == 2
+    assert interface.backward_config("bfloat16", 128, False, None, deterministic=True).dq_chains == 1
+    assert interface.backward_config("bfloat16", 128, False, 2).dq_chains == 1  # not deterministic
+    monkeypatch.setenv(bwd.DET_CHAINS_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, False, 2, deterministic=True).dq_chains == 1
+    monkeypatch.setenv(bwd.DET_PERSISTENT_ENV, "1")
+    monkeypatch.setenv(bwd.CLAIM_PASSES_ENV, "3")  # the chain's order: one pass regardless
+    det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    assert det.persistent and det.claim_passes == 1 and not det.key_major
+    monkeypatch.setenv(bwd.KEY_MAJOR_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).key_major
+    monkeypatch.setenv(bwd.PERSISTENT_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).persistent
+    with pytest.raises(ValueError, match="claim_passes=1 when deterministic"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, persistent_ctas=132,
+                      claim_passes=3)

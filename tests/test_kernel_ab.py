@@ -48,3 +48,13 @@ def test_a_pattern_matching_no_kernel_is_an_error(monkeypatch):
     assert kernel_ab.main_kernel_us(lambda: None, 2, "bwd_sm90") == 2.0
     with pytest.raises(RuntimeError, match="fwd_sm90"):
         kernel_ab.main_kernel_us(lambda: None, 2, "fwd_sm90")
+
+
+def test_deterministic_pseudo_switch():
+    env, det = kernel_ab.split_deterministic("d", {"deterministic": "1", "A_ENV": "2"}, "bwd")
+    assert (env, det) == ({"A_ENV": "2"}, True)
+    assert kernel_ab.split_deterministic("b", {"A_ENV": "2"}, "bwd") == ({"A_ENV": "2"}, False)
+    with pytest.raises(ValueError, match="deterministic=0 or 1"):
+        kernel_ab.split_deterministic("d", {"deterministic": "yes"}, "bwd")
+    with pytest.raises(ValueError, match="--pass bwd"):
+        kernel_ab.split_deterministic("d", {"deterministic": "1"}, "fwd")

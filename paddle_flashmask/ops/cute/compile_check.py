@@ -140,7 +140,7 @@ def variants(full: bool = False) -> list[Variant]:
             claim_passes: int = 1, pds_stages: Optional[int] = None,
             dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None,
             stage_stats: bool = False, uniform_rows: Optional[bool] = None,
-            per_wg: bool = False):
+            per_wg: bool = False, one_cta: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -186,7 +186,10 @@ def variants(full: bool = False) -> list[Variant]:
         if fused_dq:  # dQ converted in the main kernel (BwdConfig.fused_dq)
             cfg = dataclasses.replace(cfg, persistent_ctas=cfg.persistent_ctas or 132,
                                       fused_dq=True)
+        if one_cta:  # no persistent grid: one CTA per key tile (retire launches, env switch)
+            cfg = cfg.one_cta_per_tile()
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
+                         " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
                          " gqa-in-cta" if gqa_in_cta else "",
                          " persistent" if persistent else "",
@@ -300,6 +303,12 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, 4, gqa=True, det=True, gqa_in_cta=True, det_chains=2)
     bwd("bfloat16", 256, False, 4, gqa=True, gqa_in_cta=True, persistent=True)
     bwd("bfloat16", 128, False, 4, det=True)
+    # the deterministic mode without its persistent grid (retire launches; env
+    # PADDLE_FLASHMASK_BWD_DET_PERSISTENT=0), also with the GQA head walk asked for
+    bwd("bfloat16", 128, True, 1, det=True, one_cta=True)
+    bwd("bfloat16", 128, False, None, det=True, one_cta=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, gqa_in_cta=True, one_cta=True)
+    bwd("float16", 64, False, 4, det=True, one_cta=True, sink=True)
     bwd("bfloat16", 256, True, 1, two_stages=True)
     bwd("bfloat16", 256, False, 4, gqa=True, two_stages=True)
     bwd("bfloat16", 128, True, 1, fused_dq=True)

@@ -31,10 +31,14 @@ last adder (0 = none); key tile n first finds the next visitor nxt > n (the lowe
 bit-identical; CTAs that skip a tile never touch its semaphore (no chain through skipped tiles), and
 the waiting happens in the dQ-writer warp, off the consumers' critical path.
 
-Persistent grid (``BwdConfig.persistent_ctas``, the default without deterministic, H200-validated):
+Persistent grid (``BwdConfig.persistent_ctas``, the default, H200-validated):
 one CTA per SM; the producer claims each next (key tile, head, batch) from a counter and publishes it in a
 shared-memory slot with the tile's K/V stage; consumers and the dQ writer read it there, the
-consumers release K/V before the dK/dV epilogue so the next tile's K/V load runs under it.
+consumers release K/V before the dK/dV epilogue so the next tile's K/V load runs under it. In
+deterministic mode the list gives each (b, head)'s key tiles last first and is claimed once, in
+order: a key tile waits only for higher key tiles of its head, claimed before it, so the lowest
+claimed unfinished tile never waits (without the persistent grid, the launch order gives the same
+guarantee: blocks are dispatched last key tile first).
 
 dK/dV: accumulated in registers over the whole walk, scaled, then written once: directly in the input
 dtype when H == Hk, else as fp32 per-query-head partials ``[B, Sk, H, D]`` that the postprocess
@@ -135,12 +139,23 @@ def default_lazy_release(deterministic: bool) -> bool:
     return deterministic and env_flag(LAZY_RELEASE_ENV)
 
 
-def default_dq_chains(deterministic: bool) -> int:
-    """``BwdConfig.dq_chains`` wanted for a deterministic backward: 1 until the H200 A/B; env
-    ``PADDLE_FLASHMASK_BWD_DET_CHAINS=2`` asks for two (used where dQ is staged in smem)."""
+def default_dq_chains(deterministic: bool, causal: bool = True,
+                      num_columns: Optional[int] = None) -> int:
+    """``BwdConfig.dq_chains`` wanted for a deterministic backward: 2 for bidirectional masks with
+    columns (documents), else 1. Session 16's interleaved whole-backward times
+    (``bench/kernel_ab.py``, B=2 S=8K, deterministic / default): documents 1.225 -> 1.176x
+    (1.233 -> 1.185x in a second run) with two chains; every causal mask slower with them (causal
+    1.12 -> 1.15x, sliding window 1.07 -> 1.16x, shared question 1.19 -> 1.25x, full equal).
+    Env ``PADDLE_FLASHMASK_BWD_DET_CHAINS=1``/``2`` forces it (used where dQ is staged in
+    smem)."""
     from .launch_args import env_choice
 
-    return 2 if deterministic and env_choice(DET_CHAINS_ENV, ("1", "2")) == "2" else 1
+    if not deterministic:
+        return 1
+    forced = env_choice(DET_CHAINS_ENV, ("1", "2"))
+    if forced:
+        return int(forced)
+    return 2 if (not causal and num_columns is not None) else 1
 
 
 FUSED_DQ_ENV = "PADDLE_FLASHMASK_BWD_FUSED_DQ"
@@ -268,7 +283,8 @@ KEY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_KEY_MAJOR"
 
 
 def default_key_major(num_columns: Optional[int] = None, claim_passes: int = 1,
-                      gqa_in_cta: bool = False, head_dim: int = 128, causal: bool = False) -> bool:
+                      gqa_in_cta: bool = False, head_dim: int = 128, causal: bool = False,
+                      deterministic: bool = False) -> bool:
     """``BwdConfig.key_major`` (the persistent grid claims key tile n of every head before n + 1)
     wanted, for masks with columns only (plain causal and full: +1.1 / +1.2 %):
 
@@ -284,13 +300,15 @@ def default_key_major(num_columns: Optional[int] = None, claim_passes: int = 1,
       key-major decode spill 16-28 B in the producer's 24 registers at D = 64 / 256; at D = 128
       it stays within the uniform-row writer's allowance (causal C=1 8 B, C=2 28 B).
 
-    Env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``/``0`` forces it."""
+    The deterministic mode's persistent grid (``PADDLE_FLASHMASK_BWD_DET_PERSISTENT``) keeps the
+    head-major list unless forced (either order keeps its dQ chains deadlock-free: key tiles are
+    claimed last first per head). Env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``/``0`` forces it."""
     from .launch_args import env_choice
 
     forced = env_choice(KEY_MAJOR_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    if num_columns is None:
+    if num_columns is None or deterministic:
         return False
     if gqa_in_cta:
         return head_dim == 128 and causal and claim_passes > 1
@@ -395,22 +413,43 @@ def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[i
     return gqa_in_cta or (not causal and num_columns == 2)
 
 
+DET_PERSISTENT_ENV = "PADDLE_FLASHMASK_BWD_DET_PERSISTENT"
+
+
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
-    """``BwdConfig.persistent_ctas``: one CTA per SM (not with deterministic), else 0 (one CTA per
-    key tile). On since the H200 check (bwd_check 27/27; causal documents 0.96 -> 0.89 ms, causal
-    -2 %, full equal); env ``PADDLE_FLASHMASK_BWD_PERSISTENT=0`` turns it off."""
+    """``BwdConfig.persistent_ctas``: one CTA per SM, else 0 (one CTA per key tile). On since the
+    H200 check (bwd_check 27/27; causal documents 0.96 -> 0.89 ms, causal -2 %, full equal); env
+    ``PADDLE_FLASHMASK_BWD_PERSISTENT=0`` turns it off.
+
+    Deterministic too since session 16: the persistent grid claims each (b, head)'s key tiles last
+    first, in one pass (the dQ chain's order, ``_tile_of``), so the lowest claimed unfinished
+    tile never waits on an unclaimed one. Oracle 27/27 and determinism 5/5 with it (H200, call
+    84); whole-backward times (``bench/kernel_ab.py``, B=2 S=8K, deterministic / default) 0.1-1.8 %
+    lower than one CTA per key tile over the MHA zoo, 1-3 % without the GQA head walk. Env
+    ``PADDLE_FLASHMASK_BWD_DET_PERSISTENT=0`` gives one CTA per key tile, launched last first."""
     from .launch_args import env_flag
 
-    return num_sms if env_flag(PERSISTENT_ENV, default="1") and not deterministic else 0
+    if not env_flag(PERSISTENT_ENV, default="1"):
+        return 0
+    if deterministic and not env_flag(DET_PERSISTENT_ENV, default="1"):
+        return 0
+    return num_sms
 
 
-def default_gqa_in_cta(gqa: bool) -> bool:
+def default_gqa_in_cta(gqa: bool, deterministic: bool = False) -> bool:
     """GQA: one CTA per KV head walking its query heads (``BwdConfig.gqa_in_cta``), no fp32 dK/dV
     partials. On since the H200 check (bwd_check 27/27; causal documents 16/8 heads 0.99 -> 0.90
-    ms); env ``PADDLE_FLASHMASK_BWD_GQA_IN_CTA=0`` turns it off."""
-    from .launch_args import env_flag
+    ms), except in deterministic mode: there a walking CTA holds each query tile's dQ chain for
+    its heads one after the other, and per-query-head CTAs were faster on every mask measured
+    (session 16, B=2 S=8K GQA 16/8, deterministic / default: causal documents 1.36 -> 1.26x,
+    documents 1.43 -> 1.28x, causal 1.18 -> 1.16x, packed SFT documents 1.34 -> 1.34x). Env
+    ``PADDLE_FLASHMASK_BWD_GQA_IN_CTA=0``/``1`` forces it."""
+    from .launch_args import env_choice
 
-    return gqa and env_flag(GQA_IN_CTA_ENV, default="1")
+    forced = env_choice(GQA_IN_CTA_ENV, ("0", "1"))
+    if forced:
+        return gqa and forced == "1"
+    return gqa and not deterministic
 
 
 def default_row_ranges(num_columns: Optional[int]) -> bool:
@@ -589,9 +628,11 @@ class BwdConfig:
             raise ValueError("gqa_in_cta: expected gqa=True (H != Hk), found gqa=False")
         if self.qdo_stages not in (1, 2):
             raise ValueError(f"qdo_stages: expected 1 or 2, found {self.qdo_stages}")
-        if self.persistent_ctas < 0 or (self.persistent_ctas and self.deterministic):
-            raise ValueError(f"persistent_ctas: expected 0, or > 0 with deterministic=False, found "
-                             f"{self.persistent_ctas} (deterministic={self.deterministic})")
+        if self.persistent_ctas < 0 or (self.persistent_ctas and self.deterministic
+                                        and self.claim_passes != 1):
+            raise ValueError(f"persistent_ctas: expected 0, or > 0 (with claim_passes=1 when "
+                             f"deterministic), found {self.persistent_ctas} (deterministic="
+                             f"{self.deterministic}, claim_passes={self.claim_passes})")
         if self.key_major and not self.persistent_ctas:
             raise ValueError("key_major: expected only with a persistent grid (persistent_ctas > 0)")
         if self.claim_passes not in (1, 2, 3, 4) or (self.claim_passes > 1
@@ -1028,9 +1069,16 @@ class FlashMaskBwdSm90:
         num_y = self._num_y(grid)
         if const_expr(self.cfg.key_major):
             rest = t // num_y
-            return rest % num_n, t - rest * num_y, rest // num_n
-        rest = t // num_n
-        return t - rest * num_n, rest % num_y, rest // num_y
+            n_blk, y, b = rest % num_n, t - rest * num_y, rest // num_n
+        else:
+            rest = t // num_n
+            n_blk, y, b = t - rest * num_n, rest % num_y, rest // num_y
+        if const_expr(self.cfg.deterministic):
+            # a key tile's dQ adds wait for the higher key tiles of its (b, y): claimed first, so
+            # the lowest claimed unfinished tile never waits on an unclaimed one (claims run in
+            # list order and a CTA claims its next tile only as it starts the current one)
+            n_blk = num_n - 1 - n_blk
+        return n_blk, y, b
 
     def _num_tiles(self, grid, seqlen_k, batch):
         return cute.ceil_div(seqlen_k, self.tile_n) * self._num_y(grid) * batch

@@ -352,17 +352,19 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_rs_dkv, default_stage_stats, default_vector_dkv)
 
     row_ranges = default_row_ranges(num_columns)
-    gqa_in_cta = default_gqa_in_cta(gqa)
+    gqa_in_cta = default_gqa_in_cta(gqa, deterministic)
     persistent_ctas = default_persistent_ctas(deterministic, num_sms)
     claim_passes = default_claim_passes()  # read (and checked) even where nothing is claimed
+    if deterministic:  # the dQ chain's order: one pass over the list
+        claim_passes = 1
     return _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink,
                             deterministic, row_ranges, default_rs_dkv(head_dim),
                             gqa_in_cta, persistent_ctas,
                             default_qdo_stages(head_dim),
-                            persistent_ctas > 0 and default_key_major(num_columns, claim_passes,
-                                                                      gqa_in_cta, head_dim,
-                                                                      causal),
-                            default_dq_chains(deterministic),
+                            persistent_ctas > 0 and default_key_major(
+                                num_columns, claim_passes, gqa_in_cta, head_dim, causal,
+                                deterministic),
+                            default_dq_chains(deterministic, causal, num_columns),
                             default_lazy_release(deterministic),
                             persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
                             default_vector_dkv(), default_det_sync(deterministic),
@@ -583,7 +585,7 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
                              num_sms=sms - reserved_sms)
     if retire and config.persistent:  # one CTA per (key tile, head, batch), launched in order
         config = config.one_cta_per_tile()
-    elif config.persistent:
+    elif config.persistent and not config.deterministic:
         # claims by work class where the grid gets few items per CTA (a problem-size rule); the
         # key-major order depends on the passes (default_key_major)
         from .flash_bwd_sm90 import backward_work_items, default_claim_passes, default_key_major
