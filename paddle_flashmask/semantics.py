@@ -102,6 +102,21 @@ def rows_from(bands: Bands, origin: Any) -> Bands:
     return Bands(*(None if bound is None else bound - origin for bound in bands))
 
 
+def masked_row_intervals(bands: Bands, causal: bool, col: Any,
+                         diag_offset: Any) -> list[tuple[Any, Any]]:
+    """The query rows :func:`element_masked` masks for key ``col``, as half-open row intervals
+    ``(lo, hi)`` (``None``: unbounded below / above); ``element_masked(row, col, ...)`` is
+    ``any(lo <= row < hi)``. The lower band, the upper band when the form has one, and under
+    causal attention the rows above the diagonal (``col > row + diag_offset``, i.e. ``row <
+    col - diag_offset``). For kernels that turn a key's masked rows into bit masks."""
+    intervals = [(bands.lt_start, bands.lt_end)]
+    if bands.ut_end is not None:
+        intervals.append((bands.ut_start, bands.ut_end))
+    if causal:
+        intervals.append((None, col - diag_offset))
+    return intervals
+
+
 def diagonal_col_limit(row: Any, seqlen_q: Any, seqlen_k: Any, causal: bool,
                        diag_offset: Any, select: Any = None) -> Any:
     """First key column masked for ``row`` when no band touches it (a partial tile outside every

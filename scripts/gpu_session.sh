@@ -1109,7 +1109,19 @@ timeout -s INT -k 10 90 $A --variant dpnw:deterministic=1,${K}_DET_PERSISTENT=1,
 $(pack_logs 84)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84"
+call85() {
+  emit "call 85 (session 16, the last of its device time: stage parts a and b on nvidia-h200 first; ran as written here; the device capped its 370 s at 340, the budget left) - the deterministic backward at its new defaults (persistent grid, no GQA head walk, two dQ chains for bidirectional masks): the backward oracle with determinism and its bench rows, deterministic / default whole-backward times over the zoo, GQA 16/8 and MHA (#6 item 1), then the GPU suite's deterministic tests [<= 5.5 min]" \
+    nvidia-h200 370 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 160 python3 tests/gpu/bwd_check.py --bench --json-name bwd_s16_final.json > $OUT/bwd_final.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_final.log | cut -c1-600; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
+timeout -s INT -k 10 60 $A --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s16_det_final_gqa > $OUT/kab_fg.log 2>&1; grep -v compiling $OUT/kab_fg.log | tail -n 5
+timeout -s INT -k 10 70 $A --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s16_det_final_mha > $OUT/kab_fm.log 2>&1; grep -v compiling $OUT/kab_fm.log | tail -n 9
+PFM_GPU_REPORT=$OUT/gpu_report_det.json timeout -s INT -k 5 30 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > $OUT/pytest_det.log 2>&1; tail -n 1 $OUT/pytest_det.log'"
+$(pack_logs 85)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1285,7 +1297,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

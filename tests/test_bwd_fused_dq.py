@@ -31,8 +31,12 @@ def test_config_rule_buffer_rows_and_workspace(monkeypatch):
     # one Q/dO stage at D = 256 leaves room for two buffers of 4 fp32 rows of 256
     d256 = interface.backward_config("bfloat16", 256, False, 2, gqa=True)
     assert d256.fused_dq and d256.conv_rows == 4
-    # deterministic: no persistent grid, so no fused dQ
-    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).fused_dq
+    # deterministic: its persistent grid orders the adds by semaphores, so no fused dQ
+    det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    assert det.persistent and not det.fused_dq
+    with pytest.raises(ValueError, match="deterministic=False"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, persistent_ctas=132,
+                      fused_dq=True)
     # two Q/dO stages at D = 256: dQ is added by atomics from registers, nothing to fuse into
     monkeypatch.setenv(bwd.D256_STAGES_ENV, "2")
     assert not interface.backward_config("bfloat16", 256, True, 1).fused_dq

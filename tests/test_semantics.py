@@ -177,3 +177,31 @@ def test_rows_from_translates_the_element_rule(causal, c):
             rel = sem.rows_from(bands, origin)
             masked = sem.element_masked(rows - origin, j - diag - origin, rel, causal, 0)
             assert np.array_equal(~np.asarray(masked).ravel(), want_visible[:, j]), (origin, j)
+
+
+@pytest.mark.parametrize("causal,c", FORMS + [(True, None), (False, None)])
+@pytest.mark.parametrize("sq,sk", [(23, 19), (19, 23), (40, 40)])
+def test_masked_row_intervals_match_the_element_rule(causal, c, sq, sk):
+    """``masked_row_intervals`` of a key holds exactly the rows ``element_masked`` masks, for
+    every form (plain masks through their constant bands), Sq != Sk and unsorted bands."""
+    rng = np.random.default_rng(11 + sq + (c or 0))
+    diag = sk - sq
+    rows = np.arange(-5, sq + 5)
+    if c is None:  # the kernels' stand-in bands for plain causal / full attention
+        idx = np.full((1, 1, sk, 1 if causal else 2), sq, np.int32)
+        if not causal:
+            idx[..., 1] = 0
+    else:
+        idx = random_indices(rng, 1, 1, sq, sk, causal, c)
+    for j in range(sk):
+        bands = sem.band_bounds(list(idx[0, 0, j]), causal)
+        want = np.asarray(sem.element_masked(rows, j, bands, causal, diag)).ravel()
+        got = np.zeros_like(want)
+        for lo, hi in sem.masked_row_intervals(bands, causal, j, diag):
+            inside = np.ones_like(want)
+            if lo is not None:
+                inside &= rows >= lo
+            if hi is not None:
+                inside &= rows < hi
+            got |= inside
+        assert np.array_equal(got, want), (j, idx[0, 0, j])

@@ -197,6 +197,17 @@ def default_dq_per_wg() -> bool:
     return env_choice(DQ_PER_WG_ENV, ("0", "1")) == "1"
 
 
+MASK_BITS_ENV = "PADDLE_FLASHMASK_BWD_MASK_BITS"
+
+
+def default_mask_bits() -> bool:
+    """``BwdConfig.mask_bits`` wanted: off until its H200 A/B (built in session 16, SASS-checked
+    on the CPU only). Env ``PADDLE_FLASHMASK_BWD_MASK_BITS=1`` turns it on."""
+    from .launch_args import env_choice
+
+    return env_choice(MASK_BITS_ENV, ("0", "1")) == "1"
+
+
 DQ_UNIFORM_ROWS_ENV = "PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS"
 
 
@@ -331,7 +342,9 @@ def default_claim_passes(work_items: Optional[int] = None, grid_ctas: Optional[i
     model (``bench/schedule_sim.py --backward``) puts that tail at 1.23x -> 1.04x, and at
     16-31 items per CTA at 1.06-1.12x -> 1.01x, where the extra claims' cost (session 10:
     B=4 S=8K H=16, 31 per CTA, causal documents 1-5 % slower) eats the gain. Env
-    ``PADDLE_FLASHMASK_BWD_CLAIM_PASSES`` = 1-4 overrides the rule."""
+    ``PADDLE_FLASHMASK_BWD_CLAIM_PASSES`` = 1-4 overrides the rule, except in deterministic mode,
+    which always claims in one pass (class passes would reorder its dQ chains' list and could
+    deadlock it: ``default_persistent_ctas``)."""
     from .launch_args import env_choice
 
     forced = env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4"))
@@ -610,6 +623,13 @@ class BwdConfig:
     # 12"). dq_accum and the postprocess use the same blocked layout. Not deterministic, no
     # fused_dq. The host's choice: default_dq_per_wg (off until its H200 check).
     dq_per_wg: bool = False
+    # Partial tiles' element mask as one bit mask per key row: the key's masked query rows
+    # (semantics.masked_row_intervals, measured from the thread's first column) become bits over
+    # the thread's columns (mask.pair_column_bits: a few integer ops per band bound), then one
+    # bit test and select per element, instead of each element comparing its query offset with
+    # every band bound (SASS, d128: the partial-tile block 153-237 instructions per warp
+    # depending on the form). The host's choice: default_mask_bits (off until the H200 A/B).
+    mask_bits: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -686,10 +706,12 @@ class BwdConfig:
                              f"late_loads={self.late_loads}")
         if self.dq_count_lag not in (1, 2, 3):
             raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
-        if self.fused_dq and not (self.persistent and self.dq_in_smem and self.conv_rows):
+        if self.fused_dq and not (self.persistent and not self.deterministic and self.dq_in_smem
+                                  and self.conv_rows):
             raise ValueError(f"fused_dq: expected only with a persistent grid (persistent_ctas > "
-                             f"0, so not deterministic) and dQ staged in smem with room for the "
+                             f"0), deterministic=False and dQ staged in smem with room for the "
                              f"conversion buffer, found persistent_ctas={self.persistent_ctas}, "
+                             f"deterministic={self.deterministic}, "
                              f"dq_in_smem={self.dq_in_smem}, conv_rows={self.conv_rows}")
 
     @property
@@ -1300,6 +1322,9 @@ class FlashMaskBwdSm90:
                 raise ValueError(f"accumulator column offsets of thread {t}: expected {offsets}, "
                                  f"found {rel}")
             offsets = rel
+        if self.cfg.mask_bits and not fm_mask.is_pair_column_layout(offsets):
+            raise ValueError(f"mask_bits: expected accumulator columns at offsets 0, 1, 8, 9, ...,"
+                             f" found {offsets}")
         return offsets
 
     @cute.jit
@@ -1717,7 +1742,8 @@ class FlashMaskBwdSm90:
                         S[r, c] = cute.math.exp2(S[r, c] * scale_log2 - lse_c[c], fastmath=True)
                 if self._needs_mask(m_blk, n0, bmax, bmin, seqlen_q, seqlen_k, diag):
                     # rows measured from this thread's first column (semantics.rows_from): each
-                    # element compares its compile-time column offset with per-key bounds
+                    # element compares its compile-time column offset with per-key bounds, or
+                    # (mask_bits) tests its bit of the key's masked-row mask
                     origin = m0 + tScS[0, 0][1]
                     for r in cutlass.range_constexpr(n_rows):
                         key = n0 + tScS[r, 0][0]
@@ -1732,11 +1758,21 @@ class FlashMaskBwdSm90:
                         rel_bands = semantics.rows_from(bands, origin)
                         rel_key = key - diag - origin
                         beyond = key >= seqlen_k
-                        for c in cutlass.range_constexpr(n_cols):
-                            dead = semantics.element_masked(col_offsets[c], rel_key, rel_bands,
-                                                            cfg.causal, 0)
-                            if dead | beyond:
-                                S[r, c] = Float32(0.0)
+                        if const_expr(cfg.mask_bits):
+                            bits = fm_mask.pair_column_bits(
+                                semantics.masked_row_intervals(rel_bands, cfg.causal, rel_key, 0),
+                                n_cols, one=Int32(1))
+                            # a key past the sequence: every column (its bits all set)
+                            bits = bits | ((Int32(0) - Int32(beyond)) & ((Int32(1) << n_cols) - 1))
+                            for c in cutlass.range_constexpr(n_cols):
+                                if ((bits >> c) & 1) != 0:
+                                    S[r, c] = Float32(0.0)
+                        else:
+                            for c in cutlass.range_constexpr(n_cols):
+                                dead = semantics.element_masked(col_offsets[c], rel_key,
+                                                                rel_bands, cfg.causal, 0)
+                                if dead | beyond:
+                                    S[r, c] = Float32(0.0)
                 if const_expr(self.late_loads):
                     self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
                 warpgroup.wait_group(0)

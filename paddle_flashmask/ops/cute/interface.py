@@ -349,7 +349,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_key_major, default_late_loads, default_lazy_release,
                                  default_pds_stages, default_persistent_ctas,
                                  default_prefetch_stats, default_qdo_stages, default_row_ranges,
-                                 default_rs_dkv, default_stage_stats, default_vector_dkv)
+                                 default_mask_bits, default_rs_dkv, default_stage_stats,
+                                 default_vector_dkv)
 
     row_ranges = default_row_ranges(num_columns)
     gqa_in_cta = default_gqa_in_cta(gqa, deterministic)
@@ -366,7 +367,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                 deterministic),
                             default_dq_chains(deterministic, causal, num_columns),
                             default_lazy_release(deterministic),
-                            persistent_ctas > 0 and default_fused_dq(), default_dq_count_lag(),
+                            persistent_ctas > 0 and not deterministic and default_fused_dq(),
+                            default_dq_count_lag(),
                             default_vector_dkv(), default_det_sync(deterministic),
                             default_late_loads(), default_dq_first_store(),
                             default_dq_swizzle(head_dim),
@@ -374,7 +376,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_early(), default_prefetch_stats(head_dim),
                             default_stage_stats(head_dim, gqa_in_cta, num_columns, causal),
                             default_dq_uniform_rows(head_dim, gqa_in_cta, num_columns),
-                            default_dq_per_wg())
+                            default_dq_per_wg(), default_mask_bits())
 
 
 @functools.lru_cache(maxsize=256)
@@ -383,14 +385,14 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
-                     dq_per_wg=False):
+                     dq_per_wg=False, mask_bits=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
                     has_sink=has_sink, deterministic=deterministic, row_ranges=row_ranges,
                     rs_dkv=rs_dkv, gqa_in_cta=gqa_in_cta, persistent_ctas=persistent_ctas,
                     qdo_stages=qdo_stages, key_major=key_major, vector_dkv=vector_dkv,
-                    late_loads=late_loads, claim_passes=claim_passes)
+                    late_loads=late_loads, claim_passes=claim_passes, mask_bits=mask_bits)
     if pds_stages == 2 and cfg.two_pds_stages_apply:
         two = replace(cfg, pds_stages=2)
         if two.dq_in_smem or not cfg.dq_in_smem:  # only where dQ keeps its staging path

@@ -217,6 +217,35 @@ def apply_element_mask(
             acc_s_mn[r, c] = -Float32.inf if masked else acc_s_mn[r, c]
 
 
+def pair_columns_below(limit, num_cols: int):
+    """How many of a thread's ``num_cols`` accumulator columns lie below ``limit``, the columns
+    being at offsets 0, 1, 8, 9, 16, 17, ... from the thread's first (wgmma's C layout: adjacent
+    pairs every 8 columns). Plain arithmetic: DSL integers or Python ints (tests)."""
+    clamped = cutlass.min(cutlass.max(limit, 0), 4 * num_cols)
+    return (clamped >> 3) * 2 + cutlass.min(clamped & 7, 2)
+
+
+def pair_column_bits(intervals, num_cols: int, one=1):
+    """Bit ``c`` set where the thread's column ``c`` (offsets as in :func:`pair_columns_below`)
+    lies in one of the half-open ``intervals`` ``(lo, hi)`` (``None``: unbounded), e.g.
+    ``semantics.masked_row_intervals`` of one key, measured from the thread's first column.
+    ``one``: the integer 1 of the caller's type (``Int32(1)`` in DSL code), so that the shifts
+    stay in it. Per interval bound four integer ops and a shift, instead of a compare per column.
+    """
+    full = (one << num_cols) - 1
+    bits = one - 1
+    for lo, hi in intervals:
+        below_hi = full if hi is None else (one << pair_columns_below(hi, num_cols)) - 1
+        below_lo = one - 1 if lo is None else (one << pair_columns_below(lo, num_cols)) - 1
+        bits = bits | (below_hi & (full ^ below_lo))
+    return bits
+
+
+def is_pair_column_layout(offsets) -> bool:
+    """Whether compile-time column offsets are the layout :func:`pair_column_bits` assumes."""
+    return list(offsets) == [8 * (i // 2) + i % 2 for i in range(len(offsets))]
+
+
 def _select(cond, a, b):
     """DSL ternary for ``semantics`` rules written with a ``select`` argument."""
     return cutlass.select_(cond, Int32(a), Int32(b))
