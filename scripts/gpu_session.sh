@@ -1121,7 +1121,20 @@ PFM_GPU_REPORT=$OUT/gpu_report_det.json timeout -s INT -k 5 30 python3 -m pytest
 $(pack_logs 85)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85"
+call86() {
+  emit "call 86 (prepared in session 16 for the next one; nvidia-h200: stage parts a and b first) - the bit-mask element rule (PADDLE_FLASHMASK_BWD_MASK_BITS=1, built in session 16, partial-tile block about halved in SASS): the backward oracle and determinism with it on (stops on failure), then interleaved backward kernel times base vs mask bits over the zoo at B=4 MHA and B=2 GQA 16/8, and the deterministic mode with it [<= 7 min]" \
+    nvidia-h200 440 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+env ${K}_MASK_BITS=1 timeout -s INT -k 10 170 python3 tests/gpu/bwd_check.py --json-name bwd_mask_bits.json > $OUT/bwd_mb.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_mb.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --heads 16 --rounds 4 --calls 3 --variant base: --variant mb:${K}_MASK_BITS=1"
+timeout -s INT -k 10 90 $A --batch 4 --masks causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window --tag s17_mask_bits_mha > $OUT/kab_mb.log 2>&1; grep -v compiling $OUT/kab_mb.log | tail -n 8
+timeout -s INT -k 10 60 $A --batch 2 --kv-heads 8 --masks sft_documents,causal_document,document,sliding_window --tag s17_mask_bits_gqa > $OUT/kab_mbg.log 2>&1; grep -v compiling $OUT/kab_mbg.log | tail -n 5
+timeout -s INT -k 10 60 $A --batch 2 --kernel bwd --variant det:deterministic=1 --variant detmb:deterministic=1,${K}_MASK_BITS=1 --masks document,global_sliding_window,shared_question --tag s17_mask_bits_det > $OUT/kab_mbd.log 2>&1; grep -v compiling $OUT/kab_mbd.log | tail -n 4'"
+$(pack_logs 86)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1297,7 +1310,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
