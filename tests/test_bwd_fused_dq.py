@@ -148,6 +148,9 @@ def test_gpu_check_runs_the_env_chosen_variant(monkeypatch):
     assert not check.backward_variant(*args, False, 132, fused_dq=False).fused_dq
     plain = check.backward_variant(*args, False, 132, persistent=False, fused_dq=False)
     assert not plain.persistent and not plain.fused_dq
+    # deterministic: --persistent keeps its persistent grid, and no fused dQ even when asked
+    det_grid = check.backward_variant(*args, True, 132, persistent=True, fused_dq=True)
+    assert det_grid.persistent and det_grid.claim_passes == 1 and not det_grid.fused_dq
     with pytest.raises(ValueError, match="det_sync"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, det_sync="relaxed")
     with pytest.raises(ValueError, match="det_sync"):

@@ -99,7 +99,7 @@ def backward_variant(dtype: str, d: int, causal: bool, cols, gqa: bool, has_sink
         over["rs_dkv"] = rs_dkv
     if gqa and gqa_in_cta is not None:
         over["gqa_in_cta"] = gqa_in_cta
-    if persistent and not deterministic:
+    if persistent:  # the deterministic mode too (one claim pass, its dQ chains' order)
         over["persistent_ctas"] = sms
     elif persistent is not None:
         cfg = cfg.one_cta_per_tile()
@@ -110,7 +110,8 @@ def backward_variant(dtype: str, d: int, causal: bool, cols, gqa: bool, has_sink
     # fused dQ last: it depends on the grid and the smem layout chosen above
     want_fused = cfg.fused_dq if fused_dq is None else fused_dq
     cfg = dataclasses.replace(cfg, fused_dq=False, **over)
-    if want_fused and cfg.persistent and cfg.dq_in_smem and cfg.conv_rows > 0:
+    if (want_fused and cfg.persistent and not cfg.deterministic and cfg.dq_in_smem
+            and cfg.conv_rows > 0):
         cfg = dataclasses.replace(cfg, fused_dq=True, dq_count_lag=bwd.default_dq_count_lag())
     return cfg
 
@@ -126,7 +127,7 @@ class Runner:
         self.row_ranges = row_ranges
         self.rs_dkv = rs_dkv  # BwdConfig.rs_dkv (--rs-dkv / --no-rs-dkv; None: the default)
         self.gqa_in_cta = gqa_in_cta  # BwdConfig.gqa_in_cta on GQA cases (--gqa-in-cta)
-        self.persistent = persistent  # BwdConfig.persistent_ctas = SMs unless det (--persistent)
+        self.persistent = persistent  # BwdConfig.persistent_ctas = SMs (--persistent)
         self.d256_stages = d256_stages  # BwdConfig.qdo_stages of D = 256 cases (--d256-stages)
         self.fused_dq = fused_dq  # BwdConfig.fused_dq where it applies (--fused-dq)
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -311,7 +312,7 @@ def main():
     ap.add_argument("--no-rs-dkv", dest="rs_dkv", action="store_false",
                     help="every case with the smem-operand dV/dK path")
     ap.add_argument("--persistent", action="store_true", default=None,
-                    help="non-deterministic cases on a persistent grid (BwdConfig.persistent_ctas)")
+                    help="every case on a persistent grid (BwdConfig.persistent_ctas)")
     ap.add_argument("--gqa-in-cta", action="store_true", default=None,
                     help="GQA cases with one CTA per KV head walking its query heads "
                          "(BwdConfig.gqa_in_cta)")

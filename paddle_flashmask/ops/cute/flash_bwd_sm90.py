@@ -407,15 +407,16 @@ STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int],
                         causal: bool = True) -> bool:
     """``BwdConfig.stage_stats`` wanted: at D = 128 for masks with columns under the GQA head walk,
-    and for the bidirectional C = 2 form (documents) with per-query-head CTAs; off elsewhere. Interleaved kernel times
-    (``bench/kernel_ab.py``, on top of ``dq_uniform_rows``): session 15, B=2 S=8K GQA 16/8:
+    and for the bidirectional C = 2 form (documents) with per-query-head CTAs; off elsewhere.
+    Interleaved kernel times (``bench/kernel_ab.py``, on top of ``dq_uniform_rows``): session 15,
+    B=2 S=8K GQA 16/8:
     documents 2,248 -> 1,992 us, causal documents -0.8 %, the end-to-end step's packed documents
     -1.3 %, sliding window -0.8 %; without columns (full, causal) +0.1 / +0.9 %. B=4 S=8K H=16
     (MHA): documents -1.5 % (session 15) and -1.7 % (session 16, with the key-major order); the
     causal masks with columns within -0.8 / +1.1 % (prefix-LM +1.1 %), full +0.8 %, so off
-    there; bidirectional C = 4 is not measured and would spill 8 B per thread with it. Env ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1``/``0`` forces it: each query tile's
-    LSE/delta staged in shared memory with its Q/dO (every head dim; it then replaces the D = 64
-    prefetch)."""
+    there; bidirectional C = 4 is not measured and would spill 8 B per thread with it. Env
+    ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1``/``0`` forces it: each query tile's LSE/delta staged in
+    shared memory with its Q/dO (every head dim; it then replaces the D = 64 prefetch)."""
     from .launch_args import env_choice
 
     forced = env_choice(STAGE_STATS_ENV, ("0", "1"))
@@ -1098,7 +1099,7 @@ class FlashMaskBwdSm90:
         if const_expr(self.cfg.deterministic):
             # a key tile's dQ adds wait for the higher key tiles of its (b, y): claimed first, so
             # the lowest claimed unfinished tile never waits on an unclaimed one (claims run in
-            # list order and a CTA claims its next tile only as it starts the current one)
+            # list order and each CTA works through its claims in the order it took them)
             n_blk = num_n - 1 - n_blk
         return n_blk, y, b
 
