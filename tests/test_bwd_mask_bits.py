@@ -79,10 +79,12 @@ def test_config_switch(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(bwd.MASK_BITS_ENV, raising=False)
-    assert not interface.backward_config("bfloat16", 128, True, 1).mask_bits  # off by default
-    monkeypatch.setenv(bwd.MASK_BITS_ENV, "1")
     for d, causal, c in ((128, True, 1), (64, False, 2), (256, True, None)):
-        assert interface.backward_config("bfloat16", d, causal, c).mask_bits
+        assert interface.backward_config("bfloat16", d, causal, c).mask_bits  # on by default
+    monkeypatch.setenv(bwd.MASK_BITS_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1).mask_bits
+    monkeypatch.setenv(bwd.MASK_BITS_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).mask_bits
     monkeypatch.setenv(bwd.MASK_BITS_ENV, "yes")
     with pytest.raises(ValueError, match=bwd.MASK_BITS_ENV):
         interface.backward_config("bfloat16", 128, True, 1)

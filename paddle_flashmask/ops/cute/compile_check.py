@@ -140,7 +140,7 @@ def variants(full: bool = False) -> list[Variant]:
             claim_passes: int = 1, pds_stages: Optional[int] = None,
             dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None,
             stage_stats: bool = False, uniform_rows: Optional[bool] = None,
-            per_wg: bool = False, one_cta: bool = False, mask_bits: bool = False):
+            per_wg: bool = False, one_cta: bool = False, mask_bits: Optional[bool] = None):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -188,8 +188,8 @@ def variants(full: bool = False) -> list[Variant]:
                                       fused_dq=True)
         if one_cta:  # no persistent grid: one CTA per key tile (retire launches, env switch)
             cfg = cfg.one_cta_per_tile()
-        if mask_bits:  # partial tiles masked through per-key bit masks (BwdConfig.mask_bits)
-            cfg = dataclasses.replace(cfg, mask_bits=True)
+        if mask_bits is not None:  # partial tiles' element mask: per-key bit masks or compares
+            cfg = dataclasses.replace(cfg, mask_bits=mask_bits)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -212,7 +212,7 @@ def variants(full: bool = False) -> list[Variant]:
                          {None: "", True: " uniform-rows", False: " no-uniform-rows"}[
                              uniform_rows],
                          " per-wg" if per_wg else "",
-                         " mask-bits" if mask_bits else ""])
+                         {None: "", True: " mask-bits", False: " element-compares"}[mask_bits]])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -312,12 +312,13 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, None, det=True, one_cta=True)
     bwd("bfloat16", 128, True, 1, gqa=True, det=True, gqa_in_cta=True, one_cta=True)
     bwd("float16", 64, False, 4, det=True, one_cta=True, sink=True)
-    # the bit-mask element rule (env PADDLE_FLASHMASK_BWD_MASK_BITS=1), every head-dim class
-    bwd("bfloat16", 128, False, 2, mask_bits=True)
-    bwd("bfloat16", 128, True, 1, gqa=True, mask_bits=True)
-    bwd("float16", 64, False, 4, sink=True, mask_bits=True)
-    bwd("bfloat16", 256, True, 2, mask_bits=True)
-    bwd("bfloat16", 128, True, None, det=True, mask_bits=True)
+    # the per-element compare rule the bit masks replaced (env PADDLE_FLASHMASK_BWD_MASK_BITS=0),
+    # every head-dim class
+    bwd("bfloat16", 128, False, 2, mask_bits=False)
+    bwd("bfloat16", 128, True, 1, gqa=True, mask_bits=False)
+    bwd("float16", 64, False, 4, sink=True, mask_bits=False)
+    bwd("bfloat16", 256, True, 2, mask_bits=False)
+    bwd("bfloat16", 128, True, None, det=True, mask_bits=False)
     bwd("bfloat16", 256, True, 1, two_stages=True)
     bwd("bfloat16", 256, False, 4, gqa=True, two_stages=True)
     bwd("bfloat16", 128, True, 1, fused_dq=True)
