@@ -1122,7 +1122,7 @@ $(pack_logs 85)"
 }
 
 call86() {
-  emit "call 86 (prepared in session 16 for the next one; nvidia-h200: stage parts a and b first) - the bit-mask element rule (PADDLE_FLASHMASK_BWD_MASK_BITS=1, built in session 16, partial-tile block about halved in SASS): the backward oracle and determinism with it on (stops on failure), then interleaved backward kernel times base vs mask bits over the zoo at B=4 MHA and B=2 GQA 16/8, and the deterministic mode with it [<= 7 min]" \
+  emit "call 86 (prepared in session 16, ran as written in session 17 after staging parts a and b on nvidia-h200) - the bit-mask element rule (PADDLE_FLASHMASK_BWD_MASK_BITS=1, built in session 16, partial-tile block about halved in SASS): the backward oracle and determinism with it on (stops on failure), then interleaved backward kernel times base vs mask bits over the zoo at B=4 MHA and B=2 GQA 16/8, and the deterministic mode with it [<= 7 min]" \
     nvidia-h200 440 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
@@ -1134,7 +1134,66 @@ timeout -s INT -k 10 60 $A --batch 2 --kernel bwd --variant det:deterministic=1 
 $(pack_logs 86)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86"
+call87() {
+  emit "call 87 (session 17; nvidia-h200, warm or staged) - deterministic dQ chains by work class (PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS=1, built in session 17): the backward oracle and determinism with it on, a global + window mask and a 32K one added (stops on failure), then whole-backward times base / deterministic / deterministic by class over the zoo, MHA and GQA 16/8, B=2 S=8K (#6 item 1) [<= 8.5 min]" \
+    nvidia-h200 560 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+env ${K}_DET_CLASS_CHAINS=1 timeout -s INT -k 10 220 python3 tests/gpu/bwd_check.py --json-name bwd_class_chains.json > $OUT/bwd_cc.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_cc.log | cut -c1-400; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 4 --calls 3 --variant base: --variant det:deterministic=1 --variant detcc:deterministic=1,${K}_DET_CLASS_CHAINS=1"
+timeout -s INT -k 10 170 $A --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s17_class_chains_mha > $OUT/kab_ccm.log 2>&1; grep -v compiling $OUT/kab_ccm.log | tail -n 9
+timeout -s INT -k 10 110 $A --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s17_class_chains_gqa > $OUT/kab_ccg.log 2>&1; grep -v compiling $OUT/kab_ccg.log | tail -n 5'"
+$(pack_logs 87)"
+}
+
+call88() {
+  emit "call 88 (session 17; nvidia-h200, warm or staged) - which key tiles count as heavy for the deterministic class chains: whole-backward times base / deterministic / class chains at 1/4 and 1/2 of the query tiles over the causal masks, MHA and GQA 16/8, B=2 S=8K (#6 item 1) [<= 4.5 min]" \
+    nvidia-h200 300 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 4 --calls 3 --variant base: --variant det:deterministic=1 --variant cc4:deterministic=1,${K}_DET_CLASS_CHAINS=1 --variant cc2:deterministic=1,${K}_DET_CLASS_CHAINS=1,${K}_DET_CLASS_RATIO=2"
+timeout -s INT -k 10 160 $A --masks causal,causal_document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s17_class_ratio_mha > $OUT/kab_crm.log 2>&1; grep -v compiling $OUT/kab_crm.log | tail -n 7
+timeout -s INT -k 10 100 $A --kv-heads 8 --masks causal_document,sft_documents,causal --tag s17_class_ratio_gqa > $OUT/kab_crg.log 2>&1; grep -v compiling $OUT/kab_crg.log | tail -n 4'"
+$(pack_logs 88)"
+}
+
+call89() {
+  emit "call 89 (session 17; nvidia-h200, warm or staged) - the class chains with each work item reading its higher key tiles' classes once (not per query tile): the backward oracle and determinism with them on (stops on failure), then whole-backward times base / deterministic / class chains over the causal masks, MHA and GQA 16/8, B=2 S=8K (#6 item 1) [<= 6.5 min]" \
+    nvidia-h200 400 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+env ${K}_DET_CLASS_CHAINS=1 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_class_chains2.json > $OUT/bwd_cc2.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_cc2.log | cut -c1-400; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 4 --calls 3 --variant base: --variant det:deterministic=1 --variant cc:deterministic=1,${K}_DET_CLASS_CHAINS=1"
+timeout -s INT -k 10 120 $A --masks causal,causal_document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s17_class_chains2_mha > $OUT/kab_cc2m.log 2>&1; grep -v compiling $OUT/kab_cc2m.log | tail -n 7
+timeout -s INT -k 10 80 $A --kv-heads 8 --masks causal_document,sft_documents,causal --tag s17_class_chains2_gqa > $OUT/kab_cc2g.log 2>&1; grep -v compiling $OUT/kab_cc2g.log | tail -n 4'"
+$(pack_logs 89)"
+}
+
+call90() {
+  emit "call 90 (session 17; nvidia-h200, warm or staged) - the class chains with the second claim pass reading each tile's recorded class instead of classifying it again: the backward oracle and determinism with them on (stops on failure), then whole-backward times base / deterministic / class chains over the causal masks, MHA and GQA 16/8, B=2 S=8K (#6 item 1) [<= 6.5 min]" \
+    nvidia-h200 400 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+env ${K}_DET_CLASS_CHAINS=1 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_class_chains3.json > $OUT/bwd_cc3.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_cc3.log | cut -c1-400; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 4 --calls 3 --variant base: --variant det:deterministic=1 --variant cc:deterministic=1,${K}_DET_CLASS_CHAINS=1"
+timeout -s INT -k 10 120 $A --masks causal,causal_document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s17_class_chains3_mha > $OUT/kab_cc3m.log 2>&1; grep -v compiling $OUT/kab_cc3m.log | tail -n 7
+timeout -s INT -k 10 80 $A --kv-heads 8 --masks causal_document,sft_documents,causal --tag s17_class_chains3_gqa > $OUT/kab_cc3g.log 2>&1; grep -v compiling $OUT/kab_cc3g.log | tail -n 4'"
+$(pack_logs 90)"
+}
+
+call91() {
+  emit "call 91 (session 17; nvidia-h200, warm or staged) - the deterministic backward at its new defaults (class chains for causal masks, not GQA with columns; bit-mask element rule): the backward oracle with determinism, deterministic / default whole-backward times over the zoo, MHA and GQA 16/8, B=2 S=8K (#6 item 1), then the GPU suite deterministic tests [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_s17_final.json > $OUT/bwd_final.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_final.log | cut -c1-400; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
+timeout -s INT -k 10 60 $A --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s17_det_final_gqa > $OUT/kab_fg.log 2>&1; grep -v compiling $OUT/kab_fg.log | tail -n 5
+timeout -s INT -k 10 80 $A --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s17_det_final_mha > $OUT/kab_fm.log 2>&1; grep -v compiling $OUT/kab_fm.log | tail -n 9
+PFM_GPU_REPORT=$OUT/gpu_report_det.json timeout -s INT -k 5 40 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > $OUT/pytest_det.log 2>&1; tail -n 1 $OUT/pytest_det.log'"
+$(pack_logs 91)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1310,7 +1369,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -77,11 +77,15 @@ CASES_FULL = FWD_CASES + [  # the forward check's matrix, then:
     ("causal_d128_rs", "bf16", 128, 128, "causal", 2, 1000, 1000, 4, 2, "1", False),
     ("random_C4_rs", "bf16", 128, 128, "random4", 1, 700, 640, 4, 1, "1", False),
     ("fp16_d64_causal_doc_sink_rs", "fp16", 64, 64, "causal_doc", 2, 1000, 1000, 4, 2, "1", True),
+    # heavy global key tiles next to light window tiles: both deterministic work classes
+    ("causal_global_window_C2", "bf16", 128, 128, "causal_global_window", 2, 2000, 2000, 4, 2,
+     "1", False),
 ]
 CASES_QUICK = [c for c in CASES_FULL if c[0] in (
     "causal_d128", "causal_doc_C1", "random_C4", "empty_rows_C4_sink", "d256_causal_window_sink",
     "d192_random2", "fp16_d64_causal_doc_sink")]
-DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink"]
+DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink",
+                     "causal_global_window_C2"]
 
 
 def backward_variant(dtype: str, d: int, causal: bool, cols, gqa: bool, has_sink: bool,
@@ -353,7 +357,7 @@ def main():
                    "trace": traceback.format_exc()[-2000:]}
         print(json.dumps(res), flush=True)
         report["determinism"].append(res)
-    for kind in ("causal", "causal_doc"):
+    for kind in ("causal", "causal_doc", "causal_global_window"):
         try:
             res = large_determinism(runner, seed=11, kind=kind)
         except Exception as e:

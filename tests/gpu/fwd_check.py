@@ -66,6 +66,11 @@ def make_mask(kind: str, rng, b: int, hm: int, sq: int, sk: int):
             off = sk - sq
             lts = np.clip(cols - off + w + 1, 0, sq)
             v = np.stack([lts, np.full(sk, sq)], axis=1)
+        elif kind == "causal_global_window":  # C=2: a few global keys, then a causal window
+            g, w = int(rng.integers(1, 200)), int(rng.integers(64, 300))
+            off = sk - sq
+            lts = np.where(cols < g, sq, np.clip(cols - off + w + 1, 0, sq))
+            v = np.stack([lts, np.full(sk, sq)], axis=1)
         elif kind == "causal_random2":  # C=2 arbitrary bands
             a = rng.integers(0, sq + 1, size=sk)
             e = np.minimum(a + rng.integers(0, sq + 1, size=sk), sq)

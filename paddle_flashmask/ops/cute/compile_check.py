@@ -140,7 +140,8 @@ def variants(full: bool = False) -> list[Variant]:
             claim_passes: int = 1, pds_stages: Optional[int] = None,
             dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None,
             stage_stats: bool = False, uniform_rows: Optional[bool] = None,
-            per_wg: bool = False, one_cta: bool = False, mask_bits: Optional[bool] = None):
+            per_wg: bool = False, one_cta: bool = False, mask_bits: Optional[bool] = None,
+            class_chains: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -190,6 +191,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = cfg.one_cta_per_tile()
         if mask_bits is not None:  # partial tiles' element mask: per-key bit masks or compares
             cfg = dataclasses.replace(cfg, mask_bits=mask_bits)
+        if class_chains:  # deterministic dQ chains by work class (BwdConfig.class_chains)
+            cfg = dataclasses.replace(cfg, dq_chains=2, claim_passes=2, class_chains=True)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -212,7 +215,8 @@ def variants(full: bool = False) -> list[Variant]:
                          {None: "", True: " uniform-rows", False: " no-uniform-rows"}[
                              uniform_rows],
                          " per-wg" if per_wg else "",
-                         {None: "", True: " mask-bits", False: " element-compares"}[mask_bits]])
+                         {None: "", True: " mask-bits", False: " element-compares"}[mask_bits],
+                         " class-chains" if class_chains else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -319,6 +323,12 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("float16", 64, False, 4, sink=True, mask_bits=False)
     bwd("bfloat16", 256, True, 2, mask_bits=False)
     bwd("bfloat16", 128, True, None, det=True, mask_bits=False)
+    # deterministic dQ chains by work class (env PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS=1)
+    bwd("bfloat16", 128, True, 1, det=True, class_chains=True)
+    bwd("bfloat16", 128, True, 2, gqa=True, det=True, class_chains=True)
+    bwd("bfloat16", 128, False, 2, det=True, class_chains=True)
+    bwd("bfloat16", 128, True, None, det=True, class_chains=True)
+    bwd("float16", 64, False, 4, det=True, sink=True, class_chains=True)
     bwd("bfloat16", 256, True, 1, two_stages=True)
     bwd("bfloat16", 256, False, 4, gqa=True, two_stages=True)
     bwd("bfloat16", 128, True, 1, fused_dq=True)

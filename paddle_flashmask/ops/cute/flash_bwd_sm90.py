@@ -430,6 +430,40 @@ def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[i
 
 
 DET_PERSISTENT_ENV = "PADDLE_FLASHMASK_BWD_DET_PERSISTENT"
+DET_CLASS_CHAINS_ENV = "PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS"
+DET_CLASS_RATIO_ENV = "PADDLE_FLASHMASK_BWD_DET_CLASS_RATIO"
+
+
+def default_class_ratio() -> int:
+    """``BwdConfig.class_ratio``: a key tile is heavy when it visits at least 1/ratio of the
+    query tiles. 4, the claim classes' ratio (2 was slower on every causal mask, H200 call 88);
+    env ``PADDLE_FLASHMASK_BWD_DET_CLASS_RATIO`` = 2/4/8 overrides."""
+    from .launch_args import env_choice
+
+    return int(env_choice(DET_CLASS_RATIO_ENV, ("2", "4", "8")) or sched.CLAIM_CLASS_RATIO)
+
+
+def default_class_chains(deterministic: bool, persistent: bool, gqa_in_cta: bool,
+                         causal: bool = True, num_columns: Optional[int] = None,
+                         gqa: bool = False) -> bool:
+    """``BwdConfig.class_chains`` wanted where it applies (deterministic, persistent grid, no GQA
+    head walk): on for causal masks, except GQA masks with columns. H200 (calls 87-90,
+    ``bench/kernel_ab.py --kernel bwd``, B=2 S=8K, deterministic / default, one chain -> class
+    chains, call 90): MHA global + sliding window 1.355 -> 1.151x, prefix-LM causal 1.143 ->
+    1.132x, shared question 1.155 -> 1.145x, causal 1.113 -> 1.088x, but causal documents 1.139 ->
+    1.151x and sliding window 1.050 -> 1.142x: the worst causal mask goes from 1.36x to 1.15x.
+    GQA 16/8: causal 1.153 -> 1.129x, but causal documents 1.241 -> 1.257x and packed SFT
+    documents 1.317 -> 1.376x, so not there. Bidirectional masks keep parity chains (documents
+    1.161 -> 1.197x with class chains, call 87) or one chain (full 1.097 -> 1.104x). Env
+    ``PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS=0``/``1`` forces it where it applies."""
+    from .launch_args import env_choice
+
+    if not (deterministic and persistent and not gqa_in_cta):
+        return False
+    forced = env_choice(DET_CLASS_CHAINS_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    return causal and not (gqa and num_columns is not None)
 
 
 def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
@@ -633,6 +667,19 @@ class BwdConfig:
     # every band bound (SASS, d128: the partial-tile block 153-237 instructions per warp
     # depending on the form). The host's choice: default_mask_bits (on, H200 call 86).
     mask_bits: bool = False
+    # Deterministic, persistent grid: the two dQ chains by work class instead of key-tile parity.
+    # The claims take two passes (sched.claim_pass: class 0 visits >= a quarter of the query
+    # tiles); a key tile adds into its class's chain, after the higher key tiles of its class.
+    # A heavy key tile (a global column, a shared question) then starts in the first pass and
+    # waits on heavy tiles only, instead of being its head's last claim and the grid's tail; each
+    # class's higher tiles are claimed earlier in its pass, so the deadlock argument holds per
+    # chain. The producer records each claimed tile's class (``tile_classes``, zeroed by the
+    # host) before it can block; a dQ writer reads the classes of the key tiles it may wait on.
+    # The host's choice: default_class_chains (causal masks, not GQA with columns; H200 calls
+    # 87-90).
+    class_chains: bool = False
+    # class_chains: heavy (class 0) = visits at least 1/class_ratio of the query tiles.
+    class_ratio: int = 4
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -652,10 +699,19 @@ class BwdConfig:
         if self.qdo_stages not in (1, 2):
             raise ValueError(f"qdo_stages: expected 1 or 2, found {self.qdo_stages}")
         if self.persistent_ctas < 0 or (self.persistent_ctas and self.deterministic
-                                        and self.claim_passes != 1):
+                                        and self.claim_passes != (2 if self.class_chains else 1)):
             raise ValueError(f"persistent_ctas: expected 0, or > 0 (with claim_passes=1 when "
-                             f"deterministic), found {self.persistent_ctas} (deterministic="
-                             f"{self.deterministic}, claim_passes={self.claim_passes})")
+                             f"deterministic, 2 with class_chains), found {self.persistent_ctas} "
+                             f"(deterministic={self.deterministic}, claim_passes="
+                             f"{self.claim_passes}, class_chains={self.class_chains})")
+        if self.class_ratio not in (2, 4, 8):
+            raise ValueError(f"class_ratio: expected 2, 4 or 8, found {self.class_ratio}")
+        if self.class_chains and not (self.deterministic and self.persistent_ctas
+                                      and self.dq_chains == 2 and not self.gqa_in_cta):
+            raise ValueError(f"class_chains: expected deterministic=True, a persistent grid, "
+                             f"dq_chains=2 and gqa_in_cta=False, found deterministic="
+                             f"{self.deterministic}, persistent_ctas={self.persistent_ctas}, "
+                             f"dq_chains={self.dq_chains}, gqa_in_cta={self.gqa_in_cta}")
         if self.key_major and not self.persistent_ctas:
             raise ValueError("key_major: expected only with a persistent grid (persistent_ctas > 0)")
         if self.claim_passes not in (1, 2, 3, 4) or (self.claim_passes > 1
@@ -731,7 +787,8 @@ class BwdConfig:
         """This variant without the persistent grid: one CTA per (key tile, head, batch), launched
         in order, so nothing of what only a persistent grid has (the claim order, claim passes,
         the fused dQ converter) is kept."""
-        return replace(self, persistent_ctas=0, key_major=False, fused_dq=False, claim_passes=1)
+        return replace(self, persistent_ctas=0, key_major=False, fused_dq=False, claim_passes=1,
+                       class_chains=False, dq_chains=1 if self.class_chains else self.dq_chains)
 
     def _staged_bytes(self) -> int:
         """Shared memory of the operand tiles, the fp32 dQ staging buffer and 4 KB of barriers
@@ -926,7 +983,8 @@ class FlashMaskBwdSm90:
                  idx_ptr: Optional[cute.Pointer], sem_ptr: Optional[cute.Pointer],
                  b: Int32, sq: Int32, sk: Int32, h: Int32, hk: Int32, hm: Int32,
                  softmax_scale: Float32, stream, counter_ptr: Optional[cute.Pointer] = None,
-                 pending_ptr: Optional[cute.Pointer] = None, dq_ptr: Optional[cute.Pointer] = None):
+                 pending_ptr: Optional[cute.Pointer] = None, dq_ptr: Optional[cute.Pointer] = None,
+                 class_ptr: Optional[cute.Pointer] = None):
         d, dv, tm, tn = self.d, self.dv, self.tile_m, self.tile_n
         sqp = cute.ceil_div(sq, tm) * tm
         mQ = rowmajor(q_ptr, (b, sq, h, d))
@@ -953,6 +1011,9 @@ class FlashMaskBwdSm90:
             mIdx = rowmajor(idx_ptr, (b, hm, sk, C))
         if const_expr(self.cfg.deterministic):
             mSem = rowmajor(sem_ptr, (b, h * chains, sqp // tm))
+        mClass = None  # class_chains: each (b, query head, key tile)'s work class + 1 (0: unknown)
+        if const_expr(self.cfg.class_chains):
+            mClass = rowmajor(class_ptr, (b, h, cute.ceil_div(sk, tn)))
         mCounter = None  # next (key tile, head, batch) of the persistent grid
         if const_expr(self.cfg.persistent):
             mCounter = rowmajor(counter_ptr, (1,))
@@ -1020,7 +1081,7 @@ class FlashMaskBwdSm90:
                     mSumMin, mSumMax, mIdx, mSem, tiled_sdp, tiled_dk, tiled_dv, tiled_dq,
                     self.sQ_layout, self.sdO_layout, self.sK_layout, self.sV_layout,
                     self.sP_layout, self.sdS_layout, scale_log2, softmax_scale, mCounter,
-                    mPending, mdQout).launch(
+                    mPending, mdQout, mClass).launch(
             grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1)
 
     # ---- mask helpers (all rules come from paddle_flashmask.semantics) ---------------------------
@@ -1131,11 +1192,20 @@ class FlashMaskBwdSm90:
             n0 = n_blk * self.tile_n
             publish = (item, grid, b, h, hk, hm, group, n_blk, n0, num_m, diag, mQ, mK, mV, mdO,
                        sQ, sK, sV, sdO, tma_q, tma_k, tma_v, tma_do, pipe_q, pipe_do, pipe_kv)
-            if const_expr(passes > 1):
-                bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n_blk,
-                                              grid.seqlen_q)
-                visited = self._visited_count(n0, bmax, bmin, grid.seqlen_q, diag, num_m)
-                if sched.claim_pass(visited, num_m, passes) == t // total:
+            if const_expr(self.cfg.class_chains):
+                # classified at the first pass's claim and recorded before anything here can
+                # block (a dQ writer may spin on it once the claim counter has passed the tile);
+                # the second pass reads the record instead of classifying again
+                work_class = Int32(0)
+                if t < total:
+                    work_class = self._work_class(grid, b, hm, n0, num_m, diag, passes)
+                    self._record_class(grid.mClass, b, h, n_blk, work_class, lane)
+                else:
+                    work_class = self._tile_class(grid.mClass, b, h, n_blk)
+                if work_class == t // total:
+                    kv_state, state = self._publish_tile(*publish, kv_state, state)
+            elif const_expr(passes > 1):
+                if self._work_class(grid, b, hm, n0, num_m, diag, passes) == t // total:
                     kv_state, state = self._publish_tile(*publish, kv_state, state)
             else:
                 kv_state, state = self._publish_tile(*publish, kv_state, state)
@@ -1180,6 +1250,15 @@ class FlashMaskBwdSm90:
         state = self._load_heads(state, grid, h, group, b, n_blk, n0, num_m, diag, bmax, bmin,
                                  mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do)
         return kv_state, state
+
+    @cute.jit
+    def _work_class(self, grid, b, hm, n0, num_m, diag, passes: cutlass.Constexpr[int]):
+        """The claim class of key tile ``n0`` (mask head ``hm``): ``sched.claim_pass`` of the
+        query tiles it visits. Called by whole warps."""
+        bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hm, n0 // self.tile_n,
+                                      grid.seqlen_q)
+        visited = self._visited_count(n0, bmax, bmin, grid.seqlen_q, diag, num_m)
+        return sched.claim_pass(visited, num_m, passes, self.cfg.class_ratio)
 
     @cute.jit
     def _visited_count(self, n0, bmax, bmin, seqlen_q, diag, num_m):
@@ -1380,7 +1459,7 @@ class FlashMaskBwdSm90:
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
                sdS_layout: cute.ComposedLayout, scale_log2: Float32, softmax_scale: Float32,
                mCounter: Optional[cute.Tensor], mPending: Optional[cute.Tensor],
-               mdQout: Optional[cute.Tensor]):
+               mdQout: Optional[cute.Tensor], mClass: Optional[cute.Tensor]):
         cfg = self.cfg
         tidx, _, _ = cute.arch.thread_idx()
         bx, h, b = cute.arch.block_idx()
@@ -1458,7 +1537,8 @@ class FlashMaskBwdSm90:
                                                             + self.stages * self.tile_m, pairs))
         grid = SimpleNamespace(mCounter=mCounter, s_slot=s_slot, num_h=num_h, mK=mK, mIdx=mIdx,
                                mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q,
-                               mPending=mPending, conv_slot=conv_slot, queue=queue, stats=stats)
+                               mPending=mPending, conv_slot=conv_slot, queue=queue, stats=stats,
+                               mClass=mClass)
 
         bmax = bmin = None  # the persistent grid's roles take each tile's bands per tile
         if const_expr(not cfg.persistent):
@@ -1882,7 +1962,15 @@ class FlashMaskBwdSm90:
         down (newest first; returned advanced); each is counted down ``dq_count_lag`` tiles after
         its issue, so its completion wait overlaps that many consumer iterations."""
         lane = tidx % 32
-        hc = self._dq_chain_head(h, n_blk)
+        work_class = Int32(0)
+        near_class = Int32(-1)  # class_chains: lane i's of key tile n_blk + 1 + i, read once
+        if const_expr(self.cfg.class_chains):
+            work_class = self._tile_class(grid.mClass, b, h, n_blk)
+            # every higher key tile of the head is claimed (and recorded) before this one; the
+            # waits' first ballot round asks about these for each query tile of the walk
+            if n_blk + 1 + lane < cute.ceil_div(seqlen_k, self.tile_n):
+                near_class = self._tile_class(grid.mClass, b, h, n_blk + 1 + lane)
+        hc = self._dq_chain_head(h, n_blk, work_class)
         gdQacc_bh = mdQacc[b, hc, None, None]
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
         released = Int32(-1)  # lazy release: the query tile whose add is still to be published
@@ -1891,7 +1979,9 @@ class FlashMaskBwdSm90:
                 wait_for = Int32(0)
                 if const_expr(self.cfg.deterministic):
                     wait_for = self._sem_wait_value(m_blk, n_blk, b, hm, mSumMin, mSumMax,
-                                                    seqlen_q, seqlen_k, diag, lane)
+                                                    seqlen_q, seqlen_k, diag, lane, h=h,
+                                                    work_class=work_class, mClass=grid.mClass,
+                                                    near_class=near_class)
                 if const_expr(self.cfg.dq_first_store):
                     # mark our previous first store (p1) once complete, before this tile can
                     # wait on another CTA: no writer ever waits while holding an unmarked tile
@@ -2183,14 +2273,16 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _sem_wait_value(self, m_blk, n_blk, b, hm, mSumMin, mSumMax, seqlen_q, seqlen_k, diag,
-                        lane):
+                        lane, h=None, work_class=None, mClass=None, near_class=None):
         """Semaphore value that allows key tile ``n_blk`` to add its dQ for query tile ``m_blk``.
 
         Adds go in *decreasing* key-tile order (under causal-like masks higher key tiles start
         lower in the walk and reach a query tile first). The semaphore holds ``num_n - n`` of
         the last adder (0: none yet), so we wait for ``num_n - nxt`` where nxt is the lowest
         n' > n_blk that visits m_blk (same ``tile_fully_masked`` predicate as every CTA), or 0.
-        One warp tests 32 candidates per ballot.
+        One warp tests 32 candidates per ballot. With two chains only n' of the same chain count:
+        the same key-tile parity, or (``class_chains``) the same recorded ``work_class`` of
+        query head ``h`` (the first round's from ``near_class``, the writer's per-tile copy).
         """
         num_n = cute.ceil_div(seqlen_k, self.tile_n)
         value = Int32(0)
@@ -2198,12 +2290,18 @@ class FlashMaskBwdSm90:
         while base < num_n:
             cand = base + lane
             visits = cand < num_n
-            if const_expr(self.cfg.dq_chains == 2):  # the next visitor of the same chain
-                visits = visits & ((cand - n_blk) % 2 == 0)
+            if const_expr(self.cfg.dq_chains == 2 and not self.cfg.class_chains):
+                visits = visits & ((cand - n_blk) % 2 == 0)  # the next visitor of the same chain
             if cand < num_n:
                 bmax, bmin = self._tile_bands(mSumMin, mSumMax, b, hm, cand, seqlen_q)
                 skip = self._skipped(m_blk, cand * self.tile_n, bmax, bmin, seqlen_q, diag)
                 visits = visits & (skip == False)  # noqa: E712  (DSL boolean)
+                if const_expr(self.cfg.class_chains):
+                    if not skip:  # a higher key tile of this head: claimed, so its class comes
+                        cand_class = near_class
+                        if base != n_blk + 1:
+                            cand_class = self._tile_class(mClass, b, h, cand)
+                        visits = visits & (cand_class == work_class)
             ballot = cute.arch.vote_ballot_sync(visits)
             if ballot != 0:
                 lowest = cute.arch.popc((ballot & (Int32(0) - ballot)) - Int32(1))
@@ -2213,11 +2311,31 @@ class FlashMaskBwdSm90:
                 base = base + 32
         return value
 
-    def _dq_chain_head(self, h, n_blk):
-        """Row of ``dq_accum`` / the semaphores holding key tile ``n_blk``'s chain of head ``h``."""
+    def _dq_chain_head(self, h, n_blk, work_class=None):
+        """Row of ``dq_accum`` / the semaphores holding key tile ``n_blk``'s chain of head ``h``:
+        by key-tile parity, or (``class_chains``) by the tile's ``work_class``."""
         if const_expr(self.cfg.dq_chains == 1):
             return h
+        if const_expr(self.cfg.class_chains):
+            return h * self.cfg.dq_chains + work_class
         return h * self.cfg.dq_chains + n_blk % self.cfg.dq_chains
+
+    @cute.jit
+    def _record_class(self, mClass, b, h, n_blk, work_class, lane):
+        """class_chains: publish a claimed tile's work class (stored + 1; 0 means not yet)."""
+        if lane == 0:
+            ptr = mClass.iterator + cute.crd2idx((b, h, n_blk), mClass.layout)
+            cute.arch.store(ptr, work_class + 1, sem="relaxed", scope="gpu")
+
+    @cute.jit
+    def _tile_class(self, mClass, b, h, n_blk):
+        """class_chains: the work class of a claimed tile, waiting for its claimer's record (it
+        comes right after the claim, before that producer can block)."""
+        ptr = mClass.iterator + cute.crd2idx((b, h, n_blk), mClass.layout)
+        seen = cute.arch.load(ptr, Int32, sem="relaxed", scope="gpu")
+        while seen == 0:
+            seen = cute.arch.load(ptr, Int32, sem="relaxed", scope="gpu")
+        return seen - 1
 
     @cute.jit
     def _sem_wait(self, mSem, b, h, m_blk, target, ctid, sync: str = "acquire"):
@@ -2287,6 +2405,8 @@ def compile_backward(cfg: BwdConfig):
         args += [_placeholder(Int32, 4), _placeholder(dt, 16)]
     elif cfg.dq_first_store:  # the per-query-tile flags (no tile counter without persistence)
         args += ([] if cfg.persistent else [None]) + [_placeholder(Int32, 4), None]
+    if cfg.class_chains:  # the tiles' class records (neither fused_dq nor dq_first_store here)
+        args += [None, None, _placeholder(Int32, 4)]
     return cute.compile(FlashMaskBwdSm90(cfg), *args)
 
 
@@ -2296,7 +2416,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
 
     ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]``, ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
     preprocess), ``dk_part``/``dv_part`` fp32 ``[B, Sk, H, D]`` only for GQA, ``semaphores`` int32
-    ``[B, H, Sq_pad/64]`` only when deterministic, ``dq_pending`` int32 ``[B, H, Sq_pad/64]`` only
+    ``[B, H, Sq_pad/64]`` only when deterministic, ``tile_classes`` int32 ``[B, H, ceil(Sk/tile_n)]``
+    only with ``class_chains`` (zeroed by the wrapper), ``dq_pending`` int32 ``[B, H, Sq_pad/64]`` only
     with ``fused_dq``, ``dq_flags`` int32 ``[B, H, Sq_pad/64]`` only with ``dq_first_store`` (then
     ``dq_accum`` is not zeroed), ``dsink_part`` fp32 ``[B, H, Sq_pad/64]`` only with
     a sink, summary int32 ``[B, Hm, ceil(Sk/tile_n), C]`` (from ``semantics.tile_summary`` /
@@ -2318,6 +2439,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         out["dsink_part"] = ((batch, num_heads, nm), "float32")
     if cfg.persistent:
         out["tile_counter"] = ((1,), "int32")  # zeroed by the wrapper before each launch
+    if cfg.class_chains:  # each claimed tile's work class + 1, zeroed by the wrapper too
+        out["tile_classes"] = ((batch, num_heads, -(-seqlen_k // cfg.tile_n)), "int32")
     if cfg.fused_dq:
         out["dq_pending"] = ((batch, num_heads, nm), "int32")  # set by the preprocess
     if cfg.dq_first_store:
@@ -2389,6 +2512,10 @@ class CompiledBackward:
                 extra += (pending, ptr(dq, dt))
             elif cfg.dq_first_store:
                 extra += ((None,) if not cfg.persistent else ()) + (pending, None)
+            if cfg.class_chains:
+                classes = ws["tile_classes"]
+                sched.reset_counter(classes, stream, words=b * h * -(-sk // cfg.tile_n))
+                extra += (None, None, ptr(classes, Int32, 4))
             self.main(ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt), ptr(ws["lse2"], f32),
                       ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32), ptr(dk_main, kv_dt),
                       ptr(dv_main, kv_dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),

@@ -71,9 +71,10 @@ def claim_work(counter: cute.Tensor, lane: Int32, block: cutlass.Constexpr[int] 
     return cute.arch.shuffle_sync(claimed, 0)
 
 
-def reset_counter(counter, stream) -> None:
-    """Host: zero a persistent kernel's work counter on ``stream`` before its launch."""
-    check(cu.cuMemsetD32Async(device_address(counter), 0, 1, stream), "cuMemsetD32Async")
+def reset_counter(counter, stream, words: int = 1) -> None:
+    """Host: zero a persistent kernel's work counter (or its first ``words`` int32 words) on
+    ``stream`` before its launch."""
+    check(cu.cuMemsetD32Async(device_address(counter), 0, words, stream), "cuMemsetD32Async")
 
 
 def decode_work(t: Int32, num_m_blocks: Int32, num_heads: Int32, batch: Int32):
@@ -154,19 +155,19 @@ def few_items_per_cta(work_items: int, grid_ctas: int) -> bool:
 CLAIM_CLASS_RATIO = 4  # work classes of a multi-pass claim: each 4x lighter than the one before
 
 
-def claim_pass(visited, num_tiles, passes: int):
+def claim_pass(visited, num_tiles, passes: int, ratio: int = CLAIM_CLASS_RATIO):
     """The claim pass (work class) of an item visiting ``visited`` of ``num_tiles`` tiles.
 
     A persistent grid that claims over ``passes`` passes of its work list takes in pass ``p``
     only the items of class ``p``: class 0 visits at least ``num_tiles / 4``, class 1 at least
-    ``num_tiles / 16``, ..., the last class the rest. The heaviest items then start first wherever
+    ``num_tiles / 16``, ..., the last class the rest (4: ``ratio``, the default). The heaviest items then start first wherever
     they sit in the list, and the list's order (a head's tiles together, for L2) holds inside a
     class; the last items claimed are the lightest, so the grid's tail stays short
     (``bench/schedule_sim.py``). Plain arithmetic: runs on DSL integers and on Python ints.
     """
     lighter_thresholds_met = 0
     for q in range(passes - 1):
-        met = visited * (CLAIM_CLASS_RATIO ** (q + 1)) >= num_tiles
+        met = visited * (ratio ** (q + 1)) >= num_tiles
         lighter_thresholds_met = lighter_thresholds_met + (int(met) if isinstance(met, bool)
                                                            else Int32(met))
     return (passes - 1) - lighter_thresholds_met
