@@ -40,9 +40,12 @@ def test_config_rule_and_env_switch(monkeypatch, side):
     assert config().claim_passes == 1  # off by default
     monkeypatch.setenv(module.CLAIM_PASSES_ENV, "3")
     assert getattr(config(), grid_on) and config().claim_passes == 3
-    if side == "backward":  # deterministic mode launches one CTA per key tile: nothing is claimed
-        assert interface.backward_config("bfloat16", 128, True, 1,
+    if side == "backward":  # deterministic mode: its own passes, whatever the switch says (one
+        # over the list, or two with the class chains of causal masks)
+        assert interface.backward_config("bfloat16", 128, False, 2,
                                          deterministic=True).claim_passes == 1
+        assert interface.backward_config("bfloat16", 128, True, 1,
+                                         deterministic=True).claim_passes == 2
     monkeypatch.setenv(grid_env, "0")
     assert config().claim_passes == 1
     monkeypatch.setenv(module.CLAIM_PASSES_ENV, "5")
