@@ -1193,7 +1193,22 @@ PFM_GPU_REPORT=$OUT/gpu_report_det.json timeout -s INT -k 5 40 python3 -m pytest
 $(pack_logs 91)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91"
+call92() {
+  emit "call 92 (session 17; nvidia-h200, warm or staged) - deterministic GQA with the group dK/dV summed in query-head order (PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=1, built in session 17) instead of fp32 partials: the backward oracle with determinism and the GPU deterministic tests with it on (stops on failure), then whole-backward times base / deterministic / with the chain, GQA 16/8 B=2 S=8K and 32/8 B=1 (#6 item 1) [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+export ${K}_DET_DKV_CHAIN=1
+timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_dkv_chain.json > $OUT/bwd_dkv.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_dkv.log | cut -c1-400; [ $rc = 0 ] || exit $rc
+PFM_GPU_REPORT=$OUT/gpu_report_dkv.json timeout -s INT -k 5 40 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > $OUT/pytest_dkv.log 2>&1; rc=$?; tail -n 1 $OUT/pytest_dkv.log; [ $rc = 0 ] || exit $rc
+unset ${K}_DET_DKV_CHAIN
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 4 --calls 3 --variant base: --variant det:deterministic=1 --variant dkv:deterministic=1,${K}_DET_DKV_CHAIN=1"
+timeout -s INT -k 10 90 $A --batch 2 --heads 16 --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s17_dkv_chain_gqa > $OUT/kab_dkv.log 2>&1; grep -v compiling $OUT/kab_dkv.log | tail -n 5
+timeout -s INT -k 10 50 $A --batch 1 --heads 32 --kv-heads 8 --masks sft_documents,causal --tag s17_dkv_chain_gqa4 > $OUT/kab_dkv4.log 2>&1; grep -v compiling $OUT/kab_dkv4.log | tail -n 3'"
+$(pack_logs 92)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1369,7 +1384,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -96,3 +96,38 @@ def test_workspace_holds_the_class_records():
     assert shapes["tile_classes"] == ((2, 4, -(-1000 // cfg.tile_n)), "int32")
     assert shapes["semaphores"][0] == (2, 8, -(-1000 // cfg.tile_m))  # both chains
     assert "tile_classes" not in bwd.workspace_shapes(config(False, 2), 2, 1000, 1000, 4, 4)
+
+
+def test_dkv_chain_switch_and_workspace(monkeypatch):
+    """Deterministic GQA's ordered group dK/dV sum (BwdConfig.dkv_chain): off by default (slower
+    on the H200), env-switched where it applies; it replaces the fp32 per-query-head partials."""
+    monkeypatch.delenv(bwd.DET_DKV_CHAIN_ENV, raising=False)
+    assert not config(True, 1, gqa=True).dkv_chain
+    monkeypatch.setenv(bwd.DET_DKV_CHAIN_ENV, "1")
+    cfg = config(True, 1, gqa=True)
+    assert cfg.dkv_chain and not cfg.dkv_partials and not cfg.prepost.gqa  # no reduction
+    assert not config(True, 1).dkv_chain  # MHA: nothing to sum
+    assert not config(True, 1, gqa=True, deterministic=False).dkv_chain
+    # GQA with columns and class chains forced: a per-head mask could split a group over the
+    # claim passes, so the class chains give way
+    monkeypatch.setenv(bwd.DET_CLASS_CHAINS_ENV, "1")
+    cfg = config(True, 1, gqa=True)
+    assert cfg.dkv_chain and not cfg.class_chains
+    assert config(True, None, gqa=True).class_chains  # no mask: both
+    with pytest.raises(ValueError, match="dkv_chain"):
+        dataclasses.replace(cfg, class_chains=True, dq_chains=2, claim_passes=2)
+    shapes = bwd.workspace_shapes(cfg, 2, 1000, 900, 8, 2)
+    assert shapes["dk_sum"] == ((2, 900, 2, 128), "float32")
+    assert shapes["dkv_flags"] == ((2, 2, -(-900 // cfg.tile_n)), "int32")
+    assert "dk_part" not in shapes
+    with pytest.raises(ValueError, match="dkv_chain"):
+        dataclasses.replace(config(True, 1), dkv_chain=True)  # MHA
+
+
+def test_main_tail_leaves_out_unused_trailing_arguments():
+    det = config(True, 1)  # persistent, class chains
+    assert bwd.main_tail(det, "counter", "pending", "dq", "classes", ("dk", "dv", "f")) == [
+        "counter", None, None, "classes"]
+    plain = config(True, 1, deterministic=False).one_cta_per_tile()
+    want = [None, "pending"] if plain.dq_first_store else []  # no counter without the grid
+    assert bwd.main_tail(plain, "counter", "pending", "dq", "classes", ()) == want

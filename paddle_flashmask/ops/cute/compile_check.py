@@ -141,7 +141,7 @@ def variants(full: bool = False) -> list[Variant]:
             dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None,
             stage_stats: bool = False, uniform_rows: Optional[bool] = None,
             per_wg: bool = False, one_cta: bool = False, mask_bits: Optional[bool] = None,
-            class_chains: bool = False):
+            class_chains: bool = False, dkv_chain: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -193,6 +193,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, mask_bits=mask_bits)
         if class_chains:  # deterministic dQ chains by work class (BwdConfig.class_chains)
             cfg = dataclasses.replace(cfg, dq_chains=2, claim_passes=2, class_chains=True)
+        if dkv_chain:  # deterministic GQA dK/dV summed in query-head order (BwdConfig.dkv_chain)
+            cfg = dataclasses.replace(cfg, dkv_chain=True)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -216,7 +218,8 @@ def variants(full: bool = False) -> list[Variant]:
                              uniform_rows],
                          " per-wg" if per_wg else "",
                          {None: "", True: " mask-bits", False: " element-compares"}[mask_bits],
-                         " class-chains" if class_chains else ""])
+                         " class-chains" if class_chains else "",
+                         " dkv-chain" if dkv_chain else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
@@ -329,6 +332,13 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, 2, det=True, class_chains=True)
     bwd("bfloat16", 128, True, None, det=True, class_chains=True)
     bwd("float16", 64, False, 4, det=True, sink=True, class_chains=True)
+    # deterministic GQA dK/dV summed in query-head order (env PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=1)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, dkv_chain=True)
+    bwd("bfloat16", 128, True, None, gqa=True, det=True, class_chains=True, dkv_chain=True)
+    bwd("bfloat16", 128, False, 2, gqa=True, det=True, dkv_chain=True)
+    bwd("float16", 64, True, 2, gqa=True, det=True, sink=True, dkv_chain=True)
+    bwd("bfloat16", 256, True, 1, gqa=True, det=True, dkv_chain=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, one_cta=True, dkv_chain=True)
     bwd("bfloat16", 256, True, 1, two_stages=True)
     bwd("bfloat16", 256, False, 4, gqa=True, two_stages=True)
     bwd("bfloat16", 128, True, 1, fused_dq=True)

@@ -81,6 +81,7 @@ _BAR_DQ_EMPTY = 5  # dQ writer warp -> consumers: smem dQ buffer free again
 _DQ_SYNC_THREADS = 256 + 32
 _DQ_PAD = 8  # fp32 padding per dQ smem row: conflict-free 8-byte stores from the wgmma layout
 _BAR_CONV_BUF = 6  # converter warps: the queue slot / a conversion buffer was read out
+_BAR_DKV_CHAIN = 9  # dkv_chain: the consumers' hand-over of a key tile's GQA-group dK/dV sum
 # dq_per_wg: warpgroup w's dQ block uses _BAR_DQ_FULL / _BAR_DQ_EMPTY + _BAR_DQ_WG_STEP * w
 # (w = 1: ids 7 / 8), each with its 128 consumer threads and the writer warp
 _BAR_DQ_WG_STEP = 3
@@ -432,6 +433,22 @@ def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[i
 DET_PERSISTENT_ENV = "PADDLE_FLASHMASK_BWD_DET_PERSISTENT"
 DET_CLASS_CHAINS_ENV = "PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS"
 DET_CLASS_RATIO_ENV = "PADDLE_FLASHMASK_BWD_DET_CLASS_RATIO"
+DET_DKV_CHAIN_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN"
+
+
+def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
+    """``BwdConfig.dkv_chain`` wanted where it applies (deterministic GQA without the head walk):
+    off. Correct on the H200 (call 92: oracle 28/28, bit-identical reruns 7/7, GPU deterministic
+    tests 2/2 with it on) but slower: whole backward, deterministic / default, GQA 16/8 B=2 S=8K
+    causal documents 1.238 -> 1.263x, packed SFT documents 1.320 -> 1.342x, documents 1.199 ->
+    1.207x, causal 1.129 -> 1.145x; 32/8 B=1 SFT 1.303 -> 1.374x. The partials' traffic is not
+    what the deterministic GQA loses: the epilogue's wait and fp32 reads on the consumers'
+    path cost more than the postprocess they save. Env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=1``
+    turns it on there."""
+    from .launch_args import env_choice
+
+    wanted = env_choice(DET_DKV_CHAIN_ENV, ("0", "1")) == "1"
+    return wanted and deterministic and gqa and not gqa_in_cta
 
 
 def default_class_ratio() -> int:
@@ -680,6 +697,15 @@ class BwdConfig:
     class_chains: bool = False
     # class_chains: heavy (class 0) = visits at least 1/class_ratio of the query tiles.
     class_ratio: int = 4
+    # Deterministic GQA without the head walk: a key tile's dK/dV summed over its KV head's
+    # query heads in order, in place of fp32 per-query-head partials and their reduction. The
+    # CTA of the group's query head j waits for head j - 1's flag, adds that running fp32 sum to
+    # its own and stores it (j < G - 1, then raises the flag) or writes dK/dV in the input dtype
+    # (the last head): the same additions in the same order as the partials' reduction, with a
+    # third of its memory traffic and no dK/dV postprocess. Head j - 1's tile is claimed before
+    # head j's (the list is head-major; both visit the same query tiles, so both are in one claim
+    # pass), so the waits cannot deadlock. The host's choice: default_dkv_chain (off: slower).
+    dkv_chain: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -704,6 +730,14 @@ class BwdConfig:
                              f"deterministic, 2 with class_chains), found {self.persistent_ctas} "
                              f"(deterministic={self.deterministic}, claim_passes="
                              f"{self.claim_passes}, class_chains={self.class_chains})")
+        if self.dkv_chain and not (self.deterministic and self.gqa and not self.gqa_in_cta):
+            raise ValueError(f"dkv_chain: expected deterministic=True, gqa=True and "
+                             f"gqa_in_cta=False, found deterministic={self.deterministic}, "
+                             f"gqa={self.gqa}, gqa_in_cta={self.gqa_in_cta}")
+        if self.dkv_chain and self.class_chains and self.num_columns is not None:
+            # per-head masks could put a group's heads in different claim passes
+            raise ValueError("dkv_chain: expected class_chains=False with startend_row_indices "
+                             "(num_columns set)")
         if self.class_ratio not in (2, 4, 8):
             raise ValueError(f"class_ratio: expected 2, 4 or 8, found {self.class_ratio}")
         if self.class_chains and not (self.deterministic and self.persistent_ctas
@@ -825,7 +859,7 @@ class BwdConfig:
     @property
     def dkv_partials(self) -> bool:
         """dK/dV leave the main kernel as fp32 per-query-head partials ``[B, Sk, H, D]``."""
-        return self.gqa and not self.gqa_in_cta
+        return self.gqa and not self.gqa_in_cta and not self.dkv_chain
 
     @property
     def prepost(self):
@@ -984,7 +1018,10 @@ class FlashMaskBwdSm90:
                  b: Int32, sq: Int32, sk: Int32, h: Int32, hk: Int32, hm: Int32,
                  softmax_scale: Float32, stream, counter_ptr: Optional[cute.Pointer] = None,
                  pending_ptr: Optional[cute.Pointer] = None, dq_ptr: Optional[cute.Pointer] = None,
-                 class_ptr: Optional[cute.Pointer] = None):
+                 class_ptr: Optional[cute.Pointer] = None,
+                 dkacc_ptr: Optional[cute.Pointer] = None,
+                 dvacc_ptr: Optional[cute.Pointer] = None,
+                 dkv_flag_ptr: Optional[cute.Pointer] = None):
         d, dv, tm, tn = self.d, self.dv, self.tile_m, self.tile_n
         sqp = cute.ceil_div(sq, tm) * tm
         mQ = rowmajor(q_ptr, (b, sq, h, d))
@@ -1014,6 +1051,13 @@ class FlashMaskBwdSm90:
         mClass = None  # class_chains: each (b, query head, key tile)'s work class + 1 (0: unknown)
         if const_expr(self.cfg.class_chains):
             mClass = rowmajor(class_ptr, (b, h, cute.ceil_div(sk, tn)))
+        # dkv_chain: the group's running fp32 dK/dV sums, and per (b, KV head, key tile) how many
+        # of the group's query heads have added theirs
+        mdKacc = mdVacc = mDkvFlags = None
+        if const_expr(self.cfg.dkv_chain):
+            mdKacc = rowmajor(dkacc_ptr, (b, sk, hk, d))
+            mdVacc = rowmajor(dvacc_ptr, (b, sk, hk, dv))
+            mDkvFlags = rowmajor(dkv_flag_ptr, (b, hk, cute.ceil_div(sk, tn)))
         mCounter = None  # next (key tile, head, batch) of the persistent grid
         if const_expr(self.cfg.persistent):
             mCounter = rowmajor(counter_ptr, (1,))
@@ -1081,7 +1125,7 @@ class FlashMaskBwdSm90:
                     mSumMin, mSumMax, mIdx, mSem, tiled_sdp, tiled_dk, tiled_dv, tiled_dq,
                     self.sQ_layout, self.sdO_layout, self.sK_layout, self.sV_layout,
                     self.sP_layout, self.sdS_layout, scale_log2, softmax_scale, mCounter,
-                    mPending, mdQout, mClass).launch(
+                    mPending, mdQout, mClass, mdKacc, mdVacc, mDkvFlags).launch(
             grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1)
 
     # ---- mask helpers (all rules come from paddle_flashmask.semantics) ---------------------------
@@ -1326,8 +1370,8 @@ class FlashMaskBwdSm90:
                                         pipe_q, pipe_do, mLSE2, mDelta, mdQacc, mSem, scale_log2)
             pipe_kv.consumer_release(kv_state)
             kv_state.advance()
-            self._store_rows(acc_dK, ops.th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
-            self._store_rows(acc_dV, ops.th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+            self._store_dkv(grid, acc_dK, acc_dV, ops.th_dk, ops.th_dv, mdK, mdV, b, h, hk, n_blk,
+                            seqlen_k, softmax_scale, ctid)
             acc_dK.fill(0.0)
             acc_dV.fill(0.0)
             t = self._next_tile(grid, pipe_kv, kv_state)
@@ -1459,7 +1503,9 @@ class FlashMaskBwdSm90:
                sV_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
                sdS_layout: cute.ComposedLayout, scale_log2: Float32, softmax_scale: Float32,
                mCounter: Optional[cute.Tensor], mPending: Optional[cute.Tensor],
-               mdQout: Optional[cute.Tensor], mClass: Optional[cute.Tensor]):
+               mdQout: Optional[cute.Tensor], mClass: Optional[cute.Tensor],
+               mdKacc: Optional[cute.Tensor], mdVacc: Optional[cute.Tensor],
+               mDkvFlags: Optional[cute.Tensor]):
         cfg = self.cfg
         tidx, _, _ = cute.arch.thread_idx()
         bx, h, b = cute.arch.block_idx()
@@ -1538,7 +1584,8 @@ class FlashMaskBwdSm90:
         grid = SimpleNamespace(mCounter=mCounter, s_slot=s_slot, num_h=num_h, mK=mK, mIdx=mIdx,
                                mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q,
                                mPending=mPending, conv_slot=conv_slot, queue=queue, stats=stats,
-                               mClass=mClass)
+                               mClass=mClass, mdKacc=mdKacc, mdVacc=mdVacc,
+                               mDkvFlags=mDkvFlags)
 
         bmax = bmin = None  # the persistent grid's roles take each tile's bands per tile
         if const_expr(not cfg.persistent):
@@ -1718,8 +1765,8 @@ class FlashMaskBwdSm90:
                                         pipe_do, mLSE2, mDelta, mdQacc, mSem, scale_log2)
 
             # ---- epilogue: dK (scaled) and dV, written once
-            self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
-            self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+            self._store_dkv(grid, acc_dK, acc_dV, th_dk, th_dv, mdK, mdV, b, h, hk, n_blk,
+                            seqlen_k, softmax_scale, ctid)
 
     @cute.jit
     def _consume_heads(self, state, ops, grid, ctid, b, h, hm, group, n_blk, n0, num_m, seqlen_k,
@@ -2361,6 +2408,65 @@ class FlashMaskBwdSm90:
             cute.arch.store(ptr, Int32(num_n - n_blk), sem=sem, scope="gpu")
 
     @cute.jit
+    def _store_dkv(self, grid, acc_dK, acc_dV, th_dk, th_dv, mdK, mdV, b, h, hk, n_blk, seqlen_k,
+                   softmax_scale, ctid):
+        """Consumers: the finished key tile's dK (scaled) and dV, written once; with
+        ``dkv_chain`` added to the GQA group's running sum in query-head order (BwdConfig)."""
+        n0 = n_blk * self.tile_n
+        if const_expr(self.cfg.dkv_chain):
+            group = grid.num_h // grid.mK.shape[2]
+            member = h - hk * group
+            flag = grid.mDkvFlags.iterator + cute.crd2idx((b, hk, n_blk), grid.mDkvFlags.layout)
+            if member > 0:  # the sum over the group's earlier query heads is complete
+                if ctid == 0:  # an acquire load also drops the SM's L1: the sums are read fresh
+                    seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+                    while seen != member:
+                        seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+                cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN,
+                                  number_of_threads=self.num_consumer_threads)
+            last = member == group - 1
+            self._chain_rows(acc_dK, th_dk, grid.mdKacc, mdK, b, hk, n0, seqlen_k, self.d,
+                             softmax_scale, member, last)
+            self._chain_rows(acc_dV, th_dv, grid.mdVacc, mdV, b, hk, n0, seqlen_k, self.dv,
+                             Float32(1.0), member, last)
+            if not last:  # every consumer's stores before the flag that hands the sum on
+                cute.arch.fence_acq_rel_gpu()
+                cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN,
+                                  number_of_threads=self.num_consumer_threads)
+                if ctid == 0:
+                    cute.arch.store(flag, member + 1, sem="release", scope="gpu")
+        else:
+            self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
+            self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+
+    @cute.jit
+    def _chain_rows(self, acc, th_mma, mSum, mOut, b, hk, n0, seqlen_k, width, scale, member,
+                    last):
+        """dkv_chain: ``acc * scale`` added to the group's running fp32 sum (after it, as the
+        partials' reduction adds), then the sum stored for the next query head, or (``last``)
+        converted into ``mOut``."""
+        tile = (n0 // self.tile_n, 0)
+        ts = th_mma.partition_C(cute.local_tile(mSum[b, None, hk, None], (self.tile_n, width),
+                                                tile))
+        to = th_mma.partition_C(cute.local_tile(mOut[b, None, hk, None], (self.tile_n, width),
+                                                tile))
+        tc = th_mma.partition_C(cute.make_identity_tensor((self.tile_n, width)))
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            acc[i] = acc[i] * scale
+        if member > 0:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                if n0 + tc[i][0] < seqlen_k:
+                    acc[i] = ts[i] + acc[i]
+        if last:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                if n0 + tc[i][0] < seqlen_k:
+                    to[i] = acc[i].to(mOut.element_type)
+        else:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                if n0 + tc[i][0] < seqlen_k:
+                    ts[i] = acc[i]
+
+    @cute.jit
     def _store_rows(self, acc, th_mma, mOut, b, h, hk, n0, seqlen_k, width, scale):
         head = hk
         if const_expr(self.cfg.dkv_partials):
@@ -2399,15 +2505,28 @@ def compile_backward(cfg: BwdConfig):
     args += [_placeholder(Int32, 4) if cfg.deterministic else None]
     args += [Int32(1), Int32(128), Int32(128), Int32(1), Int32(1), Int32(1), Float32(1.0),
              cuda.CUstream(0)]
-    if cfg.persistent:
-        args.append(_placeholder(Int32, 4))  # the persistent grid's tile counter
-    if cfg.fused_dq:  # the pending-add counts and dq itself
-        args += [_placeholder(Int32, 4), _placeholder(dt, 16)]
-    elif cfg.dq_first_store:  # the per-query-tile flags (no tile counter without persistence)
-        args += ([] if cfg.persistent else [None]) + [_placeholder(Int32, 4), None]
-    if cfg.class_chains:  # the tiles' class records (neither fused_dq nor dq_first_store here)
-        args += [None, None, _placeholder(Int32, 4)]
+    # the optional tail in the kernel's order (counter, pending, dq, classes, dK/dV sums, their
+    # flags), as main_tail builds it for a call
+    i32 = _placeholder(Int32, 4)
+    f32 = _placeholder(Float32, 16)
+    args += main_tail(cfg, i32, i32, _placeholder(dt, 16), i32, (f32, f32, i32))
     return cute.compile(FlashMaskBwdSm90(cfg), *args)
+
+
+def main_tail(cfg: BwdConfig, counter, pending, dq, classes, dkv_chain) -> list:
+    """The main kernel's optional trailing arguments for ``cfg``: the persistent grid's tile
+    counter, fused_dq's pending counts and dq (or dq_first_store's flags), class_chains' class
+    records, dkv_chain's (dK sum, dV sum, flags); None where unused, trailing Nones dropped."""
+    tail = [counter if cfg.persistent else None, None, None,
+            classes if cfg.class_chains else None]
+    if cfg.fused_dq:
+        tail[1:3] = [pending, dq]
+    elif cfg.dq_first_store:
+        tail[1] = pending
+    tail += list(dkv_chain) if cfg.dkv_chain else []
+    while tail and tail[-1] is None:
+        tail.pop()
+    return tail
 
 
 def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, num_heads: int,
@@ -2417,7 +2536,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
     ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]``, ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
     preprocess), ``dk_part``/``dv_part`` fp32 ``[B, Sk, H, D]`` only for GQA, ``semaphores`` int32
     ``[B, H, Sq_pad/64]`` only when deterministic, ``tile_classes`` int32 ``[B, H, ceil(Sk/tile_n)]``
-    only with ``class_chains`` (zeroed by the wrapper), ``dq_pending`` int32 ``[B, H, Sq_pad/64]`` only
+    only with ``class_chains`` (zeroed by the wrapper), ``dk_sum``/``dv_sum`` fp32 ``[B, Sk, Hk, D]``
+    and ``dkv_flags`` int32 ``[B, Hk, ceil(Sk/tile_n)]`` only with ``dkv_chain``, ``dq_pending`` int32 ``[B, H, Sq_pad/64]`` only
     with ``fused_dq``, ``dq_flags`` int32 ``[B, H, Sq_pad/64]`` only with ``dq_first_store`` (then
     ``dq_accum`` is not zeroed), ``dsink_part`` fp32 ``[B, H, Sq_pad/64]`` only with
     a sink, summary int32 ``[B, Hm, ceil(Sk/tile_n), C]`` (from ``semantics.tile_summary`` /
@@ -2441,6 +2561,10 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         out["tile_counter"] = ((1,), "int32")  # zeroed by the wrapper before each launch
     if cfg.class_chains:  # each claimed tile's work class + 1, zeroed by the wrapper too
         out["tile_classes"] = ((batch, num_heads, -(-seqlen_k // cfg.tile_n)), "int32")
+    if cfg.dkv_chain:  # the GQA group's running dK/dV sums, and flags zeroed by the wrapper
+        out["dk_sum"] = ((batch, seqlen_k, num_kv_heads, cfg.head_dim), "float32")
+        out["dv_sum"] = ((batch, seqlen_k, num_kv_heads, cfg.head_dim_v), "float32")
+        out["dkv_flags"] = ((batch, num_kv_heads, -(-seqlen_k // cfg.tile_n)), "int32")
     if cfg.fused_dq:
         out["dq_pending"] = ((batch, num_heads, nm), "int32")  # set by the preprocess
     if cfg.dq_first_store:
@@ -2504,18 +2628,19 @@ class CompiledBackward:
         dk_main = ws["dk_part"] if cfg.dkv_partials else dk
         dv_main = ws["dv_part"] if cfg.dkv_partials else dv
         if sk > 0:
-            extra = ()
+            num_n = -(-sk // cfg.tile_n)
             if cfg.persistent:  # the persistent grid claims tiles from 0
                 sched.reset_counter(ws["tile_counter"], stream)
-                extra = (ptr(ws["tile_counter"], Int32, 4),)
-            if fused:
-                extra += (pending, ptr(dq, dt))
-            elif cfg.dq_first_store:
-                extra += ((None,) if not cfg.persistent else ()) + (pending, None)
             if cfg.class_chains:
-                classes = ws["tile_classes"]
-                sched.reset_counter(classes, stream, words=b * h * -(-sk // cfg.tile_n))
-                extra += (None, None, ptr(classes, Int32, 4))
+                sched.reset_counter(ws["tile_classes"], stream, words=b * h * num_n)
+            dkv_chain = ()
+            if cfg.dkv_chain:
+                sched.reset_counter(ws["dkv_flags"], stream, words=b * hk * num_n)
+                dkv_chain = (ptr(ws["dk_sum"], f32), ptr(ws["dv_sum"], f32),
+                             ptr(ws["dkv_flags"], Int32, 4))
+            extra = main_tail(cfg, ptr(ws.get("tile_counter"), Int32, 4), pending,
+                              ptr(dq, dt) if fused else None,
+                              ptr(ws.get("tile_classes"), Int32, 4), dkv_chain)
             self.main(ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt), ptr(ws["lse2"], f32),
                       ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32), ptr(dk_main, kv_dt),
                       ptr(dv_main, kv_dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),

@@ -350,7 +350,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_pds_stages, default_persistent_ctas,
                                  default_prefetch_stats, default_qdo_stages, default_row_ranges,
                                  default_mask_bits, default_rs_dkv, default_stage_stats,
-                                 default_vector_dkv, default_class_chains, default_class_ratio)
+                                 default_vector_dkv, default_class_chains, default_class_ratio,
+                                 default_dkv_chain)
 
     row_ranges = default_row_ranges(num_columns)
     gqa_in_cta = default_gqa_in_cta(gqa, deterministic)
@@ -379,7 +380,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_per_wg(), default_mask_bits(),
                             default_class_chains(deterministic, persistent_ctas > 0, gqa_in_cta,
                                                  causal, num_columns, gqa),
-                            default_class_ratio())
+                            default_class_ratio(),
+                            default_dkv_chain(deterministic, gqa, gqa_in_cta))
 
 
 @functools.lru_cache(maxsize=256)
@@ -388,7 +390,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      dq_chains, lazy_release, fused_dq, dq_count_lag, vector_dkv, det_sync,
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
-                     dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4):
+                     dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
+                     dkv_chain=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -420,7 +423,11 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, stage_stats=True, prefetch_stats=False, late_loads=False)
     if dq_uniform_rows and cfg.dq_in_smem and not cfg.fused_dq and not cfg.dq_swizzle:
         cfg = replace(cfg, dq_uniform_rows=True)
-    if class_chains and cfg.dq_in_smem:  # two chains by work class: two claim passes
+    if dkv_chain:  # a GQA group's dK/dV summed in order by its query heads' CTAs
+        cfg = replace(cfg, dkv_chain=True)
+    # two dQ chains by work class, claimed in two passes (with dkv_chain only where no per-head
+    # mask can put a group's heads in different passes)
+    if class_chains and cfg.dq_in_smem and not (dkv_chain and num_columns is not None):
         cfg = replace(cfg, dq_chains=2, claim_passes=2, class_chains=True, class_ratio=class_ratio)
     return cfg
 
