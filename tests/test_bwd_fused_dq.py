@@ -128,13 +128,16 @@ def test_gpu_check_runs_the_env_chosen_variant(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     args = ("bfloat16", 128, True, 1, False, False)
     base = check.backward_variant(*args, True, 132)
-    assert base.deterministic and base.dq_chains == 1 and not base.lazy_release
+    # causal masks: two dQ chains by work class (session 17)
+    assert base.deterministic and base.class_chains and base.dq_chains == 2
+    assert not base.lazy_release
     assert base.det_sync == "relaxed" and base.vector_dkv  # the measured default
     monkeypatch.setenv(bwd.DET_CHAINS_ENV, "2")
     monkeypatch.setenv(bwd.LAZY_RELEASE_ENV, "1")
     monkeypatch.setenv(bwd.DET_SYNC_ENV, "fence")
     det = check.backward_variant(*args, True, 132)
     assert det.dq_chains == 2 and det.lazy_release and det.det_sync == "fence"
+    assert not det.class_chains  # a forced chain count: parity chains
     assert check.backward_variant(*args, False, 132).det_sync == "acquire"  # not deterministic
     monkeypatch.setenv(bwd.DET_SYNC_ENV, "loose")
     with pytest.raises(ValueError, match=bwd.DET_SYNC_ENV):

@@ -89,10 +89,12 @@ def test_det_dq_chains_switch_and_workspace(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(bwd.DET_CHAINS_ENV, raising=False)
-    assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).dq_chains == 1
+    monkeypatch.delenv(bwd.DET_CLASS_CHAINS_ENV, raising=False)
+    assert interface.backward_config("bfloat16", 128, False, None, deterministic=True
+                                     ).dq_chains == 1
     monkeypatch.setenv(bwd.DET_CHAINS_ENV, "2")
     two = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
-    assert two.dq_chains == 2
+    assert two.dq_chains == 2 and not two.class_chains  # parity chains, as forced
     assert interface.backward_config("bfloat16", 128, True, 1).dq_chains == 1
     monkeypatch.setenv(bwd.D256_STAGES_ENV, "2")  # dQ by atomics: one chain
     assert interface.backward_config("bfloat16", 256, True, 1, deterministic=True).dq_chains == 1
@@ -108,6 +110,10 @@ def test_det_dq_chains_switch_and_workspace(monkeypatch):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, dq_chains=3)
     monkeypatch.setenv(bwd.DET_CHAINS_ENV, "4")
     with pytest.raises(ValueError, match=bwd.DET_CHAINS_ENV):
+        interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    monkeypatch.setenv(bwd.DET_CHAINS_ENV, "1")  # one chain cannot hold two classes
+    monkeypatch.setenv(bwd.DET_CLASS_CHAINS_ENV, "1")
+    with pytest.raises(ValueError, match=bwd.DET_CLASS_CHAINS_ENV):
         interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
 
 
@@ -133,10 +139,12 @@ def test_deterministic_rules(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     for name in (bwd.DET_PERSISTENT_ENV, bwd.PERSISTENT_ENV, bwd.KEY_MAJOR_ENV,
-                 bwd.CLAIM_PASSES_ENV, bwd.DET_CHAINS_ENV):
+                 bwd.CLAIM_PASSES_ENV, bwd.DET_CHAINS_ENV, bwd.DET_CLASS_CHAINS_ENV):
         monkeypatch.delenv(name, raising=False)
-    det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    det = interface.backward_config("bfloat16", 128, False, None, deterministic=True)
     assert det.persistent and det.claim_passes == 1 and det.dq_chains == 1
+    det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)  # session 17:
+    assert det.persistent and det.class_chains and (det.claim_passes, det.dq_chains) == (2, 2)
     monkeypatch.setenv(bwd.DET_PERSISTENT_ENV, "0")
     assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).persistent
     assert interface.backward_config("bfloat16", 128, True, 1).persistent  # the default's own

@@ -472,14 +472,21 @@ def default_class_chains(deterministic: bool, persistent: bool, gqa_in_cta: bool
     GQA 16/8: causal 1.153 -> 1.129x, but causal documents 1.241 -> 1.257x and packed SFT
     documents 1.317 -> 1.376x, so not there. Bidirectional masks keep parity chains (documents
     1.161 -> 1.197x with class chains, call 87) or one chain (full 1.097 -> 1.104x). Env
-    ``PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS=0``/``1`` forces it where it applies."""
+    ``PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS=0``/``1`` forces it where it applies; a chain count
+    forced by ``PADDLE_FLASHMASK_BWD_DET_CHAINS`` keeps its own rule (one chain, or parity)."""
     from .launch_args import env_choice
 
+    forced = env_choice(DET_CLASS_CHAINS_ENV, ("0", "1"))
+    chains = env_choice(DET_CHAINS_ENV, ("1", "2"))
+    if forced == "1" and chains == "1":
+        raise ValueError(f"{DET_CLASS_CHAINS_ENV}=1: expected two dQ chains, found "
+                         f"{DET_CHAINS_ENV}=1")
     if not (deterministic and persistent and not gqa_in_cta):
         return False
-    forced = env_choice(DET_CLASS_CHAINS_ENV, ("0", "1"))
     if forced:
         return forced == "1"
+    if chains:
+        return False
     return causal and not (gqa and num_columns is not None)
 
 
