@@ -1109,15 +1109,23 @@ timeout -s INT -k 10 90 $A --variant dpnw:deterministic=1,${K}_DET_PERSISTENT=1,
 $(pack_logs 84)"
 }
 
+# calls 85 and 91: the deterministic backward at a session's final defaults: the oracle with
+# determinism (stops on failure), deterministic / default over the zoo, the GPU deterministic tests
+# (det_final_check SESSION BWD_CHECK_OPTIONS BWD_TIMEOUT CUT MHA_TIMEOUT TESTS_TIMEOUT)
+det_final_check() {
+  local A='A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"'
+  printf '%s\n' "timeout -s INT -k 10 $3 python3 tests/gpu/bwd_check.py $2--json-name bwd_s$1_final.json > \$OUT/bwd_final.log 2>&1; rc=\$?; tail -n 2 \$OUT/bwd_final.log | cut -c1-$4; [ \$rc = 0 ] || exit \$rc" \
+    "$A" \
+    "timeout -s INT -k 10 60 \$A --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s$1_det_final_gqa > \$OUT/kab_fg.log 2>&1; grep -v compiling \$OUT/kab_fg.log | tail -n 5" \
+    "timeout -s INT -k 10 $5 \$A --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s$1_det_final_mha > \$OUT/kab_fm.log 2>&1; grep -v compiling \$OUT/kab_fm.log | tail -n 9"
+  printf '%s' "PFM_GPU_REPORT=\$OUT/gpu_report_det.json timeout -s INT -k 5 $6 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > \$OUT/pytest_det.log 2>&1; tail -n 1 \$OUT/pytest_det.log"
+}
+
 call85() {
   emit "call 85 (session 16, the last of its device time: stage parts a and b on nvidia-h200 first; ran as written here; the device capped its 370 s at 340, the budget left) - the deterministic backward at its new defaults (persistent grid, no GQA head walk, two dQ chains for bidirectional masks): the backward oracle with determinism and its bench rows, deterministic / default whole-backward times over the zoo, GQA 16/8 and MHA (#6 item 1), then the GPU suite's deterministic tests [<= 5.5 min]" \
     nvidia-h200 370 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-timeout -s INT -k 10 160 python3 tests/gpu/bwd_check.py --bench --json-name bwd_s16_final.json > $OUT/bwd_final.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_final.log | cut -c1-600; [ $rc = 0 ] || exit $rc
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
-timeout -s INT -k 10 60 $A --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s16_det_final_gqa > $OUT/kab_fg.log 2>&1; grep -v compiling $OUT/kab_fg.log | tail -n 5
-timeout -s INT -k 10 70 $A --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s16_det_final_mha > $OUT/kab_fm.log 2>&1; grep -v compiling $OUT/kab_fm.log | tail -n 9
-PFM_GPU_REPORT=$OUT/gpu_report_det.json timeout -s INT -k 5 30 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > $OUT/pytest_det.log 2>&1; tail -n 1 $OUT/pytest_det.log'"
+'"$(det_final_check 16 "--bench " 160 600 70 30)
 $(pack_logs 85)"
 }
 
@@ -1157,15 +1165,19 @@ timeout -s INT -k 10 100 $A --kv-heads 8 --masks causal_document,sft_documents,c
 $(pack_logs 88)"
 }
 
+# calls 89 and 90 (@N@: 2, 3): the class chains' oracle with them forced on (stops on failure),
+# then whole-backward times base / deterministic / class chains over the causal masks
+CLASS_CHAINS_CHECK='K=PADDLE_FLASHMASK_BWD
+env ${K}_DET_CLASS_CHAINS=1 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_class_chains@N@.json > $OUT/bwd_cc@N@.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_cc@N@.log | cut -c1-400; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 4 --calls 3 --variant base: --variant det:deterministic=1 --variant cc:deterministic=1,${K}_DET_CLASS_CHAINS=1"
+timeout -s INT -k 10 120 $A --masks causal,causal_document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s17_class_chains@N@_mha > $OUT/kab_cc@N@m.log 2>&1; grep -v compiling $OUT/kab_cc@N@m.log | tail -n 7
+timeout -s INT -k 10 80 $A --kv-heads 8 --masks causal_document,sft_documents,causal --tag s17_class_chains@N@_gqa > $OUT/kab_cc@N@g.log 2>&1; grep -v compiling $OUT/kab_cc@N@g.log | tail -n 4'
+
 call89() {
   emit "call 89 (session 17; nvidia-h200, warm or staged) - the class chains with each work item reading its higher key tiles' classes once (not per query tile): the backward oracle and determinism with them on (stops on failure), then whole-backward times base / deterministic / class chains over the causal masks, MHA and GQA 16/8, B=2 S=8K (#6 item 1) [<= 6.5 min]" \
     nvidia-h200 400 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-K=PADDLE_FLASHMASK_BWD
-env ${K}_DET_CLASS_CHAINS=1 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_class_chains2.json > $OUT/bwd_cc2.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_cc2.log | cut -c1-400; [ $rc = 0 ] || exit $rc
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 4 --calls 3 --variant base: --variant det:deterministic=1 --variant cc:deterministic=1,${K}_DET_CLASS_CHAINS=1"
-timeout -s INT -k 10 120 $A --masks causal,causal_document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s17_class_chains2_mha > $OUT/kab_cc2m.log 2>&1; grep -v compiling $OUT/kab_cc2m.log | tail -n 7
-timeout -s INT -k 10 80 $A --kv-heads 8 --masks causal_document,sft_documents,causal --tag s17_class_chains2_gqa > $OUT/kab_cc2g.log 2>&1; grep -v compiling $OUT/kab_cc2g.log | tail -n 4'"
+'"${CLASS_CHAINS_CHECK//@N@/2}
 $(pack_logs 89)"
 }
 
@@ -1173,11 +1185,7 @@ call90() {
   emit "call 90 (session 17; nvidia-h200, warm or staged) - the class chains with the second claim pass reading each tile's recorded class instead of classifying it again: the backward oracle and determinism with them on (stops on failure), then whole-backward times base / deterministic / class chains over the causal masks, MHA and GQA 16/8, B=2 S=8K (#6 item 1) [<= 6.5 min]" \
     nvidia-h200 400 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-K=PADDLE_FLASHMASK_BWD
-env ${K}_DET_CLASS_CHAINS=1 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_class_chains3.json > $OUT/bwd_cc3.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_cc3.log | cut -c1-400; [ $rc = 0 ] || exit $rc
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 4 --calls 3 --variant base: --variant det:deterministic=1 --variant cc:deterministic=1,${K}_DET_CLASS_CHAINS=1"
-timeout -s INT -k 10 120 $A --masks causal,causal_document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s17_class_chains3_mha > $OUT/kab_cc3m.log 2>&1; grep -v compiling $OUT/kab_cc3m.log | tail -n 7
-timeout -s INT -k 10 80 $A --kv-heads 8 --masks causal_document,sft_documents,causal --tag s17_class_chains3_gqa > $OUT/kab_cc3g.log 2>&1; grep -v compiling $OUT/kab_cc3g.log | tail -n 4'"
+'"${CLASS_CHAINS_CHECK//@N@/3}
 $(pack_logs 90)"
 }
 
@@ -1185,11 +1193,7 @@ call91() {
   emit "call 91 (session 17; nvidia-h200, warm or staged) - the deterministic backward at its new defaults (class chains for causal masks, not GQA with columns; bit-mask element rule): the backward oracle with determinism, deterministic / default whole-backward times over the zoo, MHA and GQA 16/8, B=2 S=8K (#6 item 1), then the GPU suite deterministic tests [<= 6 min]" \
     nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_s17_final.json > $OUT/bwd_final.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_final.log | cut -c1-400; [ $rc = 0 ] || exit $rc
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
-timeout -s INT -k 10 60 $A --kv-heads 8 --masks causal_document,sft_documents,document,causal --tag s17_det_final_gqa > $OUT/kab_fg.log 2>&1; grep -v compiling $OUT/kab_fg.log | tail -n 5
-timeout -s INT -k 10 80 $A --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s17_det_final_mha > $OUT/kab_fm.log 2>&1; grep -v compiling $OUT/kab_fm.log | tail -n 9
-PFM_GPU_REPORT=$OUT/gpu_report_det.json timeout -s INT -k 5 40 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > $OUT/pytest_det.log 2>&1; tail -n 1 $OUT/pytest_det.log'"
+'"$(det_final_check 17 "" 150 400 80 40)
 $(pack_logs 91)"
 }
 
