@@ -1243,20 +1243,14 @@ class FlashMaskBwdSm90:
             n0 = n_blk * self.tile_n
             publish = (item, grid, b, h, hk, hm, group, n_blk, n0, num_m, diag, mQ, mK, mV, mdO,
                        sQ, sK, sV, sdO, tma_q, tma_k, tma_v, tma_do, pipe_q, pipe_do, pipe_kv)
-            if const_expr(self.cfg.class_chains):
-                # classified at the first pass's claim and recorded before anything here can
-                # block (a dQ writer may spin on it once the claim counter has passed the tile);
-                # the second pass reads the record instead of classifying again
-                work_class = Int32(0)
-                if t < total:
-                    work_class = self._work_class(grid, b, hm, n0, num_m, diag, passes)
-                    self._record_class(grid.mClass, b, h, n_blk, work_class, lane)
-                else:
-                    work_class = self._tile_class(grid.mClass, b, h, n_blk)
+            if const_expr(passes > 1):
+                work_class = self._work_class(grid, b, hm, n0, num_m, diag, passes)
+                if const_expr(self.cfg.class_chains):
+                    # recorded at the first claim, before anything here can block: a dQ writer
+                    # may spin on it as soon as the claim counter has passed this tile
+                    if t < total:
+                        self._record_class(grid.mClass, b, h, n_blk, work_class, lane)
                 if work_class == t // total:
-                    kv_state, state = self._publish_tile(*publish, kv_state, state)
-            elif const_expr(passes > 1):
-                if self._work_class(grid, b, hm, n0, num_m, diag, passes) == t // total:
                     kv_state, state = self._publish_tile(*publish, kv_state, state)
             else:
                 kv_state, state = self._publish_tile(*publish, kv_state, state)
@@ -2017,13 +2011,8 @@ class FlashMaskBwdSm90:
         its issue, so its completion wait overlaps that many consumer iterations."""
         lane = tidx % 32
         work_class = Int32(0)
-        near_class = Int32(-1)  # class_chains: lane i's of key tile n_blk + 1 + i, read once
         if const_expr(self.cfg.class_chains):
             work_class = self._tile_class(grid.mClass, b, h, n_blk)
-            # every higher key tile of the head is claimed (and recorded) before this one; the
-            # waits' first ballot round asks about these for each query tile of the walk
-            if n_blk + 1 + lane < cute.ceil_div(seqlen_k, self.tile_n):
-                near_class = self._tile_class(grid.mClass, b, h, n_blk + 1 + lane)
         hc = self._dq_chain_head(h, n_blk, work_class)
         gdQacc_bh = mdQacc[b, hc, None, None]
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
@@ -2034,8 +2023,7 @@ class FlashMaskBwdSm90:
                 if const_expr(self.cfg.deterministic):
                     wait_for = self._sem_wait_value(m_blk, n_blk, b, hm, mSumMin, mSumMax,
                                                     seqlen_q, seqlen_k, diag, lane, h=h,
-                                                    work_class=work_class, mClass=grid.mClass,
-                                                    near_class=near_class)
+                                                    work_class=work_class, mClass=grid.mClass)
                 if const_expr(self.cfg.dq_first_store):
                     # mark our previous first store (p1) once complete, before this tile can
                     # wait on another CTA: no writer ever waits while holding an unmarked tile
@@ -2327,7 +2315,7 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _sem_wait_value(self, m_blk, n_blk, b, hm, mSumMin, mSumMax, seqlen_q, seqlen_k, diag,
-                        lane, h=None, work_class=None, mClass=None, near_class=None):
+                        lane, h=None, work_class=None, mClass=None):
         """Semaphore value that allows key tile ``n_blk`` to add its dQ for query tile ``m_blk``.
 
         Adds go in *decreasing* key-tile order (under causal-like masks higher key tiles start
@@ -2336,7 +2324,7 @@ class FlashMaskBwdSm90:
         n' > n_blk that visits m_blk (same ``tile_fully_masked`` predicate as every CTA), or 0.
         One warp tests 32 candidates per ballot. With two chains only n' of the same chain count:
         the same key-tile parity, or (``class_chains``) the same recorded ``work_class`` of
-        query head ``h`` (the first round's from ``near_class``, the writer's per-tile copy).
+        query head ``h``.
         """
         num_n = cute.ceil_div(seqlen_k, self.tile_n)
         value = Int32(0)
@@ -2352,10 +2340,7 @@ class FlashMaskBwdSm90:
                 visits = visits & (skip == False)  # noqa: E712  (DSL boolean)
                 if const_expr(self.cfg.class_chains):
                     if not skip:  # a higher key tile of this head: claimed, so its class comes
-                        cand_class = near_class
-                        if base != n_blk + 1:
-                            cand_class = self._tile_class(mClass, b, h, cand)
-                        visits = visits & (cand_class == work_class)
+                        visits = visits & (self._tile_class(mClass, b, h, cand) == work_class)
             ballot = cute.arch.vote_ballot_sync(visits)
             if ballot != 0:
                 lowest = cute.arch.popc((ballot & (Int32(0) - ballot)) - Int32(1))

@@ -1,0 +1,138 @@
+"""The deterministic backward's claim order and dQ chains as a model (not a benchmark).
+
+What the kernel does (``flash_bwd_sm90``: ``_tile_of``, ``_dq_chain_head``, ``_sem_wait_value``,
+the producer's claim passes): work items are (batch, head, key tile), each (b, h)'s key tiles
+listed last first; a key tile adds its dQ to a query tile after the next higher key tile of the
+same chain that visits it. Chains: ``one`` (every tile), ``parity`` (key tile % 2, the
+bidirectional masks' ``dq_chains=2``), ``class`` (``BwdConfig.class_chains``: the work class of
+``tile_scheduler.claim_pass`` with two passes, the list claimed once per class, heavy first).
+
+The model replays the list on ``grid`` workers that each take the next item when free. A visited
+query tile costs one unit (a partial one ``1 + partial_extra``), an item ``item_cost`` more; a
+tile's add waits for its chain predecessor's add at that query tile. It checks the deadlock
+argument: every predecessor a tile waits on must have been claimed before it (the lowest claimed
+unfinished tile then never waits on an unclaimed one), and raises where a list breaks that.
+
+    python3 bench/det_schedule_sim.py [--batch 2 --seqlen 8192 --heads 16 --grid 132]
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import os
+import sys
+from typing import Optional
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from paddle_flashmask import semantics  # noqa: E402
+from paddle_flashmask.ops.cute.tile_scheduler import claim_pass  # noqa: E402
+
+CHAIN_RULES = ("one", "parity", "class")
+
+
+class UnclaimedPredecessor(RuntimeError):
+    """A tile would wait on a chain predecessor claimed after it: the list can deadlock."""
+
+
+def visit_lists(indices: Optional[np.ndarray], causal: bool, seqlen: int, batch: int,
+                tile_m: int = 64, tile_n: int = 128) -> list[list[np.ndarray]]:
+    """Per batch row and key tile: the visited query tiles (ascending) and whether each is
+    partial, from ``semantics.classify_tiles`` (mask head 0)."""
+    if indices is None:  # plain causal / full: columns whose bands mask nothing
+        nothing = [seqlen] if causal else [seqlen, 0]
+        indices = np.broadcast_to(np.array(nothing, np.int32), (batch, 1, seqlen, len(nothing)))
+    tiles = semantics.classify_tiles(semantics.tile_summary(indices, tile_n), causal, seqlen,
+                                     tile_m)[:, 0]  # [B, query tiles, key tiles]
+    return [[np.stack([np.flatnonzero(tiles[b, :, n] != semantics.SKIP),
+                       (tiles[b, :, n] == semantics.PARTIAL)[tiles[b, :, n] != semantics.SKIP]])
+             for n in range(tiles.shape[2])] for b in range(tiles.shape[0])]
+
+
+def chain_of(rule: str, n: int, num_visited: int, num_m: int) -> int:
+    """The dQ chain key tile ``n`` adds into (see the module docstring)."""
+    if rule == "one":
+        return 0
+    if rule == "parity":
+        return n % 2
+    return claim_pass(num_visited, num_m, 2)
+
+
+def claim_list(visits: list[list[np.ndarray]], heads: int, rule: str, num_m: int,
+               descending: bool = True) -> list[tuple[int, int, int]]:
+    """The kernel's deterministic list of (b, h, n): each (b, h)'s key tiles last first, once, or
+    (``class``) once per work class, heavy class first. ``descending=False`` lists them first
+    first (an order the deadlock check must reject wherever tiles share query tiles)."""
+    num_n = len(visits[0])
+    keys = range(num_n - 1, -1, -1) if descending else range(num_n)
+    items = [(b, h, n) for b in range(len(visits)) for h in range(heads) for n in keys]
+    if rule != "class":
+        return items
+    return sorted(items, key=lambda it: chain_of(rule, it[2], visits[it[0]][it[2]].shape[1],
+                                                  num_m))  # stable: the list inside a class
+
+
+def replay(visits: list[list[np.ndarray]], heads: int, rule: str, grid: int, num_m: int,
+           order: Optional[list] = None, item_cost: float = 2.0,
+           partial_extra: float = 0.3) -> float:
+    """Makespan of the deterministic schedule; raises :class:`UnclaimedPredecessor` where a tile
+    would wait on a tile claimed after it."""
+    order = claim_list(visits, heads, rule, num_m) if order is None else order
+    chains = {(b, n): chain_of(rule, n, v.shape[1], num_m)
+              for b, row in enumerate(visits) for n, v in enumerate(row)}
+    # per (b, chain, query tile): the visiting key tiles, ascending, to find each predecessor
+    members: dict[tuple[int, int, int], list[int]] = {}
+    for b, row in enumerate(visits):
+        for n, v in enumerate(row):
+            for m in v[0]:
+                members.setdefault((b, chains[b, n], int(m)), []).append(n)
+    added: dict[tuple[int, int, int], dict[int, float]] = {}  # (b, h, n) -> {m: add time}
+    free_at = [0.0] * grid
+    for b, h, n in order:
+        t = heapq.heappop(free_at) + item_cost
+        times = {}
+        for m, partial in zip(*visits[b][n]):
+            t += 1.0 + partial_extra * partial
+            chain = members[b, chains[b, n], int(m)]
+            higher = chain[chain.index(n) + 1:] if chain.index(n) + 1 < len(chain) else []
+            if higher:
+                pred = (b, h, higher[0])
+                if pred not in added:
+                    raise UnclaimedPredecessor(f"key tile {n} of (b={b}, h={h}) waits at query "
+                                               f"tile {int(m)} on key tile {higher[0]}, claimed "
+                                               f"after it")
+                t = max(t, added[pred][int(m)])
+            times[int(m)] = t
+        added[b, h, n] = times
+        heapq.heappush(free_at, t)
+    return max(free_at)
+
+
+def main() -> None:
+    from mask_zoo import make_zoo
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seqlen", type=int, default=8192)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--grid", type=int, default=132)
+    args = p.parse_args()
+    b, s = args.batch, args.seqlen
+    num_m = -(-s // 64)
+    print(f"deterministic backward model, B={b} S={s} H={args.heads} grid={args.grid}: "
+          "makespan / total work over the grid")
+    for name, mask in make_zoo(b, s, device="cpu").items():
+        visits = visit_lists(mask.indices, mask.causal, s, b)
+        total = sum(2.0 + v.shape[1] + 0.3 * v[1].sum() for row in visits for v in row)
+        bound = total * args.heads / args.grid
+        print(f"{name:22}" + "  ".join(
+            f"{rule} {replay(visits, args.heads, rule, args.grid, num_m) / bound:.3f}"
+            for rule in CHAIN_RULES))
+
+
+if __name__ == "__main__":
+    main()
