@@ -1220,7 +1220,19 @@ call93() {
 $(pack_logs 93)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93"
+call94() {
+  emit "call 94 (prepared in session 17 for the next one; nvidia-h200: stage parts a and b first) - why the deterministic GQA backward trails its default by 1.20-1.31x (#6 item 1), and why the GQA head walk made it 1.8-1.9x (session 16): Nsight Compute of the main backward kernel at GQA 16/8 B=2 S=8K packed SFT documents, default (head walk) / deterministic (per-query-head CTAs) / deterministic with the head walk forced, then whole-backward times of the three [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE
+M=\"$NCU_SECTIONS --section MemoryWorkloadAnalysis\""'
+K=PADDLE_FLASHMASK_BWD
+nc() { env $3 timeout 80 ncu --clock-control none -k regex:bwd_sm90F --launch-skip 1 --launch-count 1 $M python3 bench/ncu_target.py --batch 2 --kv-heads 8 --mask sft_documents $2 > $OUT/ncu_$1.txt 2>&1; grep -E "^    Duration|SM Active Cycles|Executed Instructions  |L2 Hit Rate  |Issue Slots Busy|Stall" $OUT/ncu_$1.txt | head -n 12; }
+nc bwd_gqa_default "" ${K}_GQA_IN_CTA=1; nc bwd_gqa_det --deterministic ${K}_GQA_IN_CTA=0; nc bwd_gqa_det_walk --deterministic ${K}_GQA_IN_CTA=1
+timeout -s INT -k 10 90 python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --kv-heads 8 --rounds 4 --calls 3 --variant base: --variant det:deterministic=1 --variant detw:deterministic=1,${K}_GQA_IN_CTA=1 --masks sft_documents,causal_document,causal --tag s18_det_gqa_walk > $OUT/kab_walk.log 2>&1; grep -v compiling $OUT/kab_walk.log | tail -n 4'"
+$(pack_logs 94 'ncu_*.txt')"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1396,7 +1408,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
