@@ -2410,10 +2410,8 @@ class FlashMaskBwdSm90:
             member = h - hk * group
             flag = grid.mDkvFlags.iterator + cute.crd2idx((b, hk, n_blk), grid.mDkvFlags.layout)
             if member > 0:  # the sum over the group's earlier query heads is complete
-                if ctid == 0:  # an acquire load also drops the SM's L1: the sums are read fresh
-                    seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
-                    while seen != member:
-                        seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+                # (an acquire load also drops the SM's L1: the sums are read fresh)
+                self._sem_wait(grid.mDkvFlags, b, hk, n_blk, member, ctid, sync="acquire")
                 cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN,
                                   number_of_threads=self.num_consumer_threads)
             last = member == group - 1
@@ -2437,12 +2435,8 @@ class FlashMaskBwdSm90:
         """dkv_chain: ``acc * scale`` added to the group's running fp32 sum (after it, as the
         partials' reduction adds), then the sum stored for the next query head, or (``last``)
         converted into ``mOut``."""
-        tile = (n0 // self.tile_n, 0)
-        ts = th_mma.partition_C(cute.local_tile(mSum[b, None, hk, None], (self.tile_n, width),
-                                                tile))
-        to = th_mma.partition_C(cute.local_tile(mOut[b, None, hk, None], (self.tile_n, width),
-                                                tile))
-        tc = th_mma.partition_C(cute.make_identity_tensor((self.tile_n, width)))
+        ts, tc = self._tile_rows(th_mma, mSum, b, hk, n0, width)
+        to, _ = self._tile_rows(th_mma, mOut, b, hk, n0, width)
         for i in cutlass.range_constexpr(cute.size(acc)):
             acc[i] = acc[i] * scale
         if member > 0:
@@ -2458,14 +2452,19 @@ class FlashMaskBwdSm90:
                 if n0 + tc[i][0] < seqlen_k:
                     ts[i] = acc[i]
 
+    def _tile_rows(self, th_mma, mRows, b, head, n0, width):
+        """This thread's elements of the key tile at ``n0`` in ``mRows [B, Sk, heads, width]``,
+        and their (row, column) coordinates inside the tile."""
+        g = cute.local_tile(mRows[b, None, head, None], (self.tile_n, width), (n0 // self.tile_n, 0))
+        return (th_mma.partition_C(g),
+                th_mma.partition_C(cute.make_identity_tensor((self.tile_n, width))))
+
     @cute.jit
     def _store_rows(self, acc, th_mma, mOut, b, h, hk, n0, seqlen_k, width, scale):
         head = hk
         if const_expr(self.cfg.dkv_partials):
             head = h
-        g = cute.local_tile(mOut[b, None, head, None], (self.tile_n, width), (n0 // self.tile_n, 0))
-        tg = th_mma.partition_C(g)
-        tc = th_mma.partition_C(cute.make_identity_tensor((self.tile_n, width)))
+        tg, tc = self._tile_rows(th_mma, mOut, b, head, n0, width)
         for i in cutlass.range_constexpr(cute.size(acc)):
             if n0 + tc[i][0] < seqlen_k:
                 tg[i] = (acc[i] * scale).to(mOut.element_type)
@@ -2527,10 +2526,11 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
 
     ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]``, ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
     preprocess), ``dk_part``/``dv_part`` fp32 ``[B, Sk, H, D]`` only for GQA, ``semaphores`` int32
-    ``[B, H, Sq_pad/64]`` only when deterministic, ``tile_classes`` int32 ``[B, H, ceil(Sk/tile_n)]``
-    only with ``class_chains`` (zeroed by the wrapper), ``dk_sum``/``dv_sum`` fp32 ``[B, Sk, Hk, D]``
-    and ``dkv_flags`` int32 ``[B, Hk, ceil(Sk/tile_n)]`` only with ``dkv_chain``, ``dq_pending`` int32 ``[B, H, Sq_pad/64]`` only
-    with ``fused_dq``, ``dq_flags`` int32 ``[B, H, Sq_pad/64]`` only with ``dq_first_store`` (then
+    ``[B, H, Sq_pad/64]`` only when deterministic, ``tile_classes`` int32
+    ``[B, H, ceil(Sk/tile_n)]`` only with ``class_chains`` (zeroed by the wrapper),
+    ``dk_sum``/``dv_sum`` fp32 ``[B, Sk, Hk, D]`` and ``dkv_flags`` int32
+    ``[B, Hk, ceil(Sk/tile_n)]`` only with ``dkv_chain``, ``dq_pending`` int32 ``[B, H, Sq_pad/64]``
+    only with ``fused_dq``, ``dq_flags`` int32 ``[B, H, Sq_pad/64]`` only with ``dq_first_store`` (then
     ``dq_accum`` is not zeroed), ``dsink_part`` fp32 ``[B, H, Sq_pad/64]`` only with
     a sink, summary int32 ``[B, Hm, ceil(Sk/tile_n), C]`` (from ``semantics.tile_summary`` /
     the summary kernel with ``tile_n = cfg.tile_n``).
