@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from paddle_flashmask import semantics  # noqa: E402
 from paddle_flashmask.ops.cute.tile_scheduler import claim_pass  # noqa: E402
+from schedule_sim import tile_classes  # noqa: E402
 
 CHAIN_RULES = ("one", "parity", "class")
 
@@ -43,11 +44,7 @@ def visit_lists(indices: Optional[np.ndarray], causal: bool, seqlen: int, batch:
                 tile_m: int = 64, tile_n: int = 128) -> list[list[np.ndarray]]:
     """Per batch row and key tile: the visited query tiles (ascending) and whether each is
     partial, from ``semantics.classify_tiles`` (mask head 0)."""
-    if indices is None:  # plain causal / full: columns whose bands mask nothing
-        nothing = [seqlen] if causal else [seqlen, 0]
-        indices = np.broadcast_to(np.array(nothing, np.int32), (batch, 1, seqlen, len(nothing)))
-    tiles = semantics.classify_tiles(semantics.tile_summary(indices, tile_n), causal, seqlen,
-                                     tile_m)[:, 0]  # [B, query tiles, key tiles]
+    tiles = tile_classes(indices, causal, seqlen, tile_m, tile_n, batch)
     return [[np.stack([np.flatnonzero(tiles[b, :, n] != semantics.SKIP),
                        (tiles[b, :, n] == semantics.PARTIAL)[tiles[b, :, n] != semantics.SKIP]])
              for n in range(tiles.shape[2])] for b in range(tiles.shape[0])]
@@ -98,12 +95,12 @@ def replay(visits: list[list[np.ndarray]], heads: int, rule: str, grid: int, num
         for m, partial in zip(*visits[b][n]):
             t += 1.0 + partial_extra * partial
             chain = members[b, chains[b, n], int(m)]
-            higher = chain[chain.index(n) + 1:] if chain.index(n) + 1 < len(chain) else []
-            if higher:
-                pred = (b, h, higher[0])
+            at = chain.index(n)
+            if at + 1 < len(chain):  # the next higher visitor of the same chain adds first
+                pred = (b, h, chain[at + 1])
                 if pred not in added:
                     raise UnclaimedPredecessor(f"key tile {n} of (b={b}, h={h}) waits at query "
-                                               f"tile {int(m)} on key tile {higher[0]}, claimed "
+                                               f"tile {int(m)} on key tile {pred[2]}, claimed "
                                                f"after it")
                 t = max(t, added[pred][int(m)])
             times[int(m)] = t

@@ -50,18 +50,24 @@ def item_costs(visited: np.ndarray, partial: np.ndarray, item_cost: float = 2.0,
     return np.where(visited > 0, visited + partial_extra * partial + item_cost, 0.0)
 
 
+def tile_classes(indices, causal: bool, seqlen: int, tile_m: int, tile_n: int,
+                 batch: int) -> np.ndarray:
+    """``semantics.classify_tiles`` of mask head 0, ``[batch, query tiles, key tiles]``; plain
+    causal / full (``indices`` None) as columns whose bands mask nothing (LTS = Sq, UTE = 0)."""
+    if indices is None:
+        nothing = [seqlen] if causal else [seqlen, 0]
+        indices = np.broadcast_to(np.array(nothing, np.int32), (batch, 1, seqlen, len(nothing)))
+    return semantics.classify_tiles(semantics.tile_summary(indices, tile_n), causal, seqlen,
+                                    tile_m)[:, 0]
+
+
 def visited_tiles(indices, causal: bool, seqlen: int, tile_m: int, tile_n: int, batch: int,
                   backward: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(visited, partial) tiles per [batch, work item] (mask head 0): key tiles per query tile
     (forward items), or with ``backward`` query tiles per key tile (backward items)."""
-    if indices is None:  # plain causal / full: columns whose bands mask nothing (LTS = Sq, UTE = 0)
-        nothing = [seqlen] if causal else [seqlen, 0]
-        indices = np.broadcast_to(np.array(nothing, np.int32), (batch, 1, seqlen, len(nothing)))
-    tiles = semantics.classify_tiles(semantics.tile_summary(indices, tile_n), causal, seqlen,
-                                     tile_m)
+    tiles = tile_classes(indices, causal, seqlen, tile_m, tile_n, batch)
     axis = -2 if backward else -1
-    return ((tiles[:, 0] != semantics.SKIP).sum(axis),
-            (tiles[:, 0] == semantics.PARTIAL).sum(axis))
+    return (tiles != semantics.SKIP).sum(axis), (tiles == semantics.PARTIAL).sum(axis)
 
 
 def main() -> None:
