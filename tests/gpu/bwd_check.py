@@ -197,6 +197,14 @@ class Runner:
                 {n: dl(t) for n, t in ws.items()}, p["scale"], stream)
         fn(*args)
         torch.cuda.synchronize()
+        if cfg.claim_list:  # the class-sorted list against its host oracle
+            from paddle_flashmask.ops.cute import bwd_claim_list as claims
+
+            want = claims.reference_classes(cfg, p["idx"], b, sq, sk, h, hk)
+            problems = claims.check_claim_list(ws["claim_order"].cpu().numpy(),
+                                               ws["item_classes"].cpu().numpy(), want)
+            if problems:
+                raise AssertionError(f"{p['name']}: claim list: {'; '.join(problems)}")
         return cfg, compile_s, (dq, dk, dv, dsink), (fn, args)
 
 

@@ -51,7 +51,7 @@ MASK_FORMS = ((True, None), (False, None), (True, 1), (True, 2), (False, 2), (Fa
 @dataclasses.dataclass(frozen=True)
 class Variant:
     label: str
-    kind: str  # summary | work_order | fwd | bwd | bwd_pre | bwd_post
+    kind: str  # summary | work_order | fwd | bwd | bwd_pre | bwd_post | bwd_claims
     config: Any
     fast_path: bool  # must contain HGMMA and UTMALDG
 
@@ -141,7 +141,8 @@ def variants(full: bool = False) -> list[Variant]:
             dq_early: Optional[bool] = None, prefetch_stats: Optional[bool] = None,
             stage_stats: bool = False, uniform_rows: Optional[bool] = None,
             per_wg: bool = False, one_cta: bool = False, mask_bits: Optional[bool] = None,
-            class_chains: bool = False, dkv_chain: bool = False):
+            class_chains: bool = False, dkv_chain: bool = False,
+            claim_list: Optional[bool] = None):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -195,6 +196,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, dq_chains=2, claim_passes=2, class_chains=True)
         if dkv_chain:  # deterministic GQA dK/dV summed in query-head order (BwdConfig.dkv_chain)
             cfg = dataclasses.replace(cfg, dkv_chain=True)
+        if claim_list is not None:  # class claims from a class-sorted list, or per pass
+            cfg = dataclasses.replace(cfg, claim_list=claim_list)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -219,8 +222,12 @@ def variants(full: bool = False) -> list[Variant]:
                          " per-wg" if per_wg else "",
                          {None: "", True: " mask-bits", False: " element-compares"}[mask_bits],
                          " class-chains" if class_chains else "",
-                         " dkv-chain" if dkv_chain else ""])
+                         " dkv-chain" if dkv_chain else "",
+                         {None: "", True: " claim-list", False: " claim-passes"}[claim_list]])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
+        if cfg.claim_list:
+            add(f"bwd-claims {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd_claims", cfg,
+                False)
         pre = cfg.prepost
         add(f"bwd-pre {dtype} d{d}{extra}", "bwd_pre", pre, False)
         if pre.has_post:
@@ -357,6 +364,15 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 256, True, 1, gqa=True, gqa_in_cta=True, swizzle=True)
     bwd("bfloat16", 128, False, 4, claim_passes=3)
     bwd("bfloat16", 128, True, None, claim_passes=3)
+    # claims by work class from the class-sorted list (the default, bwd_claim_list) and per pass
+    # (env PADDLE_FLASHMASK_BWD_CLAIM_LIST=0); the GQA walk's key-major 3 passes is the e2e shape
+    bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True, persistent=True, key_major=True,
+        claim_passes=3, claim_list=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True, persistent=True, key_major=True,
+        claim_passes=3, claim_list=False)
+    bwd("bfloat16", 128, False, 2, claim_passes=3, claim_list=True)
+    bwd("float16", 64, True, None, claim_passes=2, claim_list=True)
+    bwd("bfloat16", 128, True, 1, det=True, class_chains=True, claim_list=False)
     bwd("bfloat16", 128, True, 1, first_store=False)  # the env-off forms of the two defaults
     bwd("float16", 64, False, 2, gqa=True, sink=True, first_store=False, swizzle=False)
     return out
@@ -365,7 +381,8 @@ def variants(full: bool = False) -> list[Variant]:
 # compile-check kind -> the kernel's name in interface.KERNEL_BUILDERS
 _KIND_KERNELS = {"summary": "tile_summary", "work_order": "fwd_work_order",
                  "tile_ranges": "fwd_tile_ranges", "fwd": "flash_fwd_sm90", "bwd": "flash_bwd_sm90",
-                 "bwd_pre": "flash_bwd_pre", "bwd_post": "flash_bwd_post"}
+                 "bwd_pre": "flash_bwd_pre", "bwd_post": "flash_bwd_post",
+                 "bwd_claims": "bwd_claim_list"}
 
 
 def _build(kind: str, config: Any) -> Any:

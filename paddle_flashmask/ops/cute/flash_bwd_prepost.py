@@ -146,7 +146,8 @@ class PrePostConfig:
     fused_dq: bool = False
     # BwdConfig.dq_first_store: the preprocess zeroes the per-query-tile flags instead of the
     # fp32 accumulator (the main kernel's first writer of a tile stores, the others add); the
-    # postprocess writes dq zeros for tiles nobody wrote (flag 0).
+    # postprocess writes dq zeros for tiles nobody wrote (flag 0). Deterministic: no flags; the
+    # postprocess reads each chain's semaphore (0: that chain's rows were never written).
     first_store: bool = False
     # BwdConfig.dq_swizzle: dq_accum rows hold their 16-byte chunks XOR-swizzled by row
     # (chunk ^= row % 8); the postprocess undoes it.
@@ -194,7 +195,8 @@ class _Preprocess:
         if const_expr(self.cfg.deterministic):
             mSem = rowmajor(sem_ptr, (b, h * chains, n_blk))
         visits = None
-        if const_expr(self.cfg.first_store):  # per-query-tile flags, in place of the pending counts
+        if const_expr(self.cfg.first_store and not self.cfg.deterministic):
+            # per-query-tile flags, in place of the pending counts
             visits = SimpleNamespace(mFlags=rowmajor(pending_ptr, (b, h, n_blk)))
         if const_expr(self.cfg.fused_dq):
             mSumMin = mSumMax = None
@@ -233,9 +235,10 @@ class _Preprocess:
         chains = self.cfg.dq_chains
         if const_expr(self.cfg.first_store):
             # the accumulator block is left as it is: its first writer stores, not adds
-            mFlags = visits.mFlags  # a local: no subscript store through a namespace in an ``if``
-            if tidx == 0:
-                mFlags[b, h, blk] = Int32(0)
+            if const_expr(not self.cfg.deterministic):  # (deterministic: the semaphores below)
+                mFlags = visits.mFlags  # a local: no subscript store through a namespace in an if
+                if tidx == 0:
+                    mFlags[b, h, blk] = Int32(0)
         else:
             # zero this CTA's dQ-accumulator block (padding rows included): 16-byte stores
             zeros = cute.full(_VEC_ACC, 0.0, Float32)
@@ -346,9 +349,10 @@ class _Postprocess:
                              _VEC_ACC)
         if const_expr(not self.cfg.fused_dq):  # else the main kernel wrote dq
             mdQ = vector_rows(dq_ptr, (b, sq, h), d, _VEC_ACC)
-            mFlags = None
+            mFlags = None  # first_store: per query tile, or (deterministic) per chain and tile
             if const_expr(self.cfg.first_store):
-                mFlags = rowmajor(flags_ptr, (b, h, n_blk))
+                mFlags = rowmajor(flags_ptr, (b, h * (self.cfg.dq_chains
+                                                      if self.cfg.deterministic else 1), n_blk))
             self.dq_kernel(mdQacc, mdQ, softmax_scale, mFlags).launch(
                 grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
         if const_expr(self.cfg.gqa):
@@ -382,11 +386,28 @@ class _Postprocess:
         vals = []
         for k in cutlass.range_constexpr(n_chunks):
             vals.append(mdQacc[b, h * chains, blk, tidx + k * _THREADS, None].load())
-        for c in cutlass.range_constexpr(1, chains):  # the other chains, in a fixed order
-            for k in cutlass.range_constexpr(n_chunks):
-                vals[k] = vals[k] + mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].load()
         written = Int32(1)
-        if const_expr(self.cfg.first_store):
+        if const_expr(self.cfg.first_store and self.cfg.deterministic and chains > 1):
+            # a chain nobody added to (semaphore 0) holds garbage: its rows count as zeros. The
+            # sum keeps the zero-initialised order: chain 0 (or 0.0) + chain 1 + ...
+            written = mFlags[b, h * chains, blk]
+            zeros = cute.full(_VEC_ACC, 0.0, Float32)
+            keep = cute.full(_VEC_ACC, written, Int32) != 0
+            for k in cutlass.range_constexpr(n_chunks):
+                vals[k] = cute.where(keep, vals[k], zeros)
+            for c in cutlass.range_constexpr(1, chains):
+                flag = mFlags[b, h * chains + c, blk]
+                written = written | flag
+                keep = cute.full(_VEC_ACC, flag, Int32) != 0
+                for k in cutlass.range_constexpr(n_chunks):
+                    part = mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].load()
+                    vals[k] = vals[k] + cute.where(keep, part, zeros)
+        else:
+            for c in cutlass.range_constexpr(1, chains):  # the other chains, in a fixed order
+                for k in cutlass.range_constexpr(n_chunks):
+                    vals[k] = vals[k] + mdQacc[b, h * chains + c, blk, tidx + k * _THREADS,
+                                               None].load()
+        if const_expr(self.cfg.first_store and (chains == 1 or not self.cfg.deterministic)):
             # flag 0: no key tile wrote this block (every row fully masked), so its accumulator
             # was never initialised and dq is zero
             written = mFlags[b, h, blk]

@@ -63,6 +63,7 @@ import cuda.bindings.driver as cuda
 
 from paddle_flashmask import semantics
 
+from . import bwd_claim_list as claims
 from . import bwd_tiles
 from . import mask as fm_mask
 from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, column_pairs, rowmajor, vector_rows
@@ -246,6 +247,19 @@ def default_dq_first_store() -> bool:
     return env_flag(FIRST_STORE_ENV, default="1")
 
 
+DET_FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_DET_FIRST_STORE"
+
+
+def default_det_first_store() -> bool:
+    """``BwdConfig.dq_first_store`` in deterministic mode (dQ staged in smem): the first adder
+    of each dQ chain stores instead of adding into a zeroed accumulator, so the preprocess no
+    longer zeroes ``chains x [B, H, Sq_pad, D]`` fp32 (B=2 S=8K H=16 D=128 with two chains:
+    268 MB written). Env ``PADDLE_FLASHMASK_BWD_DET_FIRST_STORE=0`` turns it off."""
+    from .launch_args import env_flag
+
+    return env_flag(DET_FIRST_STORE_ENV, default="1")
+
+
 VECTOR_DKV_ENV = "PADDLE_FLASHMASK_BWD_VECTOR_DKV"
 
 
@@ -356,6 +370,19 @@ def default_claim_passes(work_items: Optional[int] = None, grid_ctas: Optional[i
     if work_items is None or grid_ctas is None:
         return 1
     return 3 if sched.few_items_per_cta(work_items, grid_ctas) else 1
+
+
+CLAIM_LIST_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_LIST"
+
+
+def default_claim_list() -> bool:
+    """``BwdConfig.claim_list`` wanted wherever claims go by work class (``claim_passes`` > 1:
+    the default mode's few-items-per-CTA grids, the deterministic class chains): the class-sorted
+    list built before the main kernel, claimed in one pass. Env
+    ``PADDLE_FLASHMASK_BWD_CLAIM_LIST=0`` gives the per-pass claims."""
+    from .launch_args import env_flag
+
+    return env_flag(CLAIM_LIST_ENV, default="1")
 
 
 def backward_work_items(config, batch: int, seqlen_k: int, num_heads: int,
@@ -632,8 +659,10 @@ class BwdConfig:
     # the fp32 [B, H, Sq_pad, D] accumulator (a write of 4 * D bytes per query row); the dQ
     # writer that claims a tile's flag first (atomic OR) stores its rows with a bulk copy and
     # marks the flag once the copy completed, the others add after that mark; the postprocess
-    # writes dq zeros where no key tile wrote. Not deterministic, dQ staged in smem, no fused_dq.
-    # The host's choice: default_dq_first_store (on).
+    # writes dq zeros where no key tile wrote. dQ staged in smem, no fused_dq. Deterministic
+    # mode needs no flags: a chain's first adder (nothing to wait for) stores, and the chain's
+    # semaphore (0: nobody added) tells the postprocess which chains hold rows.
+    # The host's choice: default_dq_first_store (on) / default_det_first_store.
     dq_first_store: bool = False
     # dQ staged unpadded, its 16-byte chunks XOR-swizzled by row (chunk ^= row % 8: the
     # consumers' 8-byte stores stay conflict-free without the row padding), so a query tile is
@@ -713,6 +742,11 @@ class BwdConfig:
     # head j's (the list is head-major; both visit the same query tiles, so both are in one claim
     # pass), so the waits cannot deadlock. The host's choice: default_dkv_chain (off: slower).
     dkv_chain: bool = False
+    # claim_passes > 1: claim from a list that a small pre-kernel builds (bwd_claim_list: the
+    # tile list stably partitioned by work class, the same order the passes take) in one pass,
+    # instead of every producer classifying each tile at each claim of each pass. The host's
+    # choice: default_claim_list.
+    claim_list: bool = False
 
     def __post_init__(self):
         if (self.head_dim, self.head_dim_v) not in _SUPPORTED_DIMS:
@@ -753,6 +787,9 @@ class BwdConfig:
                              f"dq_chains=2 and gqa_in_cta=False, found deterministic="
                              f"{self.deterministic}, persistent_ctas={self.persistent_ctas}, "
                              f"dq_chains={self.dq_chains}, gqa_in_cta={self.gqa_in_cta}")
+        if self.claim_list and self.claim_passes == 1:
+            raise ValueError("claim_list: expected claim_passes > 1 (a persistent grid claiming "
+                             "by work class), found claim_passes=1")
         if self.key_major and not self.persistent_ctas:
             raise ValueError("key_major: expected only with a persistent grid (persistent_ctas > 0)")
         if self.claim_passes not in (1, 2, 3, 4) or (self.claim_passes > 1
@@ -773,10 +810,9 @@ class BwdConfig:
         if self.det_sync != "acquire" and not (self.deterministic and self.dq_in_smem):
             raise ValueError(f"det_sync: expected 'acquire' unless deterministic=True with dQ "
                              f"staged in smem, found {self.det_sync!r}")
-        if self.dq_first_store and (self.deterministic or not self.dq_in_smem or self.fused_dq):
-            raise ValueError(f"dq_first_store: expected deterministic=False, dQ staged in smem and "
-                             f"fused_dq=False, found deterministic={self.deterministic}, "
-                             f"dq_in_smem={self.dq_in_smem}, fused_dq={self.fused_dq}")
+        if self.dq_first_store and (not self.dq_in_smem or self.fused_dq):
+            raise ValueError(f"dq_first_store: expected dQ staged in smem and fused_dq=False, "
+                             f"found dq_in_smem={self.dq_in_smem}, fused_dq={self.fused_dq}")
         if self.dq_swizzle and (not self.dq_in_smem or self.fused_dq
                                 or self.head_dim not in (64, 128, 256)):
             raise ValueError(f"dq_swizzle: expected dQ staged in smem, fused_dq=False and head_dim "
@@ -821,6 +857,12 @@ class BwdConfig:
         return self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128
 
     @property
+    def first_store_flags(self) -> bool:
+        """dq_first_store's per-query-tile flags (the default mode's first writer claims one);
+        the deterministic mode knows its chain's first adder without them."""
+        return self.dq_first_store and not self.deterministic
+
+    @property
     def persistent(self) -> bool:
         return self.persistent_ctas > 0
 
@@ -829,7 +871,7 @@ class BwdConfig:
         in order, so nothing of what only a persistent grid has (the claim order, claim passes,
         the fused dQ converter) is kept."""
         return replace(self, persistent_ctas=0, key_major=False, fused_dq=False, claim_passes=1,
-                       class_chains=False, dq_chains=1 if self.class_chains else self.dq_chains)
+                       claim_list=False, class_chains=False, dq_chains=1 if self.class_chains else self.dq_chains)
 
     def _staged_bytes(self) -> int:
         """Shared memory of the operand tiles, the fp32 dQ staging buffer and 4 KB of barriers
@@ -1028,7 +1070,8 @@ class FlashMaskBwdSm90:
                  class_ptr: Optional[cute.Pointer] = None,
                  dkacc_ptr: Optional[cute.Pointer] = None,
                  dvacc_ptr: Optional[cute.Pointer] = None,
-                 dkv_flag_ptr: Optional[cute.Pointer] = None):
+                 dkv_flag_ptr: Optional[cute.Pointer] = None,
+                 order_ptr: Optional[cute.Pointer] = None):
         d, dv, tm, tn = self.d, self.dv, self.tile_m, self.tile_n
         sqp = cute.ceil_div(sq, tm) * tm
         mQ = rowmajor(q_ptr, (b, sq, h, d))
@@ -1068,10 +1111,14 @@ class FlashMaskBwdSm90:
         mCounter = None  # next (key tile, head, batch) of the persistent grid
         if const_expr(self.cfg.persistent):
             mCounter = rowmajor(counter_ptr, (1,))
+        mOrder = None  # claim_list: the class-sorted tile list (bwd_claim_list entries)
+        if const_expr(self.cfg.claim_list):
+            mOrder = cute.make_tensor(order_ptr, cute.make_layout(
+                (cute.ceil_div(sk, tn) * (hk if const_expr(self.cfg.gqa_in_cta) else h) * b,)))
         # fused_dq: adds still to come per query tile, and dq itself; dq_first_store: the
         # per-query-tile flags (bit 0: claimed by its first writer, bit 1: its rows are stored)
         mPending = mdQout = None
-        if const_expr(self.cfg.fused_dq or self.cfg.dq_first_store):
+        if const_expr(self.cfg.fused_dq or self.cfg.first_store_flags):
             mPending = rowmajor(pending_ptr, (b, h, sqp // tm))
         if const_expr(self.cfg.fused_dq):
             mdQout = vector_rows(dq_ptr, (b, sq, h), d, _CONV_VEC)
@@ -1132,7 +1179,7 @@ class FlashMaskBwdSm90:
                     mSumMin, mSumMax, mIdx, mSem, tiled_sdp, tiled_dk, tiled_dv, tiled_dq,
                     self.sQ_layout, self.sdO_layout, self.sK_layout, self.sV_layout,
                     self.sP_layout, self.sdS_layout, scale_log2, softmax_scale, mCounter,
-                    mPending, mdQout, mClass, mdKacc, mdVacc, mDkvFlags).launch(
+                    mPending, mdQout, mClass, mdKacc, mdVacc, mDkvFlags, mOrder).launch(
             grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1)
 
     # ---- mask helpers (all rules come from paddle_flashmask.semantics) ---------------------------
@@ -1230,12 +1277,15 @@ class FlashMaskBwdSm90:
         lane = cute.arch.lane_idx()
         seqlen_k = mK.shape[0]
         total = self._num_tiles(grid, seqlen_k, mQ.shape[3])
-        passes = self.cfg.claim_passes
+        # claim_list: one pass over the class-sorted list (bwd_claim_list), so nothing to classify
+        passes = 1 if const_expr(self.cfg.claim_list) else self.cfg.claim_passes
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         t = sched.claim_work(grid.mCounter, lane)
         while t < total * passes:
             item = t
+            if const_expr(self.cfg.claim_list):
+                item = claims.entry_item(grid.mOrder[t])
             if const_expr(passes > 1):
                 item = t - (t // total) * total
             n_blk, y, b = self._tile_of(item, grid, seqlen_k)
@@ -1506,7 +1556,7 @@ class FlashMaskBwdSm90:
                mCounter: Optional[cute.Tensor], mPending: Optional[cute.Tensor],
                mdQout: Optional[cute.Tensor], mClass: Optional[cute.Tensor],
                mdKacc: Optional[cute.Tensor], mdVacc: Optional[cute.Tensor],
-               mDkvFlags: Optional[cute.Tensor]):
+               mDkvFlags: Optional[cute.Tensor], mOrder: Optional[cute.Tensor]):
         cfg = self.cfg
         tidx, _, _ = cute.arch.thread_idx()
         bx, h, b = cute.arch.block_idx()
@@ -1586,7 +1636,7 @@ class FlashMaskBwdSm90:
                                mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q,
                                mPending=mPending, conv_slot=conv_slot, queue=queue, stats=stats,
                                mClass=mClass, mdKacc=mdKacc, mdVacc=mdVacc,
-                               mDkvFlags=mDkvFlags)
+                               mDkvFlags=mDkvFlags, mOrder=mOrder)
 
         bmax = bmin = None  # the persistent grid's roles take each tile's bands per tile
         if const_expr(not cfg.persistent):
@@ -2024,7 +2074,7 @@ class FlashMaskBwdSm90:
                     wait_for = self._sem_wait_value(m_blk, n_blk, b, hm, mSumMin, mSumMax,
                                                     seqlen_q, seqlen_k, diag, lane, h=h,
                                                     work_class=work_class, mClass=grid.mClass)
-                if const_expr(self.cfg.dq_first_store):
+                if const_expr(self.cfg.first_store_flags):
                     # mark our previous first store (p1) once complete, before this tile can
                     # wait on another CTA: no writer ever waits while holding an unmarked tile
                     if p1 >= 0:
@@ -2038,7 +2088,7 @@ class FlashMaskBwdSm90:
                                              number_of_threads=self.dq_sync_threads)
                 claim = Int32(0)
                 item = (b * grid.num_h + hc) * num_m + m_blk
-                if const_expr(self.cfg.dq_first_store):
+                if const_expr(self.cfg.first_store_flags):
                     # while the consumers compute: first writer of this query tile, or wait
                     # until the first one's rows are stored
                     claim = self._claim_tile(grid, item, lane)
@@ -2073,15 +2123,21 @@ class FlashMaskBwdSm90:
                     # each block as soon as its warpgroup(s) staged it
                     cute.arch.barrier(barrier_id=_BAR_DQ_FULL + _BAR_DQ_WG_STEP * w,
                                       number_of_threads=self.dq_sync_threads)
-                    if const_expr(self.cfg.dq_first_store):
+                    if const_expr(self.cfg.first_store_flags):
                         if claim == 0:
+                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=True)
+                        else:
+                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
+                    elif const_expr(self.cfg.deterministic and self.cfg.dq_first_store):
+                        # the chain's first adder (no earlier one to wait for) stores
+                        if wait_for == 0:
                             self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=True)
                         else:
                             self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
                     else:
                         self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
                     cute.arch.cp_async_bulk_commit_group()
-                if const_expr(self.cfg.dq_first_store):
+                if const_expr(self.cfg.first_store_flags):
                     if claim == 0:
                         p1 = item
                 if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
@@ -2098,7 +2154,7 @@ class FlashMaskBwdSm90:
         if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
             if released >= 0:
                 self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
-        if const_expr(self.cfg.dq_first_store):
+        if const_expr(self.cfg.first_store_flags):
             # the walk's last first store: marked now, not at the next tile's first visit (its
             # completion wait overlaps the next tile's K/V load; nobody waits a tile change)
             if p1 >= 0:
@@ -2500,21 +2556,23 @@ def compile_backward(cfg: BwdConfig):
     # flags), as main_tail builds it for a call
     i32 = _placeholder(Int32, 4)
     f32 = _placeholder(Float32, 16)
-    args += main_tail(cfg, i32, i32, _placeholder(dt, 16), i32, (f32, f32, i32))
+    args += main_tail(cfg, i32, i32, _placeholder(dt, 16), i32, (f32, f32, i32), i32)
     return cute.compile(FlashMaskBwdSm90(cfg), *args)
 
 
-def main_tail(cfg: BwdConfig, counter, pending, dq, classes, dkv_chain) -> list:
+def main_tail(cfg: BwdConfig, counter, pending, dq, classes, dkv_chain, order) -> list:
     """The main kernel's optional trailing arguments for ``cfg``: the persistent grid's tile
     counter, fused_dq's pending counts and dq (or dq_first_store's flags), class_chains' class
-    records, dkv_chain's (dK sum, dV sum, flags); None where unused, trailing Nones dropped."""
+    records, dkv_chain's (dK sum, dV sum, flags), claim_list's list; None where unused, trailing
+    Nones dropped."""
     tail = [counter if cfg.persistent else None, None, None,
             classes if cfg.class_chains else None]
     if cfg.fused_dq:
         tail[1:3] = [pending, dq]
-    elif cfg.dq_first_store:
+    elif cfg.first_store_flags:
         tail[1] = pending
-    tail += list(dkv_chain) if cfg.dkv_chain else []
+    tail += list(dkv_chain) if cfg.dkv_chain else [None] * 3
+    tail.append(order if cfg.claim_list else None)
     while tail and tail[-1] is None:
         tail.pop()
     return tail
@@ -2557,9 +2615,11 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         out["dk_sum"] = ((batch, seqlen_k, num_kv_heads, cfg.head_dim), "float32")
         out["dv_sum"] = ((batch, seqlen_k, num_kv_heads, cfg.head_dim_v), "float32")
         out["dkv_flags"] = ((batch, num_kv_heads, -(-seqlen_k // cfg.tile_n)), "int32")
+    if cfg.claim_list:  # the class-sorted tile list and its builder's scratch (chunk_counts zeroed)
+        out.update(claims.workspace_shapes(cfg, batch, seqlen_k, num_heads, num_kv_heads))
     if cfg.fused_dq:
         out["dq_pending"] = ((batch, num_heads, nm), "int32")  # set by the preprocess
-    if cfg.dq_first_store:
+    if cfg.first_store_flags:
         out["dq_flags"] = ((batch, num_heads, nm), "int32")  # zeroed by the preprocess
     return out
 
@@ -2585,6 +2645,7 @@ class CompiledBackward:
         self.config = config
         self.pre = compile_preprocess(config.prepost)
         self.main = compile_backward(config)
+        self.claims = claims.compile_claim_list(config) if config.claim_list else None
         self.post = compile_postprocess(config.prepost) if config.prepost.has_post else None
 
     def __call__(self, q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, col_min,
@@ -2630,9 +2691,18 @@ class CompiledBackward:
                 sched.reset_counter(ws["dkv_flags"], stream, words=b * hk * num_n)
                 dkv_chain = (ptr(ws["dk_sum"], f32), ptr(ws["dv_sum"], f32),
                              ptr(ws["dkv_flags"], Int32, 4))
+            if cfg.claim_list:  # the class-sorted list (and the class records) first
+                sched.reset_counter(ws["chunk_counts"], stream,
+                                    words=claims.num_chunks(claims.num_items(cfg, b, sk, h, hk)) * 4)
+                self.claims(ptr(k, dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
+                            ptr(startend_row_indices, Int32, 4), ptr(ws["claim_order"], Int32, 4),
+                            ptr(ws["item_classes"], Int32, 4), ptr(ws["chunk_counts"], Int32, 4),
+                            ptr(ws.get("tile_classes"), Int32, 4), Int32(b), Int32(sq),
+                            Int32(sk), Int32(h), Int32(hk), Int32(hm), stream)
             extra = main_tail(cfg, ptr(ws.get("tile_counter"), Int32, 4), pending,
                               ptr(dq, dt) if fused else None,
-                              ptr(ws.get("tile_classes"), Int32, 4), dkv_chain)
+                              ptr(ws.get("tile_classes"), Int32, 4), dkv_chain,
+                              ptr(ws.get("claim_order"), Int32, 4))
             self.main(ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt), ptr(ws["lse2"], f32),
                       ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32), ptr(dk_main, kv_dt),
                       ptr(dv_main, kv_dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
@@ -2645,7 +2715,8 @@ class CompiledBackward:
                   ptr(ws.get("dv_part"), f32), ptr(dk, dt) if cfg.dkv_partials else None,
                   ptr(dv, dt) if cfg.dkv_partials else None, ptr(ws.get("dsink_part"), f32),
                   ptr(dsink, f32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk),
-                  Float32(softmax_scale), stream, pending if cfg.dq_first_store else None)
+                  Float32(softmax_scale), stream, pending if cfg.first_store_flags else
+                  (ptr(ws["semaphores"], Int32, 4) if cfg.dq_first_store else None))
 
 
 def compile_backward_all(config: BwdConfig) -> CompiledBackward:

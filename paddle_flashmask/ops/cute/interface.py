@@ -351,7 +351,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_prefetch_stats, default_qdo_stages, default_row_ranges,
                                  default_mask_bits, default_rs_dkv, default_stage_stats,
                                  default_vector_dkv, default_class_chains, default_class_ratio,
-                                 default_dkv_chain)
+                                 default_dkv_chain, default_claim_list,
+                                 default_det_first_store)
 
     row_ranges = default_row_ranges(num_columns)
     gqa_in_cta = default_gqa_in_cta(gqa, deterministic)
@@ -371,7 +372,9 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             persistent_ctas > 0 and not deterministic and default_fused_dq(),
                             default_dq_count_lag(),
                             default_vector_dkv(), default_det_sync(deterministic),
-                            default_late_loads(), default_dq_first_store(),
+                            default_late_loads(),
+                            default_det_first_store() if deterministic
+                            else default_dq_first_store(),
                             default_dq_swizzle(head_dim),
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
                             default_dq_early(), default_prefetch_stats(head_dim),
@@ -381,7 +384,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_class_chains(deterministic, persistent_ctas > 0, gqa_in_cta,
                                                  causal, num_columns, gqa),
                             default_class_ratio(),
-                            default_dkv_chain(deterministic, gqa, gqa_in_cta))
+                            default_dkv_chain(deterministic, gqa, gqa_in_cta),
+                            default_claim_list())
 
 
 @functools.lru_cache(maxsize=256)
@@ -391,7 +395,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
                      dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
-                     dkv_chain=False):
+                     dkv_chain=False, claim_list=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -408,7 +412,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                       det_sync=det_sync)
     if fused_dq and cfg.dq_in_smem and cfg.conv_rows:  # where the conversion buffer fits
         cfg = replace(cfg, fused_dq=True, dq_count_lag=dq_count_lag)
-    if dq_first_store and cfg.dq_in_smem and not deterministic and not cfg.fused_dq:
+    if dq_first_store and cfg.dq_in_smem and not cfg.fused_dq:
         cfg = replace(cfg, dq_first_store=True)
     if dq_swizzle and cfg.dq_in_smem and not cfg.fused_dq and head_dim in (64, 128, 256):
         cfg = replace(cfg, dq_swizzle=True)
@@ -429,6 +433,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
     # mask can put a group's heads in different passes)
     if class_chains and cfg.dq_in_smem and not (dkv_chain and num_columns is not None):
         cfg = replace(cfg, dq_chains=2, claim_passes=2, class_chains=True, class_ratio=class_ratio)
+    if claim_list and cfg.claim_passes > 1:  # claims by work class from a class-sorted list
+        cfg = replace(cfg, claim_list=True)
     return cfg
 
 
@@ -454,6 +460,7 @@ KERNEL_BUILDERS: dict[str, Callable[[Any], Any]] = {
     "flash_bwd_sm90": _lazy_builder(".flash_bwd_sm90", "compile_backward"),
     "flash_bwd_pre": _lazy_builder(".flash_bwd_prepost", "compile_preprocess"),
     "flash_bwd_post": _lazy_builder(".flash_bwd_prepost", "compile_postprocess"),
+    "bwd_claim_list": _lazy_builder(".bwd_claim_list", "compile_claim_list"),
     "fwd_work_order": _lazy_builder(".work_order_kernel", "compile_work_order"),
     "fwd_tile_ranges": _lazy_builder(".tile_range_kernel", "compile_tile_ranges"),
 }
@@ -489,6 +496,7 @@ def compiled_backward(config):
     bundle.config = config
     bundle.pre = compiled_kernel("flash_bwd_pre", config.prepost)
     bundle.main = compiled_kernel("flash_bwd_sm90", config)
+    bundle.claims = compiled_kernel("bwd_claim_list", config) if config.claim_list else None
     bundle.post = (compiled_kernel("flash_bwd_post", config.prepost) if config.prepost.has_post
                    else None)
     return bundle
@@ -602,14 +610,18 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
     elif config.persistent and not config.deterministic:
         # claims by work class where the grid gets few items per CTA (a problem-size rule); the
         # key-major order depends on the passes (default_key_major)
-        from .flash_bwd_sm90 import backward_work_items, default_claim_passes, default_key_major
+        from .flash_bwd_sm90 import (backward_work_items, default_claim_list,
+                                     default_claim_passes, default_key_major)
 
         passes = default_claim_passes(backward_work_items(config, b, sk, h, hk),
                                       config.persistent_ctas)
         key_major = default_key_major(config.num_columns, passes, config.gqa_in_cta,
                                       config.head_dim, config.causal)
-        if (passes, key_major) != (config.claim_passes, config.key_major):
-            config = replace(config, claim_passes=passes, key_major=key_major)
+        claim_list = passes > 1 and default_claim_list()
+        if (passes, key_major, claim_list) != (config.claim_passes, config.key_major,
+                                               config.claim_list):
+            config = replace(config, claim_passes=passes, key_major=key_major,
+                             claim_list=claim_list)
     from .flash_bwd_sm90 import workspace_shapes
 
     workspace, buffers = {}, []
