@@ -69,7 +69,8 @@ class HostApiHarness:
         self.counter_resets: list = []
         monkeypatch.setattr(interface, "_schedule_counters", {})
         monkeypatch.setattr(tile_scheduler, "reset_counter",
-                            lambda counter, stream: harness.counter_resets.append(counter))
+                            lambda counter, stream, words=1:
+                            harness.counter_resets.append(counter))
         monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
         monkeypatch.setattr(interface, "num_sms", lambda device: num_sms)
         monkeypatch.setattr(interface, "DeviceBuffer", Scratch)

@@ -126,8 +126,12 @@ def test_dkv_chain_switch_and_workspace(monkeypatch):
 
 def test_main_tail_leaves_out_unused_trailing_arguments():
     det = config(True, 1)  # persistent, class chains
-    assert bwd.main_tail(det, "counter", "pending", "dq", "classes", ("dk", "dv", "f")) == [
-        "counter", None, None, "classes"]
+    det = dataclasses.replace(det, claim_list=False)
+    assert bwd.main_tail(det, "counter", "pending", "dq", "classes", ("dk", "dv", "f"),
+                         "order") == ["counter", None, None, "classes"]
+    listed = dataclasses.replace(det, claim_list=True)  # the list comes last, after dK/dV's
+    assert bwd.main_tail(listed, "counter", "pending", "dq", "classes", ("dk", "dv", "f"),
+                         "order") == ["counter", None, None, "classes", None, None, None, "order"]
     plain = config(True, 1, deterministic=False).one_cta_per_tile()
-    want = [None, "pending"] if plain.dq_first_store else []  # no counter without the grid
-    assert bwd.main_tail(plain, "counter", "pending", "dq", "classes", ()) == want
+    want = [None, "pending"] if plain.first_store_flags else []  # no counter without the grid
+    assert bwd.main_tail(plain, "counter", "pending", "dq", "classes", (), "order") == want

@@ -9,6 +9,13 @@ import pytest
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
 
 
+
+@pytest.fixture(autouse=True)
+def _per_pass_claims(monkeypatch):
+    """These tests read the per-pass path's argument lists; the class-sorted claim list (its own
+    launch and last main-kernel argument) is tested in test_bwd_claim_list.py."""
+    monkeypatch.setenv(bwd.CLAIM_LIST_ENV, "0")
+
 def test_config_rule_and_workspace(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
@@ -21,9 +28,9 @@ def test_config_rule_and_workspace(monkeypatch):
     on = interface.backward_config("bfloat16", 128, True, 1)
     assert on.dq_first_store and on.prepost.first_store and on.prepost.has_post
     assert interface.backward_config("bfloat16", 256, False, 2, gqa=True).dq_first_store
-    # deterministic mode orders its adds and keeps the zeroed accumulator
-    assert not interface.backward_config("bfloat16", 128, True, 1,
-                                         deterministic=True).dq_first_store
+    # deterministic mode: each dQ chain's first adder stores (its own switch, no flags)
+    det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    assert det.dq_first_store and not det.first_store_flags
     # fused_dq counts adds down on a zeroed accumulator: it wins
     monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")
     assert not interface.backward_config("bfloat16", 128, True, 1).dq_first_store
@@ -31,8 +38,8 @@ def test_config_rule_and_workspace(monkeypatch):
     # two Q/dO stages at D = 256: dQ is added by atomics from registers, nothing to store first
     monkeypatch.setenv(bwd.D256_STAGES_ENV, "2")
     assert not interface.backward_config("bfloat16", 256, True, 1).dq_first_store
-    with pytest.raises(ValueError, match="dq_first_store"):
-        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, dq_first_store=True)
+    with pytest.raises(ValueError, match="dq_first_store"):  # dQ by atomics from registers
+        bwd.BwdConfig("bfloat16", 256, 256, True, 1, qdo_stages=2, dq_first_store=True)
     ws = bwd.workspace_shapes(on, 2, 300, 280, 4, 4)
     assert ws["dq_flags"] == ((2, 4, 5), "int32")
     assert "dq_flags" not in bwd.workspace_shapes(bwd.BwdConfig("bfloat16", 128, 128, True, 1),

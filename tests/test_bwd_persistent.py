@@ -8,6 +8,13 @@ import pytest
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
 
 
+
+@pytest.fixture(autouse=True)
+def _per_pass_claims(monkeypatch):
+    """These tests read the per-pass path's argument lists; the class-sorted claim list (its own
+    launch and last main-kernel argument) is tested in test_bwd_claim_list.py."""
+    monkeypatch.setenv(bwd.CLAIM_LIST_ENV, "0")
+
 def test_config_rule_and_workspace(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 

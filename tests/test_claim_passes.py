@@ -11,6 +11,13 @@ from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
 from paddle_flashmask.ops.cute.tile_scheduler import FEW_ITEMS_PER_CTA, claim_pass
 
 
+@pytest.fixture(autouse=True)
+def _per_pass_claims(monkeypatch):
+    """These tests read the per-pass path's argument lists; the class-sorted claim list (its own
+    launch and last main-kernel argument) is tested in test_bwd_claim_list.py."""
+    monkeypatch.setenv(bwd.CLAIM_LIST_ENV, "0")
+
+
 def test_classes_split_by_quarters_and_cover_every_item():
     num = 512
     classes = [claim_pass(v, num, 3) for v in range(num + 1)]

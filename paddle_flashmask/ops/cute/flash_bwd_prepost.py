@@ -491,7 +491,9 @@ def compile_preprocess(cfg: PrePostConfig):
     args = [_placeholder(dt, 16), _placeholder(dt, 16), f32(), f32(), f32(), f32(),
             f32() if cfg.has_sink else None, f32() if cfg.has_sink else None,
             _placeholder(Int32, 4) if cfg.deterministic else None,
-            _placeholder(Int32, 4) if fused or cfg.first_store else None,
+            # pending counts, or the first store's flags (the deterministic mode has none)
+            _placeholder(Int32, 4) if fused or (cfg.first_store and not cfg.deterministic)
+            else None,
             _placeholder(dt, 16) if fused else None,
             _placeholder(Int32, 4) if summary else None, _placeholder(Int32, 4) if summary else None,
             Int32(1), Int32(64), Int32(1), Int32(64), Int32(1), cuda.CUstream(0)]
