@@ -101,8 +101,9 @@ def backward_variant(dtype: str, d: int, causal: bool, cols, gqa: bool, has_sink
     over = {}
     if rs_dkv is not None:
         over["rs_dkv"] = rs_dkv
-    if gqa and gqa_in_cta is not None:
+    if gqa and gqa_in_cta is not None:  # (the walk keeps dK/dV in registers: no group sum)
         over["gqa_in_cta"] = gqa_in_cta
+        over["dkv_last"] = cfg.dkv_last and not gqa_in_cta
     if persistent:  # the deterministic mode too (one claim pass, its dQ chains' order)
         over["persistent_ctas"] = sms
     elif persistent is not None:

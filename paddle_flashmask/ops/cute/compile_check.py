@@ -142,7 +142,7 @@ def variants(full: bool = False) -> list[Variant]:
             stage_stats: bool = False, uniform_rows: Optional[bool] = None,
             per_wg: bool = False, one_cta: bool = False, mask_bits: Optional[bool] = None,
             class_chains: bool = False, dkv_chain: bool = False,
-            claim_list: Optional[bool] = None):
+            claim_list: Optional[bool] = None, dkv_last: Optional[bool] = None):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -150,7 +150,7 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, dq_first_store=False, dq_swizzle=False,
                                       dq_uniform_rows=False, dq_per_wg=False)
         if gqa_in_cta:  # one CTA per KV head walking its query heads (BwdConfig.gqa_in_cta)
-            cfg = dataclasses.replace(cfg, gqa_in_cta=True)
+            cfg = dataclasses.replace(cfg, gqa_in_cta=True, dkv_last=False)
         if persistent:  # a persistent grid claiming tiles (BwdConfig.persistent_ctas)
             cfg = dataclasses.replace(cfg, persistent_ctas=132, key_major=key_major)
         if row_ranges:  # per-key-tile query-tile ranges (BwdConfig.row_ranges)
@@ -195,7 +195,9 @@ def variants(full: bool = False) -> list[Variant]:
         if class_chains:  # deterministic dQ chains by work class (BwdConfig.class_chains)
             cfg = dataclasses.replace(cfg, dq_chains=2, claim_passes=2, class_chains=True)
         if dkv_chain:  # deterministic GQA dK/dV summed in query-head order (BwdConfig.dkv_chain)
-            cfg = dataclasses.replace(cfg, dkv_chain=True)
+            cfg = dataclasses.replace(cfg, dkv_chain=True, dkv_last=False)
+        if dkv_last is not None:  # deterministic GQA dK/dV summed by the group's last CTA
+            cfg = dataclasses.replace(cfg, dkv_last=dkv_last and not cfg.dkv_chain)
         if claim_list is not None:  # class claims from a class-sorted list, or per pass
             cfg = dataclasses.replace(cfg, claim_list=claim_list)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
@@ -223,7 +225,8 @@ def variants(full: bool = False) -> list[Variant]:
                          {None: "", True: " mask-bits", False: " element-compares"}[mask_bits],
                          " class-chains" if class_chains else "",
                          " dkv-chain" if dkv_chain else "",
-                         {None: "", True: " claim-list", False: " claim-passes"}[claim_list]])
+                         {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
+                         {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last]])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         if cfg.claim_list:
             add(f"bwd-claims {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd_claims", cfg,
@@ -373,6 +376,14 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, 2, claim_passes=3, claim_list=True)
     bwd("float16", 64, True, None, claim_passes=2, claim_list=True)
     bwd("bfloat16", 128, True, 1, det=True, class_chains=True, claim_list=False)
+    # deterministic GQA: dK/dV summed by the group's last CTA (the default) or reduced by the
+    # postprocess from fp32 partials (env PADDLE_FLASHMASK_BWD_DET_DKV_LAST=0)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, dkv_last=False)
+    bwd("bfloat16", 128, True, None, gqa=True, det=True, dkv_last=True)
+    bwd("bfloat16", 128, False, 2, gqa=True, det=True, dkv_last=True)
+    bwd("float16", 64, True, 2, gqa=True, det=True, sink=True, dkv_last=True)
+    bwd("bfloat16", 256, True, 1, gqa=True, det=True, dkv_last=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, one_cta=True, dkv_last=True)
     bwd("bfloat16", 128, True, 1, first_store=False)  # the env-off forms of the two defaults
     bwd("float16", 64, False, 2, gqa=True, sink=True, first_store=False, swizzle=False)
     return out

@@ -478,6 +478,21 @@ def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     return wanted and deterministic and gqa and not gqa_in_cta
 
 
+DET_DKV_LAST_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_LAST"
+
+
+def default_dkv_last(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
+    """``BwdConfig.dkv_last`` wanted where it applies (deterministic GQA without the head walk,
+    no ``dkv_chain``): on. The postprocess's reduction of the fp32 partials (B=2 S=8K GQA 16/8:
+    268 MB read) was most of what the deterministic GQA backward spent outside its main kernel
+    (Nsight Compute, call 94: main kernel 790 us of a 1,015 us backward, against 688 of 776 in
+    the default mode). Env ``PADDLE_FLASHMASK_BWD_DET_DKV_LAST=0`` gives the postprocess back."""
+    from .launch_args import env_flag
+
+    return (env_flag(DET_DKV_LAST_ENV, default="1") and deterministic and gqa
+            and not gqa_in_cta)
+
+
 def default_class_ratio() -> int:
     """``BwdConfig.class_ratio``: a key tile is heavy when it visits at least 1/ratio of the
     query tiles. 4, the claim classes' ratio (2 was slower on every causal mask, H200 call 88);
@@ -742,6 +757,12 @@ class BwdConfig:
     # head j's (the list is head-major; both visit the same query tiles, so both are in one claim
     # pass), so the waits cannot deadlock. The host's choice: default_dkv_chain (off: slower).
     dkv_chain: bool = False
+    # Deterministic GQA without the head walk: each query head's CTA stores its fp32 dK/dV
+    # partial, then counts itself in on the key tile's flag; the CTA that arrives last (whichever
+    # head it is) sums the group's partials in head order and writes dK/dV in the input dtype.
+    # Nobody waits, the order of the additions is fixed, and no postprocess reduces the partials
+    # (they are read back from L2, just written). The host's choice: default_dkv_last (on).
+    dkv_last: bool = False
     # claim_passes > 1: claim from a list that a small pre-kernel builds (bwd_claim_list: the
     # tile list stably partitioned by work class, the same order the passes take) in one pass,
     # instead of every producer classifying each tile at each claim of each pass. The host's
@@ -775,6 +796,12 @@ class BwdConfig:
             raise ValueError(f"dkv_chain: expected deterministic=True, gqa=True and "
                              f"gqa_in_cta=False, found deterministic={self.deterministic}, "
                              f"gqa={self.gqa}, gqa_in_cta={self.gqa_in_cta}")
+        if self.dkv_last and not (self.deterministic and self.gqa and not self.gqa_in_cta
+                                  and not self.dkv_chain):
+            raise ValueError(f"dkv_last: expected deterministic=True, gqa=True, gqa_in_cta=False "
+                             f"and dkv_chain=False, found deterministic={self.deterministic}, "
+                             f"gqa={self.gqa}, gqa_in_cta={self.gqa_in_cta}, "
+                             f"dkv_chain={self.dkv_chain}")
         if self.dkv_chain and self.class_chains and self.num_columns is not None:
             # per-head masks could put a group's heads in different claim passes
             raise ValueError("dkv_chain: expected class_chains=False with startend_row_indices "
@@ -908,7 +935,13 @@ class BwdConfig:
     @property
     def dkv_partials(self) -> bool:
         """dK/dV leave the main kernel as fp32 per-query-head partials ``[B, Sk, H, D]``."""
-        return self.gqa and not self.gqa_in_cta and not self.dkv_chain
+        return self.gqa and not self.gqa_in_cta and not self.dkv_chain and not self.dkv_last
+
+    @property
+    def dkv_group_sum(self) -> bool:
+        """dK/dV of a GQA group summed in the main kernel (``dkv_chain`` or ``dkv_last``): fp32
+        buffers and per-key-tile flags come as its trailing arguments."""
+        return self.dkv_chain or self.dkv_last
 
     @property
     def prepost(self):
@@ -1102,11 +1135,13 @@ class FlashMaskBwdSm90:
         if const_expr(self.cfg.class_chains):
             mClass = rowmajor(class_ptr, (b, h, cute.ceil_div(sk, tn)))
         # dkv_chain: the group's running fp32 dK/dV sums, and per (b, KV head, key tile) how many
-        # of the group's query heads have added theirs
+        # of the group's query heads have added theirs; dkv_last: the per-query-head partials
+        # and how many heads have stored theirs
         mdKacc = mdVacc = mDkvFlags = None
-        if const_expr(self.cfg.dkv_chain):
-            mdKacc = rowmajor(dkacc_ptr, (b, sk, hk, d))
-            mdVacc = rowmajor(dvacc_ptr, (b, sk, hk, dv))
+        if const_expr(self.cfg.dkv_group_sum):
+            sum_heads = h if const_expr(self.cfg.dkv_last) else hk
+            mdKacc = rowmajor(dkacc_ptr, (b, sk, sum_heads, d))
+            mdVacc = rowmajor(dvacc_ptr, (b, sk, sum_heads, dv))
             mDkvFlags = rowmajor(dkv_flag_ptr, (b, hk, cute.ceil_div(sk, tn)))
         mCounter = None  # next (key tile, head, batch) of the persistent grid
         if const_expr(self.cfg.persistent):
@@ -1157,6 +1192,8 @@ class FlashMaskBwdSm90:
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdS_layout)], 1024]
             sdQ: cute.struct.Align[cute.struct.MemRange[Float32, self.sdq_elems], 128]
             tile_slot: cute.struct.MemRange[Int32, 1 if self.cfg.persistent else 0]
+            # dkv_last: the key tile's flag value before this CTA counted itself in
+            dkv_arrival: cute.struct.MemRange[Int32, 1 if self.cfg.dkv_last else 0]
             # fused_dq: the two conversion buffers' bulk-copy barriers, the writer -> converter
             # queue (full / empty barriers, items, the writer's next index), the buffers
             mbar_conv: cute.struct.MemRange[cutlass.Int64, 2 if self.conv_rows else 0]
@@ -1624,6 +1661,9 @@ class FlashMaskBwdSm90:
         s_slot = None  # the persistent grid's current tile, written by the producer
         if const_expr(cfg.persistent):
             s_slot = st.tile_slot.get_tensor(cute.make_layout((1,)))
+        s_arrival = None  # dkv_last: one consumer's flag reading, for all of them
+        if const_expr(cfg.dkv_last):
+            s_arrival = st.dkv_arrival.get_tensor(cute.make_layout((1,)))
         stats = None  # stage_stats: LSE / delta per Q/dO stage, as (pair, 2, stage) fp32 views
         if const_expr(self.stats_bytes):
             pairs = cute.make_layout((self.tile_m // 2, 2, self.stages),
@@ -1636,7 +1676,7 @@ class FlashMaskBwdSm90:
                                mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q,
                                mPending=mPending, conv_slot=conv_slot, queue=queue, stats=stats,
                                mClass=mClass, mdKacc=mdKacc, mdVacc=mdVacc,
-                               mDkvFlags=mDkvFlags, mOrder=mOrder)
+                               mDkvFlags=mDkvFlags, mOrder=mOrder, s_arrival=s_arrival)
 
         bmax = bmin = None  # the persistent grid's roles take each tile's bands per tile
         if const_expr(not cfg.persistent):
@@ -2129,11 +2169,10 @@ class FlashMaskBwdSm90:
                         else:
                             self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
                     elif const_expr(self.cfg.deterministic and self.cfg.dq_first_store):
-                        # the chain's first adder (no earlier one to wait for) stores
-                        if wait_for == 0:
-                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=True)
-                        else:
-                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
+                        # the chain's first adder (no earlier one to wait for) stores; one copy
+                        # of the row loop, the choice per op (two copies spill the writer's
+                        # 24 registers under class chains with mask columns)
+                        self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=wait_for == 0)
                     else:
                         self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
                     cute.arch.cp_async_bulk_commit_group()
@@ -2170,9 +2209,10 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _bulk_rows(self, gdQ, sdQ, lane, mdQacc, tile, block: cutlass.Constexpr[int],
-                   store: cutlass.Constexpr[bool]):
+                   store):
         """Hand-off unit ``block`` of the staged dQ tile (``dq_blocks``) to global: bulk
-        reduce-adds, or (``store``, the tile's first writer with ``dq_first_store``) plain bulk
+        reduce-adds, or (``store``: a trace-time bool, or a run-time one per op; the tile's first
+        writer with ``dq_first_store``) plain bulk
         copies; one per row, 2 rows per lane, or (``dq_swizzle``) one for the whole contiguous
         tile from lane 0, or (``dq_per_wg``) one for warpgroup ``block``'s block (they lie one
         after the other, in smem and in dq_accum alike), or (``dq_uniform_rows``) one per row
@@ -2182,7 +2222,7 @@ class FlashMaskBwdSm90:
             elems = self.tile_m * self.d // 2
             with cute.arch.elect_one():
                 base = mdQacc.iterator + cutlass.Int64(tile) * (self.tile_m * self.d)
-                self._bulk_op(base + block * elems, sdQ.iterator + block * elems, elems * 4,
+                self._bulk_any(base + block * elems, sdQ.iterator + block * elems, elems * 4,
                               store)
         elif const_expr(self.cfg.dq_uniform_rows):
             with cute.arch.elect_one():
@@ -2191,18 +2231,29 @@ class FlashMaskBwdSm90:
                 # 64 address pairs and the GQA head walk spills; at 16 per trip the consumers'
                 # main loop gains an R2UR
                 for r in cutlass.range(self.tile_m, unroll=4):
-                    self._bulk_op(tile_base + cutlass.Int64(r) * self.d,
+                    self._bulk_any(tile_base + cutlass.Int64(r) * self.d,
                                   sdQ.iterator + cute.crd2idx((r, 0), sdQ.layout), self.d * 4,
                                   store)
         elif const_expr(self.cfg.dq_swizzle):
             if lane == 0:
-                self._bulk_op(gdQ.iterator, sdQ.iterator, self.tile_m * self.d * 4, store)
+                self._bulk_any(gdQ.iterator, sdQ.iterator, self.tile_m * self.d * 4, store)
         else:
             for r in cutlass.range_constexpr(self.tile_m // 32):
                 row = lane + 32 * r
-                self._bulk_op(gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
+                self._bulk_any(gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
                               sdQ.iterator + cute.crd2idx((row, 0), sdQ.layout), self.d * 4,
                               store)
+
+    @cute.jit
+    def _bulk_any(self, dst, src, nbytes: int, store):
+        """``_bulk_op`` with ``store`` a trace-time bool, or a run-time one chosen per op."""
+        if const_expr(isinstance(store, bool)):
+            self._bulk_op(dst, src, nbytes, store)
+        else:
+            if store:
+                self._bulk_op(dst, src, nbytes, True)
+            else:
+                self._bulk_op(dst, src, nbytes, False)
 
     @staticmethod
     def _bulk_op(dst, src, nbytes: int, store: bool):
@@ -2481,9 +2532,47 @@ class FlashMaskBwdSm90:
                                   number_of_threads=self.num_consumer_threads)
                 if ctid == 0:
                     cute.arch.store(flag, member + 1, sem="release", scope="gpu")
+        elif const_expr(self.cfg.dkv_last):
+            group = grid.num_h // grid.mK.shape[2]
+            self._store_rows(acc_dK, th_dk, grid.mdKacc, b, h, h, n0, seqlen_k, self.d,
+                             softmax_scale)
+            self._store_rows(acc_dV, th_dv, grid.mdVacc, b, h, h, n0, seqlen_k, self.dv,
+                             Float32(1.0))
+            # every consumer's partial stores before the count that may let another CTA read them
+            cute.arch.fence_acq_rel_gpu()
+            cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN, number_of_threads=self.num_consumer_threads)
+            s_arrival = grid.s_arrival  # a local: the DSL carries what a branch writes to
+            if ctid == 0:
+                flag = grid.mDkvFlags.iterator + cute.crd2idx((b, hk, n_blk),
+                                                              grid.mDkvFlags.layout)
+                s_arrival[0] = cute.arch.atomic_add(flag, Int32(1), sem="acq_rel", scope="gpu")
+            cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN, number_of_threads=self.num_consumer_threads)
+            if s_arrival[0] == group - 1:  # the group's last: every partial is stored
+                cute.arch.fence_acq_rel_gpu()
+                self._sum_group_rows(acc_dK, th_dk, grid.mdKacc, mdK, b, hk * group, group, hk,
+                                     n0, seqlen_k, self.d)
+                self._sum_group_rows(acc_dV, th_dv, grid.mdVacc, mdV, b, hk * group, group, hk,
+                                     n0, seqlen_k, self.dv)
         else:
             self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
             self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+
+    @cute.jit
+    def _sum_group_rows(self, acc, th_mma, mParts, mOut, b, h0, group, hk, n0, seqlen_k, width):
+        """dkv_last: this thread's elements of the GQA group's partials (query heads ``h0`` ..
+        ``h0 + group - 1``) summed in head order into ``acc``, then converted into ``mOut``."""
+        # from zero (0 + p0 == p0): the stored accumulator's old values die here
+        acc.fill(0.0)
+        _, tc = self._tile_rows(th_mma, mParts, b, h0, n0, width)
+        for j in cutlass.range(group, unroll=1):
+            tj, _ = self._tile_rows(th_mma, mParts, b, h0 + j, n0, width)
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                if n0 + tc[i][0] < seqlen_k:
+                    acc[i] = acc[i] + tj[i]
+        to, _ = self._tile_rows(th_mma, mOut, b, hk, n0, width)
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            if n0 + tc[i][0] < seqlen_k:
+                to[i] = acc[i].to(mOut.element_type)
 
     @cute.jit
     def _chain_rows(self, acc, th_mma, mSum, mOut, b, hk, n0, seqlen_k, width, scale, member,
@@ -2571,7 +2660,7 @@ def main_tail(cfg: BwdConfig, counter, pending, dq, classes, dkv_chain, order) -
         tail[1:3] = [pending, dq]
     elif cfg.first_store_flags:
         tail[1] = pending
-    tail += list(dkv_chain) if cfg.dkv_chain else [None] * 3
+    tail += list(dkv_chain) if cfg.dkv_group_sum else [None] * 3
     tail.append(order if cfg.claim_list else None)
     while tail and tail[-1] is None:
         tail.pop()
@@ -2611,6 +2700,10 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         out["tile_counter"] = ((1,), "int32")  # zeroed by the wrapper before each launch
     if cfg.class_chains:  # each claimed tile's work class + 1, zeroed by the wrapper too
         out["tile_classes"] = ((batch, num_heads, -(-seqlen_k // cfg.tile_n)), "int32")
+    if cfg.dkv_last:  # the per-query-head partials, and arrival counts zeroed by the wrapper
+        out["dk_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim), "float32")
+        out["dv_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim_v), "float32")
+        out["dkv_flags"] = ((batch, num_kv_heads, -(-seqlen_k // cfg.tile_n)), "int32")
     if cfg.dkv_chain:  # the GQA group's running dK/dV sums, and flags zeroed by the wrapper
         out["dk_sum"] = ((batch, seqlen_k, num_kv_heads, cfg.head_dim), "float32")
         out["dv_sum"] = ((batch, seqlen_k, num_kv_heads, cfg.head_dim_v), "float32")
@@ -2687,9 +2780,10 @@ class CompiledBackward:
             if cfg.class_chains:
                 sched.reset_counter(ws["tile_classes"], stream, words=b * h * num_n)
             dkv_chain = ()
-            if cfg.dkv_chain:
+            if cfg.dkv_group_sum:
                 sched.reset_counter(ws["dkv_flags"], stream, words=b * hk * num_n)
-                dkv_chain = (ptr(ws["dk_sum"], f32), ptr(ws["dv_sum"], f32),
+                sums = ("dk_part", "dv_part") if cfg.dkv_last else ("dk_sum", "dv_sum")
+                dkv_chain = (ptr(ws[sums[0]], f32), ptr(ws[sums[1]], f32),
                              ptr(ws["dkv_flags"], Int32, 4))
             if cfg.claim_list:  # the class-sorted list (and the class records) first
                 sched.reset_counter(ws["chunk_counts"], stream,
@@ -2711,8 +2805,10 @@ class CompiledBackward:
                       Float32(softmax_scale), stream, *extra)
         if self.post is None:
             return  # dq came from the main kernel (or the preprocess): nothing left to reduce
-        self.post(ptr(ws["dq_accum"], f32), ptr(dq, dt), ptr(ws.get("dk_part"), f32),
-                  ptr(ws.get("dv_part"), f32), ptr(dk, dt) if cfg.dkv_partials else None,
+        parts = cfg.dkv_partials  # (dkv_last sums its partials in the main kernel)
+        self.post(ptr(ws["dq_accum"], f32), ptr(dq, dt),
+                  ptr(ws["dk_part"], f32) if parts else None,
+                  ptr(ws["dv_part"], f32) if parts else None, ptr(dk, dt) if parts else None,
                   ptr(dv, dt) if cfg.dkv_partials else None, ptr(ws.get("dsink_part"), f32),
                   ptr(dsink, f32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk),
                   Float32(softmax_scale), stream, pending if cfg.first_store_flags else

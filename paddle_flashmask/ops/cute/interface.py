@@ -352,7 +352,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_mask_bits, default_rs_dkv, default_stage_stats,
                                  default_vector_dkv, default_class_chains, default_class_ratio,
                                  default_dkv_chain, default_claim_list,
-                                 default_det_first_store)
+                                 default_det_first_store, default_dkv_last)
 
     row_ranges = default_row_ranges(num_columns)
     gqa_in_cta = default_gqa_in_cta(gqa, deterministic)
@@ -385,7 +385,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                                  causal, num_columns, gqa),
                             default_class_ratio(),
                             default_dkv_chain(deterministic, gqa, gqa_in_cta),
-                            default_claim_list())
+                            default_claim_list(),
+                            default_dkv_last(deterministic, gqa, gqa_in_cta))
 
 
 @functools.lru_cache(maxsize=256)
@@ -395,7 +396,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
                      dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
-                     dkv_chain=False, claim_list=False):
+                     dkv_chain=False, claim_list=False, dkv_last=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -429,6 +430,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, dq_uniform_rows=True)
     if dkv_chain:  # a GQA group's dK/dV summed in order by its query heads' CTAs
         cfg = replace(cfg, dkv_chain=True)
+    elif dkv_last:  # ... or by the group's last CTA to finish the key tile
+        cfg = replace(cfg, dkv_last=True)
     # two dQ chains by work class, claimed in two passes (with dkv_chain only where no per-head
     # mask can put a group's heads in different passes)
     if class_chains and cfg.dq_in_smem and not (dkv_chain and num_columns is not None):
