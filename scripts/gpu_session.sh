@@ -1260,7 +1260,17 @@ PFM_GPU_REPORT=$OUT/gpu_report_det.json timeout -s INT -k 5 40 python3 -m pytest
 '"$(pack_logs 96)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96"
+call97() {
+  emit "call 97 (session 18; nvidia-h200: stage parts a and b first) - the GPU suite at the session-18 defaults (the deterministic first store, the class-sorted claim list; dkv_last off after call 96), then why the deterministic GQA head walk is slow: whole-backward times of the deterministic GQA backward without the walk, with it, and each with parity dQ chains, GQA 16/8 B=2 S=8K [<= 7 min]" \
+    nvidia-h200 420 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+'"$GPU_SUITE_1GPU"'
+K=PADDLE_FLASHMASK_BWD
+timeout -s INT -k 10 110 python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --kv-heads 8 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant det2:deterministic=1,${K}_DET_CHAINS=2 --variant detw:deterministic=1,${K}_GQA_IN_CTA=1 --variant detw2:deterministic=1,${K}_GQA_IN_CTA=1,${K}_DET_CHAINS=2 --masks sft_documents,causal_document,document,causal --tag s18_det_walk_chains > $OUT/kab_w.log 2>&1; grep -v compiling $OUT/kab_w.log | tail -n 5
+'"$(pack_logs 97)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1436,7 +1446,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -193,7 +193,7 @@ def variants(full: bool = False) -> list[Variant]:
         if mask_bits is not None:  # partial tiles' element mask: per-key bit masks or compares
             cfg = dataclasses.replace(cfg, mask_bits=mask_bits)
         if class_chains:  # deterministic dQ chains by work class (BwdConfig.class_chains)
-            cfg = dataclasses.replace(cfg, dq_chains=2, claim_passes=2, class_chains=True)
+            cfg = cfg.with_class_chains()
         if dkv_chain:  # deterministic GQA dK/dV summed in query-head order (BwdConfig.dkv_chain)
             cfg = dataclasses.replace(cfg, dkv_chain=True, dkv_last=False)
         if dkv_last is not None:  # deterministic GQA dK/dV summed by the group's last CTA

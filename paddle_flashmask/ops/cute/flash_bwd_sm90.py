@@ -483,13 +483,18 @@ DET_DKV_LAST_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_LAST"
 
 def default_dkv_last(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     """``BwdConfig.dkv_last`` wanted where it applies (deterministic GQA without the head walk,
-    no ``dkv_chain``): on. The postprocess's reduction of the fp32 partials (B=2 S=8K GQA 16/8:
-    268 MB read) was most of what the deterministic GQA backward spent outside its main kernel
+    no ``dkv_chain``): off. The postprocess's reduction of the fp32 partials (B=2 S=8K GQA 16/8:
+    268 MB read) is most of what the deterministic GQA backward spends outside its main kernel
     (Nsight Compute, call 94: main kernel 790 us of a 1,015 us backward, against 688 of 776 in
-    the default mode). Env ``PADDLE_FLASHMASK_BWD_DET_DKV_LAST=0`` gives the postprocess back."""
-    from .launch_args import env_flag
+    the default mode), but summing them in the main kernel's epilogue was slower (H200 call 96,
+    deterministic / default, GQA 16/8 B=2 S=8K, against the partials: causal documents 1.269 ->
+    1.423x, packed SFT 1.324 -> 1.556x, documents 1.350 -> 1.409x, causal 1.192 -> 1.233x,
+    sliding window 1.214 -> 1.435x): every CTA's consumers wait for their partial stores
+    (the fence before the arrival count) and the last one reads the group's partials with the
+    next tile's K/V waiting. Env ``PADDLE_FLASHMASK_BWD_DET_DKV_LAST=1`` turns it on there."""
+    from .launch_args import env_choice
 
-    return (env_flag(DET_DKV_LAST_ENV, default="1") and deterministic and gqa
+    return (env_choice(DET_DKV_LAST_ENV, ("0", "1")) == "1" and deterministic and gqa
             and not gqa_in_cta)
 
 
@@ -761,7 +766,8 @@ class BwdConfig:
     # partial, then counts itself in on the key tile's flag; the CTA that arrives last (whichever
     # head it is) sums the group's partials in head order and writes dK/dV in the input dtype.
     # Nobody waits, the order of the additions is fixed, and no postprocess reduces the partials
-    # (they are read back from L2, just written). The host's choice: default_dkv_last (on).
+    # (they are read back from L2, just written). The host's choice: default_dkv_last (off:
+    # slower, H200 call 96).
     dkv_last: bool = False
     # claim_passes > 1: claim from a list that a small pre-kernel builds (bwd_claim_list: the
     # tile list stably partitioned by work class, the same order the passes take) in one pass,
@@ -892,6 +898,16 @@ class BwdConfig:
     @property
     def persistent(self) -> bool:
         return self.persistent_ctas > 0
+
+    def with_class_chains(self, class_ratio: Optional[int] = None) -> "BwdConfig":
+        """This deterministic variant with the dQ chains by work class (two chains, claimed in two
+        passes). With GQA and mask columns (never the host's default there) it keeps the zeroed
+        accumulator: the first store's second row loop spills the dQ writer's 24 registers
+        (52 B, compile check)."""
+        first_store = self.dq_first_store and not (self.gqa and self.num_columns is not None)
+        return replace(self, dq_chains=2, claim_passes=2, class_chains=True,
+                       class_ratio=self.class_ratio if class_ratio is None else class_ratio,
+                       dq_first_store=first_store)
 
     def one_cta_per_tile(self) -> "BwdConfig":
         """This variant without the persistent grid: one CTA per (key tile, head, batch), launched
@@ -2169,10 +2185,13 @@ class FlashMaskBwdSm90:
                         else:
                             self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
                     elif const_expr(self.cfg.deterministic and self.cfg.dq_first_store):
-                        # the chain's first adder (no earlier one to wait for) stores; one copy
-                        # of the row loop, the choice per op (two copies spill the writer's
-                        # 24 registers under class chains with mask columns)
-                        self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=wait_for == 0)
+                        # the chain's first adder (no earlier one to wait for) stores. Two copies
+                        # of the row loop: choosing per bulk op instead made the deterministic
+                        # backward 9-20 % slower (H200 call 96)
+                        if wait_for == 0:
+                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=True)
+                        else:
+                            self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
                     else:
                         self._bulk_rows(gdQ, sdQ, lane, mdQacc, tile, w, store=False)
                     cute.arch.cp_async_bulk_commit_group()
@@ -2209,10 +2228,9 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _bulk_rows(self, gdQ, sdQ, lane, mdQacc, tile, block: cutlass.Constexpr[int],
-                   store):
+                   store: cutlass.Constexpr[bool]):
         """Hand-off unit ``block`` of the staged dQ tile (``dq_blocks``) to global: bulk
-        reduce-adds, or (``store``: a trace-time bool, or a run-time one per op; the tile's first
-        writer with ``dq_first_store``) plain bulk
+        reduce-adds, or (``store``, the tile's first writer with ``dq_first_store``) plain bulk
         copies; one per row, 2 rows per lane, or (``dq_swizzle``) one for the whole contiguous
         tile from lane 0, or (``dq_per_wg``) one for warpgroup ``block``'s block (they lie one
         after the other, in smem and in dq_accum alike), or (``dq_uniform_rows``) one per row
@@ -2222,7 +2240,7 @@ class FlashMaskBwdSm90:
             elems = self.tile_m * self.d // 2
             with cute.arch.elect_one():
                 base = mdQacc.iterator + cutlass.Int64(tile) * (self.tile_m * self.d)
-                self._bulk_any(base + block * elems, sdQ.iterator + block * elems, elems * 4,
+                self._bulk_op(base + block * elems, sdQ.iterator + block * elems, elems * 4,
                               store)
         elif const_expr(self.cfg.dq_uniform_rows):
             with cute.arch.elect_one():
@@ -2231,29 +2249,18 @@ class FlashMaskBwdSm90:
                 # 64 address pairs and the GQA head walk spills; at 16 per trip the consumers'
                 # main loop gains an R2UR
                 for r in cutlass.range(self.tile_m, unroll=4):
-                    self._bulk_any(tile_base + cutlass.Int64(r) * self.d,
+                    self._bulk_op(tile_base + cutlass.Int64(r) * self.d,
                                   sdQ.iterator + cute.crd2idx((r, 0), sdQ.layout), self.d * 4,
                                   store)
         elif const_expr(self.cfg.dq_swizzle):
             if lane == 0:
-                self._bulk_any(gdQ.iterator, sdQ.iterator, self.tile_m * self.d * 4, store)
+                self._bulk_op(gdQ.iterator, sdQ.iterator, self.tile_m * self.d * 4, store)
         else:
             for r in cutlass.range_constexpr(self.tile_m // 32):
                 row = lane + 32 * r
-                self._bulk_any(gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
+                self._bulk_op(gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
                               sdQ.iterator + cute.crd2idx((row, 0), sdQ.layout), self.d * 4,
                               store)
-
-    @cute.jit
-    def _bulk_any(self, dst, src, nbytes: int, store):
-        """``_bulk_op`` with ``store`` a trace-time bool, or a run-time one chosen per op."""
-        if const_expr(isinstance(store, bool)):
-            self._bulk_op(dst, src, nbytes, store)
-        else:
-            if store:
-                self._bulk_op(dst, src, nbytes, True)
-            else:
-                self._bulk_op(dst, src, nbytes, False)
 
     @staticmethod
     def _bulk_op(dst, src, nbytes: int, store: bool):

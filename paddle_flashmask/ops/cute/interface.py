@@ -435,7 +435,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
     # two dQ chains by work class, claimed in two passes (with dkv_chain only where no per-head
     # mask can put a group's heads in different passes)
     if class_chains and cfg.dq_in_smem and not (dkv_chain and num_columns is not None):
-        cfg = replace(cfg, dq_chains=2, claim_passes=2, class_chains=True, class_ratio=class_ratio)
+        cfg = cfg.with_class_chains(class_ratio)
     if claim_list and cfg.claim_passes > 1:  # claims by work class from a class-sorted list
         cfg = replace(cfg, claim_list=True)
     return cfg
