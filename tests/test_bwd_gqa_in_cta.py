@@ -50,5 +50,7 @@ def test_host_api_launches_without_the_reduction(monkeypatch):
     interface.flashmask_bwd(q, k, v, out, dout, lse, t(b, s, h, d), t(b, s, hk, d),
                             t(b, s, hk, d), t(b, 1, s, 1, dtype=torch.int32), causal=True,
                             softmax_scale=0.1, stream=0)
-    assert api.launched[-3:] == ["flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
+    # (2 key tiles x 2 KV heads on 132 CTAs: claims by work class, from the class-sorted list)
+    assert api.launched[-4:] == ["flash_bwd_pre", "bwd_claim_list", "flash_bwd_sm90",
+                                 "flash_bwd_post"]
     assert (b, s, h, d) not in api.scratch  # no per-query-head dK/dV partials

@@ -417,9 +417,11 @@ def test_host_api_arguments_match_the_compiled_kernels(monkeypatch):
                             idx, causal=True, softmax_scale=0.1, learnable_sink=sink, dsink=dsink,
                             stream=0)
     # GQA 4/2 with one query tile per head: the forward's work-order rule adds the ordering
-    # kernels (flash_fwd_sm90.default_work_order), which read the same summary
+    # kernels (flash_fwd_sm90.default_work_order), which read the same summary; the backward's
+    # few key tiles are claimed by work class, from the class-sorted list (bwd_claim_list)
     assert launched == ["tile_summary", "fwd_tile_ranges", "fwd_work_order", "flash_fwd_sm90",
-                        "tile_summary", "flash_bwd_pre", "flash_bwd_sm90", "flash_bwd_post"]
+                        "tile_summary", "flash_bwd_pre", "bwd_claim_list", "flash_bwd_sm90",
+                        "flash_bwd_post"]
 
 
 def test_register_pool_rule():
