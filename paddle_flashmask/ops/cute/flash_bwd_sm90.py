@@ -914,7 +914,8 @@ class BwdConfig:
         in order, so nothing of what only a persistent grid has (the claim order, claim passes,
         the fused dQ converter) is kept."""
         return replace(self, persistent_ctas=0, key_major=False, fused_dq=False, claim_passes=1,
-                       claim_list=False, class_chains=False, dq_chains=1 if self.class_chains else self.dq_chains)
+                       claim_list=False, class_chains=False,
+                       dq_chains=1 if self.class_chains else self.dq_chains)
 
     def _staged_bytes(self) -> int:
         """Shared memory of the operand tiles, the fp32 dQ staging buffer and 4 KB of barriers
@@ -2547,13 +2548,15 @@ class FlashMaskBwdSm90:
                              Float32(1.0))
             # every consumer's partial stores before the count that may let another CTA read them
             cute.arch.fence_acq_rel_gpu()
-            cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN, number_of_threads=self.num_consumer_threads)
+            cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN,
+                              number_of_threads=self.num_consumer_threads)
             s_arrival = grid.s_arrival  # a local: the DSL carries what a branch writes to
             if ctid == 0:
                 flag = grid.mDkvFlags.iterator + cute.crd2idx((b, hk, n_blk),
                                                               grid.mDkvFlags.layout)
                 s_arrival[0] = cute.arch.atomic_add(flag, Int32(1), sem="acq_rel", scope="gpu")
-            cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN, number_of_threads=self.num_consumer_threads)
+            cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN,
+                              number_of_threads=self.num_consumer_threads)
             if s_arrival[0] == group - 1:  # the group's last: every partial is stored
                 cute.arch.fence_acq_rel_gpu()
                 self._sum_group_rows(acc_dK, th_dk, grid.mdKacc, mdK, b, hk * group, group, hk,
@@ -2793,8 +2796,9 @@ class CompiledBackward:
                 dkv_chain = (ptr(ws[sums[0]], f32), ptr(ws[sums[1]], f32),
                              ptr(ws["dkv_flags"], Int32, 4))
             if cfg.claim_list:  # the class-sorted list (and the class records) first
+                items = claims.num_items(cfg, b, sk, h, hk)
                 sched.reset_counter(ws["chunk_counts"], stream,
-                                    words=claims.num_chunks(claims.num_items(cfg, b, sk, h, hk)) * 4)
+                                    words=claims.num_chunks(items) * 4)
                 self.claims(ptr(k, dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
                             ptr(startend_row_indices, Int32, 4), ptr(ws["claim_order"], Int32, 4),
                             ptr(ws["item_classes"], Int32, 4), ptr(ws["chunk_counts"], Int32, 4),
