@@ -1300,7 +1300,18 @@ e2e fa4_varlen,flashmask final_b
 '"$(pack_logs 100)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100"
+call101() {
+  emit "call 101 (prepared in session 18 for the next one; nvidia-h200: stage parts a and b first) - the deterministic GQA backward through the head walk with the group's heads interleaved per query tile (BwdConfig.walk_interleave, env PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE=1, built and compile-checked in session 18, never run): the backward oracle with determinism and the GPU deterministic tests with it on (stops on failure), then deterministic / default whole-backward times, GQA 16/8 B=2 S=8K, with one and with parity dQ chains (#6 item 1) [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+env ${K}_DET_WALK_INTERLEAVE=1 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_walk_interleave.json > $OUT/bwd_wi.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_wi.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+env ${K}_DET_WALK_INTERLEAVE=1 PFM_GPU_REPORT=$OUT/gpu_report_wi.json timeout -s INT -k 5 40 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > $OUT/pytest_wi.log 2>&1; rc=$?; tail -n 1 $OUT/pytest_wi.log; [ $rc = 0 ] || exit $rc
+timeout -s INT -k 10 110 python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --kv-heads 8 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant det_wi:deterministic=1,${K}_DET_WALK_INTERLEAVE=1 --variant det_wi2:deterministic=1,${K}_DET_WALK_INTERLEAVE=1,${K}_DET_CHAINS=2 --masks sft_documents,causal_document,document,sliding_window,causal --tag s19_walk_interleave > $OUT/kab_wi.log 2>&1; grep -v compiling $OUT/kab_wi.log | tail -n 6
+'"$(pack_logs 101)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1476,7 +1487,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

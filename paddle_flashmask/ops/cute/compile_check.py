@@ -142,7 +142,8 @@ def variants(full: bool = False) -> list[Variant]:
             stage_stats: bool = False, uniform_rows: Optional[bool] = None,
             per_wg: bool = False, one_cta: bool = False, mask_bits: Optional[bool] = None,
             class_chains: bool = False, dkv_chain: bool = False,
-            claim_list: Optional[bool] = None, dkv_last: Optional[bool] = None):
+            claim_list: Optional[bool] = None, dkv_last: Optional[bool] = None,
+            interleave: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -198,6 +199,10 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, dkv_chain=True, dkv_last=False)
         if dkv_last is not None:  # deterministic GQA dK/dV summed by the group's last CTA
             cfg = dataclasses.replace(cfg, dkv_last=dkv_last and not cfg.dkv_chain)
+        if interleave:  # deterministic head walk, the group's heads per query tile
+            cfg = dataclasses.replace(cfg, gqa_in_cta=True, dkv_last=False, stage_stats=True,
+                                      prefetch_stats=False, late_loads=False,
+                                      walk_interleave=True)
         if claim_list is not None:  # class claims from a class-sorted list, or per pass
             cfg = dataclasses.replace(cfg, claim_list=claim_list)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
@@ -226,7 +231,8 @@ def variants(full: bool = False) -> list[Variant]:
                          " class-chains" if class_chains else "",
                          " dkv-chain" if dkv_chain else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
-                         {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last]])
+                         {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
+                         " walk-interleave" if interleave else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         if cfg.claim_list:
             add(f"bwd-claims {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd_claims", cfg,
@@ -384,6 +390,12 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("float16", 64, True, 2, gqa=True, det=True, sink=True, dkv_last=True)
     bwd("bfloat16", 256, True, 1, gqa=True, det=True, dkv_last=True)
     bwd("bfloat16", 128, True, 1, gqa=True, det=True, one_cta=True, dkv_last=True)
+    # deterministic GQA through the head walk, heads interleaved per query tile (env
+    # PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE=1; not yet measured)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, interleave=True)
+    bwd("bfloat16", 128, False, 2, gqa=True, det=True, interleave=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, det_chains=2, interleave=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, one_cta=True, interleave=True)
     bwd("bfloat16", 128, True, 1, first_store=False)  # the env-off forms of the two defaults
     bwd("float16", 64, False, 2, gqa=True, sink=True, first_store=False, swizzle=False)
     return out

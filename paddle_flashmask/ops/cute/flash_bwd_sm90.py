@@ -479,6 +479,22 @@ def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
 
 
 DET_DKV_LAST_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_LAST"
+DET_WALK_INTERLEAVE_ENV = "PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE"
+
+
+def default_walk_interleave(deterministic: bool, gqa: bool) -> bool:
+    """Deterministic GQA through the head walk with its heads interleaved per query tile
+    (``BwdConfig.walk_interleave``, and ``gqa_in_cta`` with it): off, built in session 18 and not
+    yet measured. Why it is the lever (H200 calls 97, 99): the default mode without its walk is
+    already 1.10-1.16x of the default, and the deterministic mode 1.03-1.11x of that; the walk in
+    deterministic mode stalls on its dQ chains (1.65x on packed SFT; 1.34x with parity chains),
+    because each head's chain waits for a whole head's walk of the tile ahead. Env
+    ``PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE=1`` turns it on (where the config allows it and,
+    per call, the group's heads share a mask head)."""
+    from .launch_args import env_choice
+
+    return (env_choice(DET_WALK_INTERLEAVE_ENV, ("0", "1")) == "1" and deterministic and gqa)
+
 
 
 def default_dkv_last(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
@@ -769,6 +785,13 @@ class BwdConfig:
     # (they are read back from L2, just written). The host's choice: default_dkv_last (off:
     # slower, H200 call 96).
     dkv_last: bool = False
+    # GQA head walk, deterministic: the walk visits each query tile for all of its group's heads
+    # before the next query tile (instead of one head's whole walk, then the next head's), so a
+    # head's dQ chain waits for the tile ahead by one query tile's work, not a whole head's walk.
+    # Needs the group's heads to share a mask head (the host checks Hm | Hk per call), LSE/delta
+    # staged with Q/dO and dQ staged in smem. The host's choice: default_walk_interleave (off:
+    # built in session 18, not yet measured).
+    walk_interleave: bool = False
     # claim_passes > 1: claim from a list that a small pre-kernel builds (bwd_claim_list: the
     # tile list stably partitioned by work class, the same order the passes take) in one pass,
     # instead of every producer classifying each tile at each claim of each pass. The host's
@@ -820,6 +843,14 @@ class BwdConfig:
                              f"dq_chains=2 and gqa_in_cta=False, found deterministic="
                              f"{self.deterministic}, persistent_ctas={self.persistent_ctas}, "
                              f"dq_chains={self.dq_chains}, gqa_in_cta={self.gqa_in_cta}")
+        if self.walk_interleave and not (self.gqa_in_cta and self.deterministic
+                                         and self.stage_stats and self.dq_in_smem
+                                         and not self.lazy_release):
+            raise ValueError(f"walk_interleave: expected gqa_in_cta=True, deterministic=True, "
+                             f"stage_stats=True, dQ staged in smem and lazy_release=False, found "
+                             f"gqa_in_cta={self.gqa_in_cta}, deterministic={self.deterministic}, "
+                             f"stage_stats={self.stage_stats}, dq_in_smem={self.dq_in_smem}, "
+                             f"lazy_release={self.lazy_release}")
         if self.claim_list and self.claim_passes == 1:
             raise ValueError("claim_list: expected claim_passes > 1 (a persistent grid claiming "
                              "by work class), found claim_passes=1")
@@ -1261,7 +1292,10 @@ class FlashMaskBwdSm90:
     def _load_heads(self, state, grid, h, group, b, n_blk, n0, num_m, diag, bmax, bmin, mQ, mdO,
                     sQ, sdO, tma_q, tma_do, pipe_q, pipe_do):
         """Producer: Q/dO of every visited query tile of the CTA's query head(s)."""
-        if const_expr(self.cfg.gqa_in_cta):
+        if const_expr(self.cfg.walk_interleave):  # one walk, the group's heads per query tile
+            state = self._load_q_do(state, grid.stats, h, b, n0, num_m, grid.seqlen_q, diag, bmax,
+                                    bmin, mQ, mdO, sQ, sdO, tma_q, tma_do, pipe_q, pipe_do, group)
+        elif const_expr(self.cfg.gqa_in_cta):
             for j in cutlass.range(group, unroll=1):
                 hmj = self._mask_head(h + j, grid.num_h, grid.mIdx)
                 bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hmj, n_blk,
@@ -1280,7 +1314,11 @@ class FlashMaskBwdSm90:
                         sdQ, mdQacc, mSem, tidx, p1, p2, p3):
         """dQ writer warp: the dQ tiles of the CTA's query head(s), in the consumers' order;
         ``p1..p3`` (returned advanced): ``fused_dq``'s adds not yet counted down, newest first."""
-        if const_expr(self.cfg.gqa_in_cta):
+        if const_expr(self.cfg.walk_interleave):  # one walk, the group's heads per query tile
+            p1, p2, p3 = self._dq_writer(grid, sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h,
+                                         hm, n_blk, n0, num_m, grid.seqlen_q, seqlen_k, diag, bmax,
+                                         bmin, tidx, p1, p2, p3, group)
+        elif const_expr(self.cfg.gqa_in_cta):
             for j in cutlass.range(group, unroll=1):
                 hmj = self._mask_head(h + j, grid.num_h, grid.mIdx)
                 bmax, bmin = self._tile_bands(grid.mSumMin, grid.mSumMax, b, hmj, n_blk,
@@ -1758,33 +1796,47 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _load_q_do(self, state, stats, h, b, n0, num_m, seqlen_q, diag, bmax, bmin, mQ, mdO, sQ,
-                   sdO, tma_q, tma_do, pipe_q, pipe_do):
+                   sdO, tma_q, tma_do, pipe_q, pipe_do, group=1):
         """Producer: TMA Q and dO of every query tile of head ``h`` this key tile visits (with
         ``stage_stats`` also its LSE / delta, bulk-copied on the same barriers); returns the
-        advanced pipeline state."""
+        advanced pipeline state. With ``walk_interleave``, of heads ``h`` .. ``h + group - 1``
+        for each query tile in turn."""
+        interleave = const_expr(self.cfg.walk_interleave)
+        tQs, tQg, tdOs, tdOg = self._q_do_tiles(h, b, mQ, mdO, sQ, sdO, tma_q, tma_do)
+        m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
+        lo, hi = (m_lo * group, m_hi * group) if interleave else (m_lo, m_hi)
+        for it in cutlass.range(lo, hi, unroll=1):
+            m_blk = it // group if interleave else it
+            if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
+                hq, q_s, q_g, do_s, do_g = h, tQs, tQg, tdOs, tdOg
+                if const_expr(interleave):  # this step's head of the group (h is its first)
+                    hq = h + (it - m_blk * group)
+                    q_s, q_g, do_s, do_g = self._q_do_tiles(hq, b, mQ, mdO, sQ, sdO, tma_q,
+                                                            tma_do)
+                pipe_q.producer_acquire(state)
+                cute.copy(tma_q, q_g[None, m_blk], q_s[None, state.index],
+                          tma_bar_ptr=pipe_q.producer_get_barrier(state))
+                if const_expr(self.stats_bytes):
+                    self._copy_stats(stats.sLSE, stats.mLSE2, state.index, b, hq, m_blk,
+                                     pipe_q.producer_get_barrier(state))
+                pipe_do.producer_acquire(state)
+                cute.copy(tma_do, do_g[None, m_blk], do_s[None, state.index],
+                          tma_bar_ptr=pipe_do.producer_get_barrier(state))
+                if const_expr(self.stats_bytes):
+                    self._copy_stats(stats.sDelta, stats.mDelta, state.index, b, hq, m_blk,
+                                     pipe_do.producer_get_barrier(state))
+                state.advance()
+        return state
+
+    def _q_do_tiles(self, h, b, mQ, mdO, sQ, sdO, tma_q, tma_do):
+        """Producer: the TMA partitions of head ``h``'s Q and dO query tiles and their stages."""
         gQ = cute.local_tile(mQ[None, None, h, b], (self.tile_m, self.d), (None, 0))
         gdO = cute.local_tile(mdO[None, None, h, b], (self.tile_m, self.dv), (None, 0))
         tQs, tQg = cpasync.tma_partition(tma_q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
                                          cute.group_modes(gQ, 0, 2))
         tdOs, tdOg = cpasync.tma_partition(tma_do, 0, cute.make_layout(1),
                                            cute.group_modes(sdO, 0, 2), cute.group_modes(gdO, 0, 2))
-        m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
-        for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
-            if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
-                pipe_q.producer_acquire(state)
-                cute.copy(tma_q, tQg[None, m_blk], tQs[None, state.index],
-                          tma_bar_ptr=pipe_q.producer_get_barrier(state))
-                if const_expr(self.stats_bytes):
-                    self._copy_stats(stats.sLSE, stats.mLSE2, state.index, b, h, m_blk,
-                                     pipe_q.producer_get_barrier(state))
-                pipe_do.producer_acquire(state)
-                cute.copy(tma_do, tdOg[None, m_blk], tdOs[None, state.index],
-                          tma_bar_ptr=pipe_do.producer_get_barrier(state))
-                if const_expr(self.stats_bytes):
-                    self._copy_stats(stats.sDelta, stats.mDelta, state.index, b, h, m_blk,
-                                     pipe_do.producer_get_barrier(state))
-                state.advance()
-        return state
+        return tQs, tQg, tdOs, tdOg
 
     @cute.jit
     def _wgmma(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, tA: cute.Tensor,
@@ -1885,7 +1937,14 @@ class FlashMaskBwdSm90:
         cfg = self.cfg
         mIdx, mSumMin, mSumMax, seqlen_q = grid.mIdx, grid.mSumMin, grid.mSumMax, grid.seqlen_q
         key_vals, tScS = ops.key_vals, ops.tScS
-        if const_expr(cfg.gqa_in_cta):
+        if const_expr(cfg.walk_interleave):
+            # the group's heads share this mask head (its bands and key values): one walk, every
+            # head per query tile (LSE / delta come staged with each head's Q / dO)
+            state = self._consume_head(state, ops, ctid, b, h, hm, n_blk, n0, num_m, seqlen_q,
+                                       seqlen_k, diag, bmax, bmin, gdQacc_bh, sdQ, pipe_q,
+                                       pipe_do, mLSE2, mDelta, mSem, mSumMin, mSumMax, scale_log2,
+                                       group)
+        elif const_expr(cfg.gqa_in_cta):
             # the group's query heads add into the same dK/dV accumulators; the Q/dO stages
             # and the pipeline state run on across heads
             num_h = grid.num_h
@@ -1906,9 +1965,11 @@ class FlashMaskBwdSm90:
     @cute.jit
     def _consume_head(self, state, ops, ctid, b, h, hm, n_blk, n0, num_m, seqlen_q, seqlen_k,
                       diag, bmax, bmin, gdQacc_bh, sdQ, pipe_q, pipe_do, mLSE2, mDelta, mSem,
-                      mSumMin, mSumMax, scale_log2):
+                      mSumMin, mSumMax, scale_log2, group=1):
         """The five GEMMs of every query tile of head ``h`` this key tile visits; returns the
-        advanced pipeline state (dK/dV accumulate in ``ops.acc_dK`` / ``ops.acc_dV``)."""
+        advanced pipeline state (dK/dV accumulate in ``ops.acc_dK`` / ``ops.acc_dV``). With
+        ``walk_interleave`` each query tile ``group`` times, once per head of the group (the
+        body needs no head: LSE / delta come staged, dQ goes to the writer)."""
         cfg = self.cfg
         tSrK, tSrQ, tPrV, tPrdO = ops.tSrK, ops.tSrQ, ops.tPrV, ops.tPrdO
         tVrP, tKrdS, tVrdO, tKrQ = ops.tVrP, ops.tKrdS, ops.tVrdO, ops.tKrQ
@@ -1938,7 +1999,9 @@ class FlashMaskBwdSm90:
         lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
         dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
         stats_m = Int32(-1)
-        for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
+        lo, hi = (m_lo * group, m_hi * group) if const_expr(cfg.walk_interleave) else (m_lo, m_hi)
+        for it in cutlass.range(lo, hi, unroll=1):
+            m_blk = it // group if const_expr(cfg.walk_interleave) else it
             skipped = self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag)
             if not skipped:
                 m0 = m_blk * self.tile_m
@@ -2109,13 +2172,15 @@ class FlashMaskBwdSm90:
 
     @cute.jit
     def _dq_writer(self, grid, sdQ, mdQacc, mSem, mSumMin, mSumMax, b, h, hm, n_blk, n0, num_m,
-                   seqlen_q, seqlen_k, diag, bmax, bmin, tidx, p1, p2, p3):
+                   seqlen_q, seqlen_k, diag, bmax, bmin, tidx, p1, p2, p3, group=1):
         """Producer-WG warp 1: for each visited query tile, take the dQ tile the consumers staged
         in fp32 smem and add it to ``dq_accum`` with ``cp.reduce.async.bulk .add.f32``
         (``_bulk_rows``: one per row, or one per tile with ``dq_swizzle``). Deterministic mode orders the adds with the semaphore here,
         off the consumers' critical path. ``fused_dq``: ``p1..p3`` are the adds not yet counted
         down (newest first; returned advanced); each is counted down ``dq_count_lag`` tiles after
-        its issue, so its completion wait overlaps that many consumer iterations."""
+        its issue, so its completion wait overlaps that many consumer iterations.
+        ``walk_interleave``: each query tile once per head ``h`` .. ``h + group - 1``, each
+        head's tile into its own chain."""
         lane = tidx % 32
         work_class = Int32(0)
         if const_expr(self.cfg.class_chains):
@@ -2124,8 +2189,15 @@ class FlashMaskBwdSm90:
         gdQacc_bh = mdQacc[b, hc, None, None]
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
         released = Int32(-1)  # lazy release: the query tile whose add is still to be published
-        for m_blk in cutlass.range(m_lo, m_hi, unroll=1):
+        interleave = const_expr(self.cfg.walk_interleave)
+        lo, hi = (m_lo * group, m_hi * group) if interleave else (m_lo, m_hi)
+        for it in cutlass.range(lo, hi, unroll=1):
+            m_blk = it // group if interleave else it
             if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
+                hc_it, gdq_it = hc, gdQacc_bh  # this step's chain
+                if const_expr(interleave):  # this step's head of the group (h is its first)
+                    hc_it = self._dq_chain_head(h + (it - m_blk * group), n_blk, work_class)
+                    gdq_it = mdQacc[b, hc_it, None, None]
                 wait_for = Int32(0)
                 if const_expr(self.cfg.deterministic):
                     wait_for = self._sem_wait_value(m_blk, n_blk, b, hm, mSumMin, mSumMax,
@@ -2144,7 +2216,7 @@ class FlashMaskBwdSm90:
                     cute.arch.barrier_arrive(barrier_id=_BAR_DQ_EMPTY + _BAR_DQ_WG_STEP * w,
                                              number_of_threads=self.dq_sync_threads)
                 claim = Int32(0)
-                item = (b * grid.num_h + hc) * num_m + m_blk
+                item = (b * grid.num_h + hc_it) * num_m + m_blk
                 if const_expr(self.cfg.first_store_flags):
                     # while the consumers compute: first writer of this query tile, or wait
                     # until the first one's rows are stored
@@ -2156,7 +2228,7 @@ class FlashMaskBwdSm90:
                     # publish the previous tile's add only now: its completion wait ran while
                     # the consumers computed this tile, never between them and the free buffer
                     if released >= 0:
-                        self._publish_add(mSem, b, hc, released, n_blk, seqlen_k, lane)
+                        self._publish_add(mSem, b, hc_it, released, n_blk, seqlen_k, lane)
                 if const_expr(self.conv_rows):
                     # the add issued dq_count_lag tiles ago is complete by now (or soon)
                     lag = self.cfg.dq_count_lag
@@ -2166,16 +2238,17 @@ class FlashMaskBwdSm90:
                         self._count_add(grid, oldest, lane)
                 if const_expr(self.cfg.deterministic):
                     # wait for our turn while the consumers are still computing this tile
-                    self._sem_wait(mSem, b, hc, m_blk, wait_for, lane, sync=self.cfg.det_sync)
+                    self._sem_wait(mSem, b, hc_it, m_blk, wait_for, lane, sync=self.cfg.det_sync)
                     cute.arch.sync_warp()
                     if const_expr(self.cfg.det_sync != "acquire"):  # flag seen before every add
                         cute.arch.fence_proxy("async.global")
-                gdQ = cute.local_tile(gdQacc_bh, (self.tile_m, self.d), (m_blk, 0))
+                gdQ = cute.local_tile(gdq_it, (self.tile_m, self.d), (m_blk, 0))
                 tile = None
                 if const_expr(self.cfg.dq_uniform_rows or self.cfg.dq_per_wg):
                     # its index in dq_accum's tile order, warp-uniform: the bulk ops' addresses
                     # stay in uniform registers
-                    tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc) * num_m + m_blk)
+                    tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc_it) * num_m
+                                                       + m_blk)
                 for w in cutlass.range_constexpr(self.dq_blocks):
                     # each block as soon as its warpgroup(s) staged it
                     cute.arch.barrier(barrier_id=_BAR_DQ_FULL + _BAR_DQ_WG_STEP * w,
@@ -2202,7 +2275,7 @@ class FlashMaskBwdSm90:
                 if const_expr(self.cfg.deterministic and self.cfg.lazy_release):
                     released = m_blk
                 elif const_expr(self.cfg.deterministic):
-                    self._publish_add(mSem, b, hc, m_blk, n_blk, seqlen_k, lane)
+                    self._publish_add(mSem, b, hc_it, m_blk, n_blk, seqlen_k, lane)
                 if const_expr(self.conv_rows):
                     lag = self.cfg.dq_count_lag
                     if const_expr(lag >= 3):

@@ -352,10 +352,15 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_mask_bits, default_rs_dkv, default_stage_stats,
                                  default_vector_dkv, default_class_chains, default_class_ratio,
                                  default_dkv_chain, default_claim_list,
-                                 default_det_first_store, default_dkv_last)
+                                 default_det_first_store, default_dkv_last,
+                                 default_walk_interleave)
 
     row_ranges = default_row_ranges(num_columns)
-    gqa_in_cta = default_gqa_in_cta(gqa, deterministic)
+    # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
+    # staged with Q / dO, which the walk's own rule gives at D = 128 with mask columns
+    walk_interleave = (default_walk_interleave(deterministic, gqa)
+                       and default_stage_stats(head_dim, True, num_columns, causal))
+    gqa_in_cta = default_gqa_in_cta(gqa, deterministic) or walk_interleave
     persistent_ctas = default_persistent_ctas(deterministic, num_sms)
     claim_passes = default_claim_passes()  # read (and checked) even where nothing is claimed
     if deterministic:  # the dQ chain's order: one pass over the list
@@ -386,7 +391,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_class_ratio(),
                             default_dkv_chain(deterministic, gqa, gqa_in_cta),
                             default_claim_list(),
-                            default_dkv_last(deterministic, gqa, gqa_in_cta))
+                            default_dkv_last(deterministic, gqa, gqa_in_cta), walk_interleave)
 
 
 @functools.lru_cache(maxsize=256)
@@ -396,7 +401,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
                      dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
-                     dkv_chain=False, claim_list=False, dkv_last=False):
+                     dkv_chain=False, claim_list=False, dkv_last=False, walk_interleave=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -438,6 +443,9 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = cfg.with_class_chains(class_ratio)
     if claim_list and cfg.claim_passes > 1:  # claims by work class from a class-sorted list
         cfg = replace(cfg, claim_list=True)
+    if (walk_interleave and cfg.gqa_in_cta and deterministic and cfg.stage_stats
+            and cfg.dq_in_smem and not cfg.lazy_release):  # where the interleaved walk applies
+        cfg = replace(cfg, walk_interleave=True)
     return cfg
 
 
@@ -608,6 +616,9 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
     config = backward_config(problem.dtype, d, problem.causal, problem.num_columns, gqa=h != hk,
                              has_sink=problem.has_sink, deterministic=deterministic,
                              num_sms=sms - reserved_sms)
+    if config.walk_interleave and hk % problem.mask_heads:
+        # one mask head per query head: a group's heads do not share bands, so each walks alone
+        config = replace(config, walk_interleave=False)
     if retire and config.persistent:  # one CTA per (key tile, head, batch), launched in order
         config = config.one_cta_per_tile()
     elif config.persistent and not config.deterministic:
