@@ -75,17 +75,27 @@ def _main_kernels(report):
                 yield r["label"], name, k
 
 
-# The one measured exception to "no spills": the backward's GQA head walk over a mask with
-# columns, with the uniform-row dQ writer. Its producer warpgroup's 24 registers spill a few bytes
-# of per-head state, and the kernel is still 2-3.5 % faster than the spill-free per-lane writer
-# (session 15, bench/results/README.md); the bound keeps it from growing unnoticed.
+# The two measured exceptions to "no spills", both in the backward's producer warpgroup (24
+# registers: the producer warp and the dQ writer); the bound keeps them from growing unnoticed:
+# - the GQA head walk over a mask with columns, with the uniform-row dQ writer: a few bytes of
+#   per-head state, and the kernel is still 2-3.5 % faster than the spill-free per-lane writer
+#   (session 15, bench/results/README.md);
+# - the deterministic dQ writer with the first store (its store and add row loops side by side):
+#   24 / 36 B at mask C = 1, and the deterministic backward measured with it is 1.07-1.12x of the
+#   default on every MHA mask (session 18, call 95). The single-loop form without the spill was
+#   9-20 % slower (call 96); at C >= 2 it would spill 52 / 76 B, so the class chains keep the
+#   zeroed accumulator there (BwdConfig.with_class_chains).
 SPILL_ALLOWED_BYTES = 40
 
 
 def _spill_allowed(config: str) -> int:
     """Spill bytes allowed for a variant, from its config's repr in the report."""
-    if (config.startswith("BwdConfig(") and "gqa_in_cta=True" in config
-            and "dq_uniform_rows=True" in config and "num_columns=None" not in config):
+    if not config.startswith("BwdConfig("):
+        return 0
+    if ("gqa_in_cta=True" in config and "dq_uniform_rows=True" in config
+            and "num_columns=None" not in config):
+        return SPILL_ALLOWED_BYTES
+    if "deterministic=True" in config and "dq_first_store=True" in config:
         return SPILL_ALLOWED_BYTES
     return 0
 

@@ -932,10 +932,12 @@ class BwdConfig:
 
     def with_class_chains(self, class_ratio: Optional[int] = None) -> "BwdConfig":
         """This deterministic variant with the dQ chains by work class (two chains, claimed in two
-        passes). With GQA and mask columns (never the host's default there) it keeps the zeroed
-        accumulator: the first store's second row loop spills the dQ writer's 24 registers
-        (52 B, compile check)."""
-        first_store = self.dq_first_store and not (self.gqa and self.num_columns is not None)
+        passes). With two or more mask columns, or GQA with any (never the host's default
+        there), it keeps the zeroed accumulator: the first store's second row loop next to the
+        chain-wait ballot over two bands spills the dQ writer's 24 registers (52 B, compile
+        check). The masks measured with the first store (call 95) are all C = 1 or plain."""
+        columns = self.num_columns or 0
+        first_store = self.dq_first_store and not (columns >= 2 or (self.gqa and columns))
         return replace(self, dq_chains=2, claim_passes=2, class_chains=True,
                        class_ratio=self.class_ratio if class_ratio is None else class_ratio,
                        dq_first_store=first_store)
