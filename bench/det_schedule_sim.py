@@ -73,11 +73,22 @@ def claim_list(visits: list[list[np.ndarray]], heads: int, rule: str, num_m: int
                                                   num_m))  # stable: the list inside a class
 
 
+def walk_steps(visit: np.ndarray, group: int, interleave: bool) -> list[tuple[int, int, bool]]:
+    """(head of the group, query tile, partial) in the order a CTA walking ``group`` query heads
+    takes them: each head's whole walk in turn, or (``interleave``, ``walk_interleave``) every
+    head of the group per query tile."""
+    tiles = list(zip(visit[0].tolist(), visit[1].tolist()))
+    if interleave:
+        return [(j, m, p) for m, p in tiles for j in range(group)]
+    return [(j, m, p) for j in range(group) for m, p in tiles]
+
+
 def replay(visits: list[list[np.ndarray]], heads: int, rule: str, grid: int, num_m: int,
            order: Optional[list] = None, item_cost: float = 2.0,
-           partial_extra: float = 0.3) -> float:
+           partial_extra: float = 0.3, group: int = 1, interleave: bool = False) -> float:
     """Makespan of the deterministic schedule; raises :class:`UnclaimedPredecessor` where a tile
-    would wait on a tile claimed after it."""
+    would wait on a tile claimed after it. ``group`` > 1: the GQA head walk, ``heads`` KV heads
+    each walking ``group`` query heads per item (``walk_steps``), one dQ chain per query head."""
     order = claim_list(visits, heads, rule, num_m) if order is None else order
     chains = {(b, n): chain_of(rule, n, v.shape[1], num_m)
               for b, row in enumerate(visits) for n, v in enumerate(row)}
@@ -87,23 +98,24 @@ def replay(visits: list[list[np.ndarray]], heads: int, rule: str, grid: int, num
         for n, v in enumerate(row):
             for m in v[0]:
                 members.setdefault((b, chains[b, n], int(m)), []).append(n)
-    added: dict[tuple[int, int, int], dict[int, float]] = {}  # (b, h, n) -> {m: add time}
+    # (b, head or KV head, n) -> {(head of the group, query tile): add time}
+    added: dict[tuple[int, int, int], dict[tuple[int, int], float]] = {}
     free_at = [0.0] * grid
     for b, h, n in order:
         t = heapq.heappop(free_at) + item_cost
         times = {}
-        for m, partial in zip(*visits[b][n]):
+        for j, m, partial in walk_steps(visits[b][n], group, interleave):
             t += 1.0 + partial_extra * partial
-            chain = members[b, chains[b, n], int(m)]
+            chain = members[b, chains[b, n], m]
             at = chain.index(n)
             if at + 1 < len(chain):  # the next higher visitor of the same chain adds first
                 pred = (b, h, chain[at + 1])
                 if pred not in added:
                     raise UnclaimedPredecessor(f"key tile {n} of (b={b}, h={h}) waits at query "
-                                               f"tile {int(m)} on key tile {pred[2]}, claimed "
+                                               f"tile {m} on key tile {pred[2]}, claimed "
                                                f"after it")
-                t = max(t, added[pred][int(m)])
-            times[int(m)] = t
+                t = max(t, added[pred][j, m])
+            times[j, m] = t
         added[b, h, n] = times
         heapq.heappush(free_at, t)
     return max(free_at)
@@ -117,6 +129,9 @@ def main() -> None:
     p.add_argument("--seqlen", type=int, default=8192)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--grid", type=int, default=132)
+    p.add_argument("--kv-heads", type=int, default=0,
+                   help="GQA: also model the head walk (head by head, and interleaved per query "
+                        "tile) against per-query-head items, one chain")
     args = p.parse_args()
     b, s = args.batch, args.seqlen
     num_m = -(-s // 64)
@@ -129,6 +144,12 @@ def main() -> None:
         print(f"{name:22}" + "  ".join(
             f"{rule} {replay(visits, args.heads, rule, args.grid, num_m) / bound:.3f}"
             for rule in CHAIN_RULES))
+        if args.kv_heads:
+            group = args.heads // args.kv_heads
+            walk = {mode: replay(visits, args.kv_heads, "one", args.grid, num_m, group=group,
+                                 interleave=mode == "interleaved") / bound
+                    for mode in ("head by head", "interleaved")}
+            print(f"{'':22}walk of {group}: " + "  ".join(f"{k} {v:.3f}" for k, v in walk.items()))
 
 
 if __name__ == "__main__":

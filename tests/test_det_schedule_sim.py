@@ -76,3 +76,33 @@ def test_model_shows_the_global_tile_tail(zoo_visits):
     one = sim.replay(visits, 16, "one", 132, s // 64)
     by_class = sim.replay(visits, 16, "class", 132, s // 64)
     assert by_class < 0.7 * one
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_gqa_head_walk_waits_only_on_earlier_claims(zoo_visits, interleave):
+    """The deterministic GQA head walk (KV heads as items, each walking two query heads, one dQ
+    chain per query head): every wait is on an earlier claim, in either walk order."""
+    for name, visits in zoo_visits.items():
+        assert sim.replay(visits, 2, "one", 16, NUM_M, group=2, interleave=interleave) > 0, name
+    for seed, causal in ((3, True), (4, False)):
+        sim.replay(random_band_visits(seed, causal), 2, "one", 16, NUM_M, group=2,
+                   interleave=interleave)
+
+
+def test_interleaved_walk_shortens_the_document_chains():
+    """Why BwdConfig.walk_interleave was built: walking a whole query head before the next one
+    makes each head's chain wait a whole walk of the tile ahead; per query tile it waits one
+    step. At 8K with 8 KV heads on 66 workers the model's makespan drops on the document masks
+    (causal documents -11 %, documents -4 %) and is unchanged on causal and sliding window."""
+    pytest.importorskip("torch")
+    from mask_zoo import make_zoo
+
+    s = 8192
+    zoo = make_zoo(1, s, device="cpu")
+    for name in ("causal_document", "document", "causal", "sliding_window"):
+        visits = sim.visit_lists(zoo[name].indices, zoo[name].causal, s, 1)
+        by_head = sim.replay(visits, 8, "one", 66, s // 64, group=2)
+        interleaved = sim.replay(visits, 8, "one", 66, s // 64, group=2, interleave=True)
+        assert interleaved <= by_head + 1e-9, name
+        if name in ("causal_document", "document"):
+            assert interleaved < 0.97 * by_head, (name, interleaved, by_head)
