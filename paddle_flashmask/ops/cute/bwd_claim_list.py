@@ -157,8 +157,7 @@ class BwdClaimList:
             mSumMin = rowmajor(smin_ptr, (b, hm, nt, cfg.num_columns))
             mSumMax = rowmajor(smax_ptr, (b, hm, nt, cfg.num_columns))
             mIdx = rowmajor(idx_ptr, (b, hm, sk, cfg.num_columns))
-        heads = hk if const_expr(cfg.gqa_in_cta) else h
-        total = nt * heads * b
+        total = self.bwd.list_length(sk, h, hk, b)
         mOrder = cute.make_tensor(order_ptr, cute.make_layout((total,)))
         mItemClass = cute.make_tensor(item_class_ptr, cute.make_layout((total,)))
         chunks = cute.ceil_div(total, CHUNK)

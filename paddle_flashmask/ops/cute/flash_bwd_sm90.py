@@ -478,7 +478,6 @@ def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     return wanted and deterministic and gqa and not gqa_in_cta
 
 
-DET_DKV_LAST_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_LAST"
 DET_WALK_INTERLEAVE_ENV = "PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE"
 
 
@@ -495,6 +494,8 @@ def default_walk_interleave(deterministic: bool, gqa: bool) -> bool:
 
     return (env_choice(DET_WALK_INTERLEAVE_ENV, ("0", "1")) == "1" and deterministic and gqa)
 
+
+DET_DKV_LAST_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_LAST"
 
 
 def default_dkv_last(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
@@ -843,9 +844,7 @@ class BwdConfig:
                              f"dq_chains=2 and gqa_in_cta=False, found deterministic="
                              f"{self.deterministic}, persistent_ctas={self.persistent_ctas}, "
                              f"dq_chains={self.dq_chains}, gqa_in_cta={self.gqa_in_cta}")
-        if self.walk_interleave and not (self.gqa_in_cta and self.deterministic
-                                         and self.stage_stats and self.dq_in_smem
-                                         and not self.lazy_release):
+        if self.walk_interleave and not self.walk_interleave_applies:
             raise ValueError(f"walk_interleave: expected gqa_in_cta=True, deterministic=True, "
                              f"stage_stats=True, dQ staged in smem and lazy_release=False, found "
                              f"gqa_in_cta={self.gqa_in_cta}, deterministic={self.deterministic}, "
@@ -919,6 +918,14 @@ class BwdConfig:
         """Whether ``pds_stages=2`` can apply: P^T from registers (rs_dkv, tile_n 128, so dS^T is
         the only smem operand) and two Q/dO stages to pick the dS^T buffer by."""
         return self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128
+
+    @property
+    def walk_interleave_applies(self) -> bool:
+        """Whether ``walk_interleave`` can apply: the deterministic GQA walk with LSE / delta
+        staged with Q / dO (the consumers then need no head), dQ staged in smem, no lazy
+        release (a step's chain is the step's head's)."""
+        return (self.gqa_in_cta and self.deterministic and self.stage_stats and self.dq_in_smem
+                and not self.lazy_release)
 
     @property
     def first_store_flags(self) -> bool:
@@ -1198,8 +1205,7 @@ class FlashMaskBwdSm90:
             mCounter = rowmajor(counter_ptr, (1,))
         mOrder = None  # claim_list: the class-sorted tile list (bwd_claim_list entries)
         if const_expr(self.cfg.claim_list):
-            mOrder = cute.make_tensor(order_ptr, cute.make_layout(
-                (cute.ceil_div(sk, tn) * (hk if const_expr(self.cfg.gqa_in_cta) else h) * b,)))
+            mOrder = cute.make_tensor(order_ptr, cute.make_layout((self.list_length(sk, h, hk, b),)))
         # fused_dq: adds still to come per query tile, and dq itself; dq_first_store: the
         # per-query-tile flags (bit 0: claimed by its first writer, bit 1: its rows are stored)
         mPending = mdQout = None
@@ -1337,7 +1343,14 @@ class FlashMaskBwdSm90:
     # ---- persistent grid (BwdConfig.persistent_ctas) ------------------------------------------
     def _num_y(self, grid):
         """Extent of the tile list's head coordinate: query heads, or KV heads with gqa_in_cta."""
-        return grid.mK.shape[2] if const_expr(self.cfg.gqa_in_cta) else grid.num_h
+        return self._list_heads(grid.num_h, grid.mK.shape[2])
+
+    def _list_heads(self, num_h, num_hk):
+        return num_hk if const_expr(self.cfg.gqa_in_cta) else num_h
+
+    def list_length(self, seqlen_k, num_h, num_hk, batch):
+        """Items of the persistent grid's tile list: key tiles x listed heads x batch."""
+        return cute.ceil_div(seqlen_k, self.tile_n) * self._list_heads(num_h, num_hk) * batch
 
     def _tile_of(self, t, grid, seqlen_k):
         """Linear tile index -> (n_blk, grid y, batch), lowest key tile (under causal masks the
@@ -1359,7 +1372,7 @@ class FlashMaskBwdSm90:
         return n_blk, y, b
 
     def _num_tiles(self, grid, seqlen_k, batch):
-        return cute.ceil_div(seqlen_k, self.tile_n) * self._num_y(grid) * batch
+        return self.list_length(seqlen_k, grid.num_h, grid.mK.shape[2], batch)
 
     @cute.jit
     def _produce_tiles(self, grid, num_m, diag, mQ, mK, mV, mdO, sQ, sK, sV, sdO, tma_q, tma_k,
@@ -1552,6 +1565,21 @@ class FlashMaskBwdSm90:
             visit = self._kept_query_tiles(chunk, n0, bmax, bmin, seqlen_q, diag, num_m)
             m_lo, m_hi = fm_mask.widen_range(m_lo, m_hi, visit, chunk * 32)
         return m_lo, m_hi
+
+    def _walk_steps(self, m_lo, m_hi, group):
+        """The step range of a walk over query tiles ``[m_lo, m_hi)``: one step per tile, or
+        (``walk_interleave``) one per tile and head of the group, decoded by ``_step_tile``. The
+        producer, the consumers and the dQ writer all walk these steps."""
+        if const_expr(self.cfg.walk_interleave):
+            return m_lo * group, m_hi * group
+        return m_lo, m_hi
+
+    def _step_tile(self, it, group):
+        """(query tile, head of the group counted from its first) of walk step ``it``."""
+        if const_expr(self.cfg.walk_interleave):
+            m_blk = it // group
+            return m_blk, it - m_blk * group
+        return it, 0
 
     @cute.jit
     def _kept_query_tiles(self, chunk, n0, bmax, bmin, seqlen_q, diag, num_m):
@@ -1806,13 +1834,13 @@ class FlashMaskBwdSm90:
         interleave = const_expr(self.cfg.walk_interleave)
         tQs, tQg, tdOs, tdOg = self._q_do_tiles(h, b, mQ, mdO, sQ, sdO, tma_q, tma_do)
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
-        lo, hi = (m_lo * group, m_hi * group) if interleave else (m_lo, m_hi)
+        lo, hi = self._walk_steps(m_lo, m_hi, group)
         for it in cutlass.range(lo, hi, unroll=1):
-            m_blk = it // group if interleave else it
+            m_blk, j = self._step_tile(it, group)
             if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
                 hq, q_s, q_g, do_s, do_g = h, tQs, tQg, tdOs, tdOg
                 if const_expr(interleave):  # this step's head of the group (h is its first)
-                    hq = h + (it - m_blk * group)
+                    hq = h + j
                     q_s, q_g, do_s, do_g = self._q_do_tiles(hq, b, mQ, mdO, sQ, sdO, tma_q,
                                                             tma_do)
                 pipe_q.producer_acquire(state)
@@ -2001,9 +2029,9 @@ class FlashMaskBwdSm90:
         lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
         dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
         stats_m = Int32(-1)
-        lo, hi = (m_lo * group, m_hi * group) if const_expr(cfg.walk_interleave) else (m_lo, m_hi)
+        lo, hi = self._walk_steps(m_lo, m_hi, group)
         for it in cutlass.range(lo, hi, unroll=1):
-            m_blk = it // group if const_expr(cfg.walk_interleave) else it
+            m_blk, _ = self._step_tile(it, group)
             skipped = self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag)
             if not skipped:
                 m0 = m_blk * self.tile_m
@@ -2191,17 +2219,24 @@ class FlashMaskBwdSm90:
         gdQacc_bh = mdQacc[b, hc, None, None]
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
         released = Int32(-1)  # lazy release: the query tile whose add is still to be published
-        interleave = const_expr(self.cfg.walk_interleave)
-        lo, hi = (m_lo * group, m_hi * group) if interleave else (m_lo, m_hi)
+        tile_wait = Int32(0)  # walk_interleave: the query tile's wait value, for all its heads
+        lo, hi = self._walk_steps(m_lo, m_hi, group)
         for it in cutlass.range(lo, hi, unroll=1):
-            m_blk = it // group if interleave else it
+            m_blk, j = self._step_tile(it, group)
             if not self._skipped(m_blk, n0, bmax, bmin, seqlen_q, diag):
                 hc_it, gdq_it = hc, gdQacc_bh  # this step's chain
-                if const_expr(interleave):  # this step's head of the group (h is its first)
-                    hc_it = self._dq_chain_head(h + (it - m_blk * group), n_blk, work_class)
+                if const_expr(self.cfg.walk_interleave):  # this step's head (h is the first)
+                    hc_it = self._dq_chain_head(h + j, n_blk, work_class)
                     gdq_it = mdQacc[b, hc_it, None, None]
                 wait_for = Int32(0)
-                if const_expr(self.cfg.deterministic):
+                if const_expr(self.cfg.walk_interleave):
+                    # the group's heads share the mask: one ballot walk per query tile, at its
+                    # first head's step (steps of a tile are consecutive, the first one first)
+                    if j == 0:
+                        tile_wait = self._sem_wait_value(m_blk, n_blk, b, hm, mSumMin, mSumMax,
+                                                         seqlen_q, seqlen_k, diag, lane)
+                    wait_for = tile_wait
+                elif const_expr(self.cfg.deterministic):
                     wait_for = self._sem_wait_value(m_blk, n_blk, b, hm, mSumMin, mSumMax,
                                                     seqlen_q, seqlen_k, diag, lane, h=h,
                                                     work_class=work_class, mClass=grid.mClass)

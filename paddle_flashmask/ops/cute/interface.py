@@ -443,8 +443,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = cfg.with_class_chains(class_ratio)
     if claim_list and cfg.claim_passes > 1:  # claims by work class from a class-sorted list
         cfg = replace(cfg, claim_list=True)
-    if (walk_interleave and cfg.gqa_in_cta and deterministic and cfg.stage_stats
-            and cfg.dq_in_smem and not cfg.lazy_release):  # where the interleaved walk applies
+    if walk_interleave and cfg.walk_interleave_applies:
         cfg = replace(cfg, walk_interleave=True)
     return cfg
 
