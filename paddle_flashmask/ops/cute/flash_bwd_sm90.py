@@ -1205,7 +1205,8 @@ class FlashMaskBwdSm90:
             mCounter = rowmajor(counter_ptr, (1,))
         mOrder = None  # claim_list: the class-sorted tile list (bwd_claim_list entries)
         if const_expr(self.cfg.claim_list):
-            mOrder = cute.make_tensor(order_ptr, cute.make_layout((self.list_length(sk, h, hk, b),)))
+            mOrder = cute.make_tensor(order_ptr,
+                                      cute.make_layout((self.list_length(sk, h, hk, b),)))
         # fused_dq: adds still to come per query tile, and dq itself; dq_first_store: the
         # per-query-tile flags (bit 0: claimed by its first writer, bit 1: its rows are stored)
         mPending = mdQout = None
