@@ -483,13 +483,16 @@ DET_WALK_INTERLEAVE_ENV = "PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE"
 
 def default_walk_interleave(deterministic: bool, gqa: bool) -> bool:
     """Deterministic GQA through the head walk with its heads interleaved per query tile
-    (``BwdConfig.walk_interleave``, and ``gqa_in_cta`` with it): off, built in session 18 and not
-    yet measured. Why it is the lever (H200 calls 97, 99): the default mode without its walk is
-    already 1.10-1.16x of the default, and the deterministic mode 1.03-1.11x of that; the walk in
-    deterministic mode stalls on its dQ chains (1.65x on packed SFT; 1.34x with parity chains),
-    because each head's chain waits for a whole head's walk of the tile ahead. Env
-    ``PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE=1`` turns it on (where the config allows it and,
-    per call, the group's heads share a mask head)."""
+    (``BwdConfig.walk_interleave``, and ``gqa_in_cta`` with it): off. Why it was tried (H200 calls
+    97, 99): the default mode without its walk is 1.10-1.16x of the default, and the deterministic
+    mode 1.03-1.11x of that; the head-by-head walk stalls on its dQ chains (1.65x on packed SFT).
+    Measured (call 101, GQA 16/8 B=2 S=8K, deterministic / default, whole backward, without ->
+    with it): correct (oracle 28/28, bit-identical 7/7, GPU deterministic tests 2/2), but only the
+    sliding window gains (1.164 -> 1.083x); packed SFT 1.273 -> 1.267, causal 1.096 -> 1.096,
+    causal documents 1.212 -> 1.235, documents 1.156 -> 1.186 (with parity chains 1.15-1.32x).
+    The masks whose key tiles' walks differ in length lose what the walk saves to the longer
+    items' tail. Env ``PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE=1`` turns it on (where the config
+    allows it and, per call, the group's heads share a mask head)."""
     from .launch_args import env_choice
 
     return (env_choice(DET_WALK_INTERLEAVE_ENV, ("0", "1")) == "1" and deterministic and gqa)
