@@ -21,7 +21,7 @@ import json
 import os
 import statistics
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -81,13 +81,22 @@ def with_env(env: dict, fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def main_kernel_us(fn: Callable[[], object], calls: int, pattern: str) -> float:
-    """Device time per call of the kernels whose names contain ``pattern``."""
+def main_kernel_us(fn: Callable[[], object], calls: int, pattern: str,
+                   per_kernel: Optional[dict] = None) -> float:
+    """Device time per call of the kernels whose names contain ``pattern``; with ``per_kernel``,
+    each of those kernels' time per call is appended there under its name (the split of a whole
+    backward into pre-, main and postprocess kernels, from the same runs)."""
     ops = kernel_ops(fn, calls)
-    total = sum(dur for _, dur, name in ops if pattern in name)
-    if total == 0:
+    matched = [(dur, name) for _, dur, name in ops if pattern in name]
+    if not matched:
         raise RuntimeError(f"no kernel named like {pattern!r} ran; saw {sorted({n for *_, n in ops})}")
-    return total / calls
+    if per_kernel is not None:
+        by_name: dict = {}
+        for dur, name in matched:
+            by_name[name] = by_name.get(name, 0.0) + dur
+        for name, dur in by_name.items():
+            per_kernel.setdefault(name, []).append(round(dur / calls, 1))
+    return sum(dur for dur, _ in matched) / calls
 
 
 def main() -> None:
@@ -146,12 +155,16 @@ def main() -> None:
             run()
         torch.cuda.synchronize()
         samples: dict = {label: [] for label in runs}
+        kernels: dict = {label: {} for label in runs}  # label -> kernel name -> samples
         for _ in range(args.rounds):
             for label, run in runs.items():
-                samples[label].append(round(main_kernel_us(run, args.calls, pattern), 1))
+                samples[label].append(round(main_kernel_us(run, args.calls, pattern,
+                                                           kernels[label]), 1))
         base = statistics.median(samples[variants[0][0]])
         rec = {label: {"median_us": statistics.median(s), "min_us": min(s), "max_us": max(s),
-                       "vs_first": round(statistics.median(s) / base, 4), "samples_us": s}
+                       "vs_first": round(statistics.median(s) / base, 4), "samples_us": s,
+                       "kernels_median_us": {name: statistics.median(k)
+                                             for name, k in kernels[label].items()}}
                for label, s in samples.items()}
         report["masks"][name] = rec
         print(name, " ".join(f"{label} {r['median_us']:.1f} ({r['min_us']:.1f}-{r['max_us']:.1f}, "

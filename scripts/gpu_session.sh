@@ -1087,7 +1087,7 @@ $(pack_logs 82)"
 
 call83() {
   emit "call 83 (session 16: stage parts a and b on nvidia-h200 first) - call 82: the deterministic backward is 1.07-1.39x the default over the MHA zoo and 1.17-1.43x with GQA 16/8 (#6 item 1 wants <= 1.15x on every mask); where the gap comes from: the default without its persistent grid (what the deterministic mode lacks), and the deterministic mode without the GQA head walk (2x the CTAs, fp32 dK/dV partials) [<= 4 min]" \
-    nvidia-h200 260 '[".cutedsl/b", ".devtools"]' \
+    nvidia-h200 280 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD; V="--variant base: --variant np:${K}_PERSISTENT=0 --variant det:deterministic=1"
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3"
@@ -1322,7 +1322,23 @@ timeout -s INT -k 10 200 $A --variant det_wi:deterministic=1,${K}_DET_WALK_INTER
 '"$(pack_logs 102)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102"
+call103() {
+  emit "call 103 (session 19; nvidia-h200: stage parts a and b first) - where the deterministic GQA backward's extra time goes, kernel by kernel (kernel_ab's new per-kernel medians): default / deterministic whole backward split into preprocess, main kernel and postprocess (dQ, and the dK/dV partials' reduction), GQA 32/8 B=4 S=8K and GQA 16/8 B=2 S=8K over the masks above 1.15x [<= 4 min]" \
+    nvidia-h200 280 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
+timeout -s INT -k 10 110 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,document,sliding_window --tag s19_det_split_gqa32 > $OUT/kab_32.log 2>&1; grep -v compiling $OUT/kab_32.log | tail -n 4
+timeout -s INT -k 10 100 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,sliding_window --tag s19_det_split_gqa16 > $OUT/kab_16.log 2>&1; grep -v compiling $OUT/kab_16.log | tail -n 4
+timeout 20 python3 -c "
+import json,sys
+for f in sys.argv[1:]:
+  for m,r in json.load(open(f))[\"masks\"].items():
+    for v,x in r.items(): print(f[-9:-5],m,v,{k[15:75]:u for k,u in x[\"kernels_median_us\"].items()})
+" $OUT/s19_det_split_gqa32.json $OUT/s19_det_split_gqa16.json
+'"$(pack_logs 103)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1498,7 +1514,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -50,6 +50,17 @@ def test_a_pattern_matching_no_kernel_is_an_error(monkeypatch):
         kernel_ab.main_kernel_us(lambda: None, 2, "fwd_sm90")
 
 
+def test_per_kernel_split_of_the_matched_kernels(monkeypatch):
+    ops = [(0.0, 5.0, "other_kernel"), (6.0, 4.0, "bwd_sm90_main"), (9.0, 3.0, "bwd_pre"),
+           (12.0, 2.0, "bwd_sm90_main")]
+    monkeypatch.setattr(kernel_ab, "kernel_ops", lambda fn, calls: ops)
+    split: dict = {}
+    assert kernel_ab.main_kernel_us(lambda: None, 2, "bwd", split) == 4.5
+    assert kernel_ab.main_kernel_us(lambda: None, 2, "bwd", split) == 4.5
+    # per call, summed over a call's launches of the same kernel; one sample per timing run
+    assert split == {"bwd_sm90_main": [3.0, 3.0], "bwd_pre": [1.5, 1.5]}
+
+
 def test_deterministic_pseudo_switch():
     env, det = kernel_ab.split_deterministic("d", {"deterministic": "1", "A_ENV": "2"}, "bwd")
     assert (env, det) == ({"A_ENV": "2"}, True)
