@@ -124,6 +124,28 @@ def test_dkv_chain_switch_and_workspace(monkeypatch):
         dataclasses.replace(config(True, 1), dkv_chain=True)  # MHA
 
 
+def test_dkv_red_switch_and_postprocess(monkeypatch):
+    """dkv_chain through L2 reduce-adds (BwdConfig.dkv_red, env value ``red``): the group sums
+    replace the partials, and the postprocess converts them (one member per group) where the
+    register chain's last head wrote dK/dV itself."""
+    monkeypatch.setenv(bwd.DET_DKV_CHAIN_ENV, "1")
+    chain = config(True, 1, gqa=True)
+    assert chain.dkv_chain and not chain.dkv_red and not chain.prepost.dkv_sums
+    monkeypatch.setenv(bwd.DET_DKV_CHAIN_ENV, "red")
+    cfg = config(True, 1, gqa=True)
+    assert cfg.dkv_chain and cfg.dkv_red and not cfg.dkv_partials
+    post = cfg.prepost
+    assert post.dkv_sums and not post.gqa and post.has_post
+    assert bwd.workspace_shapes(cfg, 2, 1000, 900, 8, 2)["dk_sum"] == ((2, 900, 2, 128), "float32")
+    assert not config(True, 1, gqa=True, deterministic=False).dkv_red
+    assert not config(True, 1).dkv_red  # MHA
+    with pytest.raises(ValueError, match="dkv_red"):
+        dataclasses.replace(chain, dkv_chain=False, dkv_red=True)
+    monkeypatch.setenv(bwd.DET_DKV_CHAIN_ENV, "yes")
+    with pytest.raises(ValueError, match=bwd.DET_DKV_CHAIN_ENV):
+        config(True, 1, gqa=True)
+
+
 def test_main_tail_leaves_out_unused_trailing_arguments():
     det = config(True, 1)  # persistent, class chains
     det = dataclasses.replace(det, claim_list=False)
@@ -135,3 +157,21 @@ def test_main_tail_leaves_out_unused_trailing_arguments():
     plain = config(True, 1, deterministic=False).one_cta_per_tile()
     want = [None, "pending"] if plain.first_store_flags else []  # no counter without the grid
     assert bwd.main_tail(plain, "counter", "pending", "dq", "classes", (), "order") == want
+
+
+def test_host_api_dkv_red_hands_the_sums_to_the_postprocess(monkeypatch):
+    """dkv_red through the host API: the main kernel gets the sums and flags as its dK/dV
+    trailing arguments, and the postprocess converts the sums ([B, Sk, Hk, D]) into dk / dv."""
+    pytest.importorskip("torch")
+    from host_api_harness import HostApiHarness
+
+    monkeypatch.setenv(bwd.DET_DKV_CHAIN_ENV, "red")
+    api = HostApiHarness(monkeypatch, num_sms=132)
+    api.backward(h=4, hk=2, deterministic=True)
+    assert api.launched[-1] == "flash_bwd_post"
+    post = api.last_args("flash_bwd_post")
+    assert all(a is not None for a in post[2:6])  # dk_sum, dv_sum in; dk, dv out
+    main = api.last_args("flash_bwd_sm90")
+    assert all(a is not None for a in main[-3:])  # dK sum, dV sum, flags
+    assert (1, 300, 2, 128) in api.scratch  # the group sums: KV heads, not query heads
+    assert (1, 300, 4, 128) not in api.scratch  # no per-query-head partials

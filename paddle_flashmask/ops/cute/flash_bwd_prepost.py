@@ -158,11 +158,14 @@ class PrePostConfig:
     causal: bool = False
     num_columns: Optional[int] = None
     tile_n: int = 0
+    # BwdConfig.dkv_red: dk/dv arrive as the GQA groups' fp32 sums [B, Sk, Hk, D], which the
+    # postprocess converts (the partials' kernel with one member per group)
+    dkv_sums: bool = False
 
     @property
     def has_post(self) -> bool:
-        """Whether the postprocess has anything to do (dq, GQA dk/dv partials or dsink)."""
-        return not self.fused_dq or self.gqa or self.has_sink
+        """Whether the postprocess has anything to do (dq, GQA dk/dv partials or sums, dsink)."""
+        return not self.fused_dq or self.gqa or self.dkv_sums or self.has_sink
 
 
 class _Preprocess:
@@ -355,9 +358,11 @@ class _Postprocess:
                                                       if self.cfg.deterministic else 1), n_blk))
             self.dq_kernel(mdQacc, mdQ, softmax_scale, mFlags).launch(
                 grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
-        if const_expr(self.cfg.gqa):
-            mdKpart = vector_rows(dk_part_ptr, (b, sk, h), d, _VEC_ACC)
-            mdVpart = vector_rows(dv_part_ptr, (b, sk, h), dv, _VEC_ACC)
+        if const_expr(self.cfg.gqa or self.cfg.dkv_sums):
+            # per query head (the kernel sums each group), or already summed per KV head
+            part_heads = hk if const_expr(self.cfg.dkv_sums) else h
+            mdKpart = vector_rows(dk_part_ptr, (b, sk, part_heads), d, _VEC_ACC)
+            mdVpart = vector_rows(dv_part_ptr, (b, sk, part_heads), dv, _VEC_ACC)
             mdK = vector_rows(dk_ptr, (b, sk, hk), d, _VEC_ACC)
             mdV = vector_rows(dv_ptr, (b, sk, hk), dv, _VEC_ACC)
             # at least one CTA: Sk = 0 must not launch an empty grid (rows are bounds-checked)
@@ -506,7 +511,7 @@ def compile_postprocess(cfg: PrePostConfig):
     pointers."""
     dt = _dsl_dtype(cfg.dtype)
     f32 = lambda: _placeholder(Float32, 16)  # noqa: E731
-    g = cfg.gqa
+    g = cfg.gqa or cfg.dkv_sums  # fp32 dk/dv in (partials or group sums), dk/dv out
     args = [f32(), _placeholder(dt, 16), f32() if g else None, f32() if g else None,
             _placeholder(dt, 16) if g else None, _placeholder(dt, 16) if g else None,
             f32() if cfg.has_sink else None, f32() if cfg.has_sink else None,

@@ -471,10 +471,24 @@ def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     1.207x, causal 1.129 -> 1.145x; 32/8 B=1 SFT 1.303 -> 1.374x. The partials' traffic is not
     what the deterministic GQA loses: the epilogue's wait and fp32 reads on the consumers'
     path cost more than the postprocess they save. Env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=1``
-    turns it on there."""
+    turns it on there (``red``: through L2 reduce-adds, ``default_dkv_red``)."""
     from .launch_args import env_choice
 
-    wanted = env_choice(DET_DKV_CHAIN_ENV, ("0", "1")) == "1"
+    wanted = env_choice(DET_DKV_CHAIN_ENV, ("0", "1", "red")) in ("1", "red")
+    return wanted and deterministic and gqa and not gqa_in_cta
+
+
+def default_dkv_red(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
+    """``BwdConfig.dkv_red`` (with ``dkv_chain``) wanted where it applies (deterministic GQA
+    without the head walk): env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=red``. Why (H200 call 103,
+    whole backward split by kernel, deterministic against default): at GQA 32/8 B=4 S=8K the
+    per-query-head fp32 partials are most of the gap, the postprocess's reduction 364-366 us
+    (a kernel the default does not run) and the main kernel +248 to +642 us, against 3,839 us
+    (causal documents) of default; at 16/8 B=2 the reduction is 107 us of a 210 us gap (packed
+    SFT)."""
+    from .launch_args import env_choice
+
+    wanted = env_choice(DET_DKV_CHAIN_ENV, ("0", "1", "red")) == "red"
     return wanted and deterministic and gqa and not gqa_in_cta
 
 
@@ -782,6 +796,14 @@ class BwdConfig:
     # head j's (the list is head-major; both visit the same query tiles, so both are in one claim
     # pass), so the waits cannot deadlock. The host's choice: default_dkv_chain (off: slower).
     dkv_chain: bool = False
+    # dkv_chain through L2: query head 0 of the group stores its scaled fp32 dK/dV, head j > 0
+    # (after head j - 1's flag) reduce-adds its own into that sum with ``red.global.add.f32``,
+    # and the postprocess converts the group's sum [B, Sk, Hk, D]: no fp32 read on the
+    # consumers' path (dkv_chain's cost) and, unlike the per-query-head partials, a group's adds
+    # meet in L2 (the head-major list has its heads' tiles in flight together), so DRAM sees the
+    # Hk-sized sum once instead of H-sized partials written and read back. The additions are the
+    # partials' reduction's, in its order. The host's choice: default_dkv_red.
+    dkv_red: bool = False
     # Deterministic GQA without the head walk: each query head's CTA stores its fp32 dK/dV
     # partial, then counts itself in on the key tile's flag; the CTA that arrives last (whichever
     # head it is) sums the group's partials in head order and writes dK/dV in the input dtype.
@@ -829,6 +851,8 @@ class BwdConfig:
             raise ValueError(f"dkv_chain: expected deterministic=True, gqa=True and "
                              f"gqa_in_cta=False, found deterministic={self.deterministic}, "
                              f"gqa={self.gqa}, gqa_in_cta={self.gqa_in_cta}")
+        if self.dkv_red and not self.dkv_chain:
+            raise ValueError(f"dkv_red: expected dkv_chain=True, found dkv_chain={self.dkv_chain}")
         if self.dkv_last and not (self.deterministic and self.gqa and not self.gqa_in_cta
                                   and not self.dkv_chain):
             raise ValueError(f"dkv_last: expected deterministic=True, gqa=True, gqa_in_cta=False "
@@ -1013,7 +1037,7 @@ class BwdConfig:
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
                              first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,
-                             dq_per_wg=self.dq_per_wg, **fused)
+                             dq_per_wg=self.dq_per_wg, dkv_sums=self.dkv_red, **fused)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -2644,10 +2668,17 @@ class FlashMaskBwdSm90:
                 cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN,
                                   number_of_threads=self.num_consumer_threads)
             last = member == group - 1
-            self._chain_rows(acc_dK, th_dk, grid.mdKacc, mdK, b, hk, n0, seqlen_k, self.d,
-                             softmax_scale, member, last)
-            self._chain_rows(acc_dV, th_dv, grid.mdVacc, mdV, b, hk, n0, seqlen_k, self.dv,
-                             Float32(1.0), member, last)
+            if const_expr(self.cfg.dkv_red):
+                self._reduce_rows(acc_dK, th_dk, grid.mdKacc, b, hk, n0, seqlen_k, self.d,
+                                  softmax_scale, member)
+                self._reduce_rows(acc_dV, th_dv, grid.mdVacc, b, hk, n0, seqlen_k, self.dv,
+                                  Float32(1.0), member)
+            else:
+                self._chain_rows(acc_dK, th_dk, grid.mdKacc, mdK, b, hk, n0, seqlen_k, self.d,
+                                 softmax_scale, member, last)
+                self._chain_rows(acc_dV, th_dv, grid.mdVacc, mdV, b, hk, n0, seqlen_k, self.dv,
+                                 Float32(1.0), member, last)
+            # (the last head's adds need no flag: the postprocess runs after the kernel)
             if not last:  # every consumer's stores before the flag that hands the sum on
                 cute.arch.fence_acq_rel_gpu()
                 cute.arch.barrier(barrier_id=_BAR_DKV_CHAIN,
@@ -2720,6 +2751,23 @@ class FlashMaskBwdSm90:
             for i in cutlass.range_constexpr(cute.size(acc)):
                 if n0 + tc[i][0] < seqlen_k:
                     ts[i] = acc[i]
+
+    @cute.jit
+    def _reduce_rows(self, acc, th_mma, mSum, b, hk, n0, seqlen_k, width, scale, member):
+        """dkv_red: ``acc * scale`` into the group's fp32 sum: stored by the group's first query
+        head, reduce-added in L2 by the others (each after its predecessor's flag)."""
+        ts, tc = self._tile_rows(th_mma, mSum, b, hk, n0, width)
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            acc[i] = acc[i] * scale
+        if member == 0:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                if n0 + tc[i][0] < seqlen_k:
+                    ts[i] = acc[i]
+        else:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                if n0 + tc[i][0] < seqlen_k:
+                    cute.arch.red(ts.iterator + cute.crd2idx(i, ts.layout), acc[i], op="add",
+                                  dtype=Float32, sem="relaxed", scope="gpu")
 
     def _tile_rows(self, th_mma, mRows, b, head, n0, width):
         """This thread's elements of the key tile at ``n0`` in ``mRows [B, Sk, heads, width]``,
@@ -2930,11 +2978,14 @@ class CompiledBackward:
                       Float32(softmax_scale), stream, *extra)
         if self.post is None:
             return  # dq came from the main kernel (or the preprocess): nothing left to reduce
-        parts = cfg.dkv_partials  # (dkv_last sums its partials in the main kernel)
+        # fp32 dK/dV for the postprocess: per-query-head partials, or (dkv_red) the groups'
+        # sums; dkv_last and dkv_chain's register path leave dk/dv written by the main kernel
+        parts = cfg.dkv_partials or cfg.dkv_red
+        dk_in, dv_in = ("dk_sum", "dv_sum") if cfg.dkv_red else ("dk_part", "dv_part")
         self.post(ptr(ws["dq_accum"], f32), ptr(dq, dt),
-                  ptr(ws["dk_part"], f32) if parts else None,
-                  ptr(ws["dv_part"], f32) if parts else None, ptr(dk, dt) if parts else None,
-                  ptr(dv, dt) if cfg.dkv_partials else None, ptr(ws.get("dsink_part"), f32),
+                  ptr(ws[dk_in], f32) if parts else None,
+                  ptr(ws[dv_in], f32) if parts else None, ptr(dk, dt) if parts else None,
+                  ptr(dv, dt) if parts else None, ptr(ws.get("dsink_part"), f32),
                   ptr(dsink, f32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk),
                   Float32(softmax_scale), stream, pending if cfg.first_store_flags else
                   (ptr(ws["semaphores"], Int32, 4) if cfg.dq_first_store else None))

@@ -353,7 +353,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_vector_dkv, default_class_chains, default_class_ratio,
                                  default_dkv_chain, default_claim_list,
                                  default_det_first_store, default_dkv_last,
-                                 default_walk_interleave)
+                                 default_dkv_red, default_walk_interleave)
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
@@ -391,7 +391,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_class_ratio(),
                             default_dkv_chain(deterministic, gqa, gqa_in_cta),
                             default_claim_list(),
-                            default_dkv_last(deterministic, gqa, gqa_in_cta), walk_interleave)
+                            default_dkv_last(deterministic, gqa, gqa_in_cta), walk_interleave,
+                            default_dkv_red(deterministic, gqa, gqa_in_cta))
 
 
 @functools.lru_cache(maxsize=256)
@@ -401,7 +402,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      late_loads, dq_first_store, dq_swizzle, claim_passes, pds_stages,
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
                      dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
-                     dkv_chain=False, claim_list=False, dkv_last=False, walk_interleave=False):
+                     dkv_chain=False, claim_list=False, dkv_last=False, walk_interleave=False,
+                     dkv_red=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -433,8 +435,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, stage_stats=True, prefetch_stats=False, late_loads=False)
     if dq_uniform_rows and cfg.dq_in_smem and not cfg.fused_dq and not cfg.dq_swizzle:
         cfg = replace(cfg, dq_uniform_rows=True)
-    if dkv_chain:  # a GQA group's dK/dV summed in order by its query heads' CTAs
-        cfg = replace(cfg, dkv_chain=True)
+    if dkv_chain:  # a GQA group's dK/dV summed in order by its query heads' CTAs (dkv_red:
+        cfg = replace(cfg, dkv_chain=True, dkv_red=dkv_red)  # in L2, converted afterwards)
     elif dkv_last:  # ... or by the group's last CTA to finish the key tile
         cfg = replace(cfg, dkv_last=True)
     # two dQ chains by work class, claimed in two passes (with dkv_chain only where no per-head
