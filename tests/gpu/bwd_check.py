@@ -80,12 +80,15 @@ CASES_FULL = FWD_CASES + [  # the forward check's matrix, then:
     # heavy global key tiles next to light window tiles: both deterministic work classes
     ("causal_global_window_C2", "bf16", 128, 128, "causal_global_window", 2, 2000, 2000, 4, 2,
      "1", False),
+    # an odd GQA group (6 query / 2 KV heads): the deterministic mode's partials reduction sums
+    # members in pairs plus an odd last one (flash_bwd_prepost dkv_kernel)
+    ("gqa3_causal_doc", "bf16", 128, 128, "causal_doc", 2, 1000, 1000, 6, 2, "1", False),
 ]
 CASES_QUICK = [c for c in CASES_FULL if c[0] in (
     "causal_d128", "causal_doc_C1", "random_C4", "empty_rows_C4_sink", "d256_causal_window_sink",
     "d192_random2", "fp16_d64_causal_doc_sink")]
 DETERMINISM_CASES = ["causal_doc_C1", "random_C4", "d256_causal_window_sink",
-                     "causal_global_window_C2"]
+                     "causal_global_window_C2", "gqa3_causal_doc"]
 
 
 def backward_variant(dtype: str, d: int, causal: bool, cols, gqa: bool, has_sink: bool,

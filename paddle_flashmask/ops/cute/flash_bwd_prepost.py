@@ -365,9 +365,12 @@ class _Postprocess:
             mdVpart = vector_rows(dv_part_ptr, (b, sk, part_heads), dv, _VEC_ACC)
             mdK = vector_rows(dk_ptr, (b, sk, hk), d, _VEC_ACC)
             mdV = vector_rows(dv_ptr, (b, sk, hk), dv, _VEC_ACC)
-            # at least one CTA: Sk = 0 must not launch an empty grid (rows are bounds-checked)
+            # at least one CTA: Sk = 0 must not launch an empty grid (rows are bounds-checked).
+            # KV heads fastest: the CTAs of one row block run together, so the partials' rows
+            # ([B, Sk, H, D]: H * D floats each) are read whole, not 2 KB at a time by CTAs far
+            # apart in time
             self.dkv_kernel(mdKpart, mdVpart, mdK, mdV).launch(
-                grid=[cutlass.max(cute.ceil_div(sk, ROWS_PER_CTA), 1), hk, b],
+                grid=[hk, cutlass.max(cute.ceil_div(sk, ROWS_PER_CTA), 1), b],
                 block=[_THREADS, 1, 1],
                 stream=stream)
         if const_expr(self.cfg.has_sink):
@@ -439,7 +442,7 @@ class _Postprocess:
     def dkv_kernel(self, mdKpart: cute.Tensor, mdVpart: cute.Tensor, mdK: cute.Tensor,
                    mdV: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
-        blk, hk, b = cute.arch.block_idx()
+        hk, blk, b = cute.arch.block_idx()
         sk = mdK.shape[1]
         group = mdKpart.shape[2] // mdK.shape[2]
         row0 = blk * ROWS_PER_CTA
@@ -450,22 +453,45 @@ class _Postprocess:
             chunks_per_row = d // _VEC_ACC
             n_chunks = ROWS_PER_CTA * chunks_per_row // _THREADS
             # thread t sums the 4-float chunks t, t + 256, ... of the 64-row block: one 16-byte
-            # load per chunk and group member, the chunks' loads independent of each other
+            # load per chunk and group member, the chunks' loads independent of each other.
+            # Members go in pairs, both members' loads issued before either is added (twice the
+            # bytes in flight per thread); the additions keep the member order: deterministic
             acc = cute.make_rmem_tensor((n_chunks, _VEC_ACC), Float32)
             acc.fill(0.0)
-            for g in cutlass.range(group, unroll=1):  # fixed order: deterministic
+            for pair in cutlass.range(group // 2, unroll=1):
+                first = self._member_chunks(src, b, hk * group + 2 * pair, row0, tidx, sk,
+                                            chunks_per_row, n_chunks)
+                second = self._member_chunks(src, b, hk * group + 2 * pair + 1, row0, tidx, sk,
+                                             chunks_per_row, n_chunks)
                 for k in cutlass.range_constexpr(n_chunks):
-                    chunk = tidx + k * _THREADS
-                    j = row0 + chunk // chunks_per_row
-                    if j < sk:  # the partials have exactly Sk rows
-                        acc[k, None].store(acc[k, None].load() + src[
-                            b, j, hk * group + g, chunk % chunks_per_row, None].load())
+                    acc[k, None].store(acc[k, None].load() + first[k, None].load())
+                for k in cutlass.range_constexpr(n_chunks):
+                    acc[k, None].store(acc[k, None].load() + second[k, None].load())
+            if group % 2 == 1:  # an odd group's last member
+                last = self._member_chunks(src, b, hk * group + group - 1, row0, tidx, sk,
+                                           chunks_per_row, n_chunks)
+                for k in cutlass.range_constexpr(n_chunks):
+                    acc[k, None].store(acc[k, None].load() + last[k, None].load())
             for k in cutlass.range_constexpr(n_chunks):
                 chunk = tidx + k * _THREADS
                 j = row0 + chunk // chunks_per_row
                 if j < sk:
                     dst[b, j, hk, chunk % chunks_per_row, None].store(
                         acc[k, None].load().to(dst.element_type))
+
+    @cute.jit
+    def _member_chunks(self, src, b, head, row0, tidx, sk, chunks_per_row: cutlass.Constexpr[int],
+                       n_chunks: cutlass.Constexpr[int]):
+        """This thread's 4-float chunks of one group member's partial rows (zeros past Sk: the
+        partials have exactly Sk rows), loaded into registers."""
+        vals = cute.make_rmem_tensor((n_chunks, _VEC_ACC), Float32)
+        vals.fill(0.0)
+        for k in cutlass.range_constexpr(n_chunks):
+            chunk = tidx + k * _THREADS
+            j = row0 + chunk // chunks_per_row
+            if j < sk:
+                vals[k, None].store(src[b, j, head, chunk % chunks_per_row, None].load())
+        return vals
 
     @cute.kernel
     def dsink_kernel(self, mDsinkPart: cute.Tensor, mDsink: cute.Tensor):

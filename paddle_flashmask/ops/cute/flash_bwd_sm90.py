@@ -480,12 +480,18 @@ def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
 
 def default_dkv_red(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     """``BwdConfig.dkv_red`` (with ``dkv_chain``) wanted where it applies (deterministic GQA
-    without the head walk): env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=red``. Why (H200 call 103,
-    whole backward split by kernel, deterministic against default): at GQA 32/8 B=4 S=8K the
-    per-query-head fp32 partials are most of the gap, the postprocess's reduction 364-366 us
-    (a kernel the default does not run) and the main kernel +248 to +642 us, against 3,839 us
-    (causal documents) of default; at 16/8 B=2 the reduction is 107 us of a 210 us gap (packed
-    SFT)."""
+    without the head walk): off, env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=red``. Why it was
+    tried (H200 call 103, whole backward split by kernel, deterministic against default): at GQA
+    32/8 B=4 S=8K the per-query-head fp32 partials are most of the gap, the postprocess's
+    reduction 364-366 us (a kernel the default does not run) and the main kernel +248 to +642
+    us, against 3,839 us (causal documents) of default; at 16/8 B=2 the reduction is 107 us of a
+    210 us gap (packed SFT). Measured (call 104): correct (oracle 28/28, bit-identical 7/7, GPU
+    deterministic tests 2/2) and the reduction kernel 362 -> 123 us (106 -> 64 at 16/8), but the
+    main kernel +535 us (32/8 causal documents), +533 (sliding window), +131 (16/8 packed
+    SFT): 128 scalar ``red.global.add.f32`` per consumer thread, issued one query head after
+    the other, each head's behind its predecessor's fence. Deterministic / default without ->
+    with it: 32/8 causal documents 1.180 -> 1.258x, sliding window 1.201 -> 1.301x, documents
+    1.156 -> 1.191x; 16/8 packed SFT 1.274 -> 1.394x."""
     from .launch_args import env_choice
 
     wanted = env_choice(DET_DKV_CHAIN_ENV, ("0", "1", "red")) == "red"
@@ -802,7 +808,8 @@ class BwdConfig:
     # consumers' path (dkv_chain's cost) and, unlike the per-query-head partials, a group's adds
     # meet in L2 (the head-major list has its heads' tiles in flight together), so DRAM sees the
     # Hk-sized sum once instead of H-sized partials written and read back. The additions are the
-    # partials' reduction's, in its order. The host's choice: default_dkv_red.
+    # partials' reduction's, in its order. The host's choice: default_dkv_red (off: slower,
+    # H200 call 104).
     dkv_red: bool = False
     # Deterministic GQA without the head walk: each query head's CTA stores its fp32 dK/dV
     # partial, then counts itself in on the key tile's flag; the CTA that arrives last (whichever
