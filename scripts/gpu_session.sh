@@ -1368,7 +1368,24 @@ for f in sys.argv[1:]:
 '"$(pack_logs 105)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105"
+call106() {
+  emit "call 106 (session 19; nvidia-h200: stage parts a and b first) - the GQA partials stored head-major ([B, H, Sk, D]: a (b, head) key tile one contiguous block for the main kernel's stores and the postprocess's reads): the backward oracle with determinism (stops on failure), the GPU suite at the session's final kernels, then default / deterministic whole-backward times split by kernel, GQA 32/8 B=4 and 16/8 B=2 [<= 9.5 min]" \
+    nvidia-h200 570 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_s19_head_major.json > $OUT/bwd.log 2>&1; rc=$?; tail -n 2 $OUT/bwd.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+'"$GPU_SUITE_1GPU"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
+timeout -s INT -k 10 70 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,sliding_window,document --tag s19_head_major_gqa32 > $OUT/kab_32.log 2>&1; grep -v compiling $OUT/kab_32.log | tail -n 4
+timeout -s INT -k 10 55 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,sliding_window --tag s19_head_major_gqa16 > $OUT/kab_16.log 2>&1; grep -v compiling $OUT/kab_16.log | tail -n 4
+timeout 20 python3 -c "
+import json,sys
+for f in sys.argv[1:]:
+  for m,r in json.load(open(f))[\"masks\"].items(): print(f[-11:-5],m,{k[15:35]:u for k,u in r[\"det\"][\"kernels_median_us\"].items()})
+" $OUT/s19_head_major_gqa32.json $OUT/s19_head_major_gqa16.json
+'"$(pack_logs 106)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1544,7 +1561,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

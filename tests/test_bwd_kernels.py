@@ -45,8 +45,8 @@ def test_workspace_shapes():
     assert ws["lse2"] == ((2, 4, 192), "float32")
     assert ws["delta"] == ((2, 4, 192), "float32")
     assert ws["dq_accum"] == ((2, 4, 192, 128), "float32")
-    assert ws["dk_part"] == ((2, 77, 4, 128), "float32")
-    assert ws["dv_part"] == ((2, 77, 4, 128), "float32")
+    assert ws["dk_part"] == ((2, 4, 77, 128), "float32")  # head-major
+    assert ws["dv_part"] == ((2, 4, 77, 128), "float32")
     assert ws["semaphores"] == ((2, 4, 3), "int32")
     assert ws["dsink_part"] == ((2, 4, 3), "float32")
     plain = m.workspace_shapes(m.BwdConfig("float16", 64, 64, False, None), 1, 64, 64, 2, 2)

@@ -22,9 +22,10 @@ Postprocess:
     block is contiguous; thread ``t`` takes the 4-float chunks ``t, t + 256, ...`` of it (16-byte
     loads, all issued before the first store) and writes each as one 8-byte store,
   * GQA: ``dk[b, j, hk] = sum over the group's query heads of dk_part[b, j, h]`` (fp32 partials
-    written by the main kernel, added in head order) cast to the input dtype; same for dv; the
-    4-float chunk mapping of dq over each 64-key block, rows addressed one by one (the partials
-    interleave the heads),
+    written by the main kernel, head-major so a member's 64-key block is contiguous, added in
+    head order, two members loaded at a time) cast to the input dtype; same for dv; the 4-float
+    chunk mapping of dq over each 64-key block; the KV heads of a row block launched together,
+
   * ``dsink[h] = sum_b sum_block dsink_part[b, h, block]`` in a fixed order.
 
 Vector accesses: every base pointer is 16-byte aligned (the host checks it) and D, Dv are multiples
@@ -113,6 +114,23 @@ def vector_rows(ptr: cute.Pointer, outer: tuple, row_len: int, vec: int) -> cute
     strides.insert(0, cute.assume(outermost, divby=row_len))
     return cute.make_tensor(ptr, cute.make_layout(tuple(outer) + (row_len // vec, vec),
                                                   stride=tuple(strides) + (vec, 1)))
+
+
+def head_major(ptr: cute.Pointer, b, rows, heads, row_len: int, vec: int = 0) -> cute.Tensor:
+    """fp32 GQA partials stored head-major, ``[B, heads, rows, row_len]`` in memory, indexed as
+    ``(b, row, head, ...)`` like the row-major outputs they are summed into. A (b, head)'s key
+    tile is then one contiguous block: the main kernel writes it whole, and the postprocess
+    reads a group member's 64-row block as one contiguous run. Every dynamic stride is declared
+    a multiple of ``row_len`` (vector accesses); ``vec`` > 0 views each row as
+    ``(row_len // vec, vec)`` chunks (``vector_rows``' convention), else as ``row_len``."""
+    head_stride = cute.assume(rows * row_len, divby=row_len)
+    batch_stride = cute.assume(cutlass.Int64(heads) * rows * row_len, divby=row_len)
+    if vec:
+        return cute.make_tensor(ptr, cute.make_layout(
+            (b, rows, heads, row_len // vec, vec),
+            stride=(batch_stride, row_len, head_stride, vec, 1)))
+    return cute.make_tensor(ptr, cute.make_layout((b, rows, heads, row_len),
+                                                  stride=(batch_stride, row_len, head_stride, 1)))
 
 
 def _pairwise_sum(terms: list):
@@ -359,10 +377,14 @@ class _Postprocess:
             self.dq_kernel(mdQacc, mdQ, softmax_scale, mFlags).launch(
                 grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
         if const_expr(self.cfg.gqa or self.cfg.dkv_sums):
-            # per query head (the kernel sums each group), or already summed per KV head
-            part_heads = hk if const_expr(self.cfg.dkv_sums) else h
-            mdKpart = vector_rows(dk_part_ptr, (b, sk, part_heads), d, _VEC_ACC)
-            mdVpart = vector_rows(dv_part_ptr, (b, sk, part_heads), dv, _VEC_ACC)
+            # per query head, head-major (the kernel sums each group), or already summed per
+            # KV head (dkv_red's row-major sums)
+            if const_expr(self.cfg.dkv_sums):
+                mdKpart = vector_rows(dk_part_ptr, (b, sk, hk), d, _VEC_ACC)
+                mdVpart = vector_rows(dv_part_ptr, (b, sk, hk), dv, _VEC_ACC)
+            else:
+                mdKpart = head_major(dk_part_ptr, b, sk, h, d, _VEC_ACC)
+                mdVpart = head_major(dv_part_ptr, b, sk, h, dv, _VEC_ACC)
             mdK = vector_rows(dk_ptr, (b, sk, hk), d, _VEC_ACC)
             mdV = vector_rows(dv_ptr, (b, sk, hk), dv, _VEC_ACC)
             # at least one CTA: Sk = 0 must not launch an empty grid (rows are bounds-checked).

@@ -66,7 +66,8 @@ from paddle_flashmask import semantics
 from . import bwd_claim_list as claims
 from . import bwd_tiles
 from . import mask as fm_mask
-from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, column_pairs, rowmajor, vector_rows
+from .flash_bwd_prepost import (ROWS_PER_CTA, _dsl_dtype, column_pairs, head_major, rowmajor,
+                                vector_rows)
 from . import tile_scheduler as sched
 from .launch_args import check_variant_call, gmem_ptr
 
@@ -1208,11 +1209,14 @@ class FlashMaskBwdSm90:
         mDelta = column_pairs(delta_ptr, (b, h), sqp, tm)
         chains = self.cfg.dq_chains  # head h's chain c accumulates at row h * chains + c
         mdQacc = rowmajor(dqacc_ptr, (b, h * chains, sqp, d))
-        kv_heads = h if const_expr(self.cfg.dkv_partials) else hk
         # vector_dkv: strides declared row multiples, so a thread's two adjacent columns of a row
         # (one predicate) go out as one vector store instead of two 2-byte stores
-        mdK = rowmajor(dk_ptr, (b, sk, kv_heads, d), aligned_rows=self.cfg.vector_dkv)
-        mdV = rowmajor(dv_ptr, (b, sk, kv_heads, dv), aligned_rows=self.cfg.vector_dkv)
+        if const_expr(self.cfg.dkv_partials):  # fp32 per query head, head-major (head_major)
+            mdK = head_major(dk_ptr, b, sk, h, d)
+            mdV = head_major(dv_ptr, b, sk, h, dv)
+        else:
+            mdK = rowmajor(dk_ptr, (b, sk, hk, d), aligned_rows=self.cfg.vector_dkv)
+            mdV = rowmajor(dv_ptr, (b, sk, hk, dv), aligned_rows=self.cfg.vector_dkv)
         mSumMin = mSumMax = mIdx = mSem = None
         if const_expr(self.cfg.num_columns is not None):
             C = self.cfg.num_columns
@@ -2851,7 +2855,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
     """Shapes/dtypes of the scratch tensors the host allocates for one backward call.
 
     ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]``, ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
-    preprocess), ``dk_part``/``dv_part`` fp32 ``[B, Sk, H, D]`` only for GQA, ``semaphores`` int32
+    preprocess), ``dk_part``/``dv_part`` fp32 ``[B, H, Sk, D]`` only for GQA (per-query-head
+    partials, head-major; ``dkv_last``'s are ``[B, Sk, H, D]``), ``semaphores`` int32
     ``[B, H, Sq_pad/64]`` only when deterministic, ``tile_classes`` int32
     ``[B, H, ceil(Sk/tile_n)]`` only with ``class_chains`` (zeroed by the wrapper),
     ``dk_sum``/``dv_sum`` fp32 ``[B, Sk, Hk, D]`` and ``dkv_flags`` int32
@@ -2868,9 +2873,9 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         "delta": ((batch, num_heads, sqp), "float32"),
         "dq_accum": ((batch, num_heads * cfg.dq_chains, sqp, cfg.head_dim), "float32"),
     }
-    if cfg.dkv_partials:
-        out["dk_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim), "float32")
-        out["dv_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim_v), "float32")
+    if cfg.dkv_partials:  # head-major (flash_bwd_prepost.head_major)
+        out["dk_part"] = ((batch, num_heads, seqlen_k, cfg.head_dim), "float32")
+        out["dv_part"] = ((batch, num_heads, seqlen_k, cfg.head_dim_v), "float32")
     if cfg.deterministic:
         out["semaphores"] = ((batch, num_heads * cfg.dq_chains, nm), "int32")
     if cfg.has_sink:
