@@ -102,3 +102,13 @@ class HostApiHarness:
     def last_args(self, name: str) -> tuple:
         """The arguments of the last launch of kernel ``name``."""
         return [args for kernel, args in self.launch_args if kernel == name][-1]
+
+
+def deterministic_gqa_backward(monkeypatch, env: str, value: str) -> HostApiHarness:
+    """A deterministic GQA backward (4 query / 2 KV heads, S = 300) through the host API with
+    the switch ``env`` set to ``value``; checks that the postprocess ran last."""
+    monkeypatch.setenv(env, value)
+    api = HostApiHarness(monkeypatch, num_sms=132)
+    api.backward(h=4, hk=2, deterministic=True)
+    assert api.launched[-1] == "flash_bwd_post"
+    return api

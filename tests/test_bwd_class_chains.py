@@ -163,12 +163,9 @@ def test_host_api_dkv_red_hands_the_sums_to_the_postprocess(monkeypatch):
     """dkv_red through the host API: the main kernel gets the sums and flags as its dK/dV
     trailing arguments, and the postprocess converts the sums ([B, Sk, Hk, D]) into dk / dv."""
     pytest.importorskip("torch")
-    from host_api_harness import HostApiHarness
+    from host_api_harness import deterministic_gqa_backward
 
-    monkeypatch.setenv(bwd.DET_DKV_CHAIN_ENV, "red")
-    api = HostApiHarness(monkeypatch, num_sms=132)
-    api.backward(h=4, hk=2, deterministic=True)
-    assert api.launched[-1] == "flash_bwd_post"
+    api = deterministic_gqa_backward(monkeypatch, bwd.DET_DKV_CHAIN_ENV, "red")
     post = api.last_args("flash_bwd_post")
     assert all(a is not None for a in post[2:6])  # dk_sum, dv_sum in; dk, dv out
     main = api.last_args("flash_bwd_sm90")

@@ -65,12 +65,9 @@ def test_main_tail_passes_partials_and_flags(monkeypatch):
 
 def test_host_api_sums_in_the_main_kernel(monkeypatch):
     pytest.importorskip("torch")
-    from host_api_harness import HostApiHarness
+    from host_api_harness import deterministic_gqa_backward
 
-    monkeypatch.setenv(bwd.DET_DKV_LAST_ENV, "1")
-    api = HostApiHarness(monkeypatch, num_sms=132)
-    api.backward(h=4, hk=2, deterministic=True)
-    assert api.launched[-1] == "flash_bwd_post"
+    api = deterministic_gqa_backward(monkeypatch, bwd.DET_DKV_LAST_ENV, "1")
     post = api.last_args("flash_bwd_post")
     assert post[2] is None and post[4] is None  # no partials for the postprocess to reduce
     main = api.last_args("flash_bwd_sm90")
