@@ -24,8 +24,7 @@ Postprocess:
   * GQA: ``dk[b, j, hk] = sum over the group's query heads of dk_part[b, j, h]`` (fp32 partials
     written by the main kernel, head-major so a member's 64-key block is contiguous, added in
     head order, two members loaded at a time) cast to the input dtype; same for dv; the 4-float
-    chunk mapping of dq over each 64-key block; the KV heads of a row block launched together,
-
+    chunk mapping of dq over each 64-key block, the KV heads of a row block launched together,
   * ``dsink[h] = sum_b sum_block dsink_part[b, h, block]`` in a fixed order.
 
 Vector accesses: every base pointer is 16-byte aligned (the host checks it) and D, Dv are multiples
@@ -388,9 +387,9 @@ class _Postprocess:
             mdK = vector_rows(dk_ptr, (b, sk, hk), d, _VEC_ACC)
             mdV = vector_rows(dv_ptr, (b, sk, hk), dv, _VEC_ACC)
             # at least one CTA: Sk = 0 must not launch an empty grid (rows are bounds-checked).
-            # KV heads fastest: the CTAs of one row block run together, so the partials' rows
-            # ([B, Sk, H, D]: H * D floats each) are read whole, not 2 KB at a time by CTAs far
-            # apart in time
+            # KV heads fastest: a row block's CTAs run together, so the dk / dv rows they write
+            # ([B, Sk, Hk, D]) go out whole (H200 call 105: with the members loaded in pairs,
+            # 362 -> 320 us at GQA 32/8 B=4)
             self.dkv_kernel(mdKpart, mdVpart, mdK, mdV).launch(
                 grid=[hk, cutlass.max(cute.ceil_div(sk, ROWS_PER_CTA), 1), b],
                 block=[_THREADS, 1, 1],
