@@ -1385,7 +1385,23 @@ for f in sys.argv[1:]:
 '"$(pack_logs 106)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106"
+call107() {
+  emit "call 107 (session 19, for the next session's plan; nvidia-h200: stage parts a and b first) - the deterministic GQA gap decomposed at the benchmark's GQA row (32/8 B=4 S=8K) and the e2e shape (16/8 B=2): default, default without its head walk (per-query-head CTAs and fp32 partials, no ordering), deterministic; whole backward split by kernel [<= 4 min]" \
+    nvidia-h200 260 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant nowalk:PADDLE_FLASHMASK_BWD_GQA_IN_CTA=0 --variant det:deterministic=1"
+timeout -s INT -k 10 110 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,sliding_window,document,causal --tag s19_gqa_split32 > $OUT/kab_32.log 2>&1; grep -v compiling $OUT/kab_32.log | tail -n 5
+timeout -s INT -k 10 90 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,sliding_window --tag s19_gqa_split16 > $OUT/kab_16.log 2>&1; grep -v compiling $OUT/kab_16.log | tail -n 4
+timeout 20 python3 -c "
+import json,sys
+for f in sys.argv[1:]:
+  for m,r in json.load(open(f))[\"masks\"].items():
+    for v in (\"nowalk\",\"det\"): print(f[-7:-5],m,v,{k[15:35]:u for k,u in r[v][\"kernels_median_us\"].items()})
+" $OUT/s19_gqa_split32.json $OUT/s19_gqa_split16.json
+'"$(pack_logs 107)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1561,7 +1577,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
