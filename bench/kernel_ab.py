@@ -99,6 +99,16 @@ def main_kernel_us(fn: Callable[[], object], calls: int, pattern: str,
     return sum(dur for dur, _ in matched) / calls
 
 
+def kernel_split_text(kernels_us: dict) -> str:
+    """``name us`` per kernel, the DSL's generated names without their common parts
+    (``kernel_cutlass_dq_kernel_paddle_flashmaskopscuteflash_bwd_prepost...`` ->
+    ``dq_kernel flash_bwd_prepost...``, at most 40 characters)."""
+    def short(name: str) -> str:
+        name = name.removeprefix("kernel_cutlass_").replace("_paddle_flashmaskopscute", " ")
+        return name[:40]
+    return ", ".join(f"{short(n)} {us:.1f}" for n, us in kernels_us.items())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pass", dest="which", choices=("fwd", "bwd"), default="bwd")
@@ -169,6 +179,9 @@ def main() -> None:
         report["masks"][name] = rec
         print(name, " ".join(f"{label} {r['median_us']:.1f} ({r['min_us']:.1f}-{r['max_us']:.1f}, "
                              f"{r['vs_first']:.3f}x)" for label, r in rec.items()), flush=True)
+        for label, r in rec.items():  # the split, where more than one kernel matched
+            if len(r["kernels_median_us"]) > 1:
+                print(f"  {label}:", kernel_split_text(r["kernels_median_us"]), flush=True)
     path = os.path.join(args.out, f"{args.tag}.json")
     with open(path, "w") as f:
         json.dump(report, f, indent=1)

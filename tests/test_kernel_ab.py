@@ -61,6 +61,14 @@ def test_per_kernel_split_of_the_matched_kernels(monkeypatch):
     assert split == {"bwd_sm90_main": [3.0, 3.0], "bwd_pre": [1.5, 1.5]}
 
 
+def test_kernel_split_text_shortens_generated_names():
+    text = kernel_ab.kernel_split_text({
+        "kernel_cutlass_dq_kernel_paddle_flashmaskopscuteflash_bwd_prepost_Post": 191.46,
+        "kernel_cutlass_kernel_paddle_flashmaskopscuteflash_bwd_sm90FlashMaskBwdSm90_obj": 3821.0})
+    assert text == ("dq_kernel flash_bwd_prepost_Post 191.5, "
+                    "kernel flash_bwd_sm90FlashMaskBwdSm90_ob 3821.0")  # 40 characters
+
+
 def test_deterministic_pseudo_switch():
     env, det = kernel_ab.split_deterministic("d", {"deterministic": "1", "A_ENV": "2"}, "bwd")
     assert (env, det) == ({"A_ENV": "2"}, True)
