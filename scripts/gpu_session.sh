@@ -1351,6 +1351,13 @@ timeout -s INT -k 10 110 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_docume
 '"$(pack_logs 104)"
 }
 
+# the deterministic variant's per-kernel medians from kernel_ab JSONs (calls 105, 106)
+DET_SPLIT='timeout 20 python3 -c "
+import json,sys
+for f in sys.argv[1:]:
+  for m,r in json.load(open(f))[\"masks\"].items(): print(f[-11:-5],m,{k[15:35]:u for k,u in r[\"det\"][\"kernels_median_us\"].items()})
+"'
+
 call105() {
   emit "call 105 (session 19; nvidia-h200: stage parts a and b first) - the deterministic GQA partials reduction (postprocess dkv_kernel) with KV heads fastest in its grid and the group members loaded in pairs (calls 103-104: 362 us at GQA 32/8 B=4, 3.1 TB/s, against the dQ postprocess 4.2 TB/s): the backward oracle with determinism (an odd group, 6/2, added) and the GPU deterministic tests (stops on failure), then default / deterministic whole-backward times split by kernel, GQA 32/8 B=4 and 16/8 B=2 [<= 7 min]" \
     nvidia-h200 450 '[".cutedsl/b", ".devtools"]' \
@@ -1360,11 +1367,7 @@ PFM_GPU_REPORT=$OUT/gpu_report_det.json timeout -s INT -k 5 40 python3 -m pytest
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
 timeout -s INT -k 10 100 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,document,sliding_window,causal,full --tag s19_dkv_pairs_gqa32 > $OUT/kab_32.log 2>&1; grep -v compiling $OUT/kab_32.log | tail -n 6
 timeout -s INT -k 10 80 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,sliding_window,causal --tag s19_dkv_pairs_gqa16 > $OUT/kab_16.log 2>&1; grep -v compiling $OUT/kab_16.log | tail -n 6
-timeout 20 python3 -c "
-import json,sys
-for f in sys.argv[1:]:
-  for m,r in json.load(open(f))[\"masks\"].items(): print(f[-11:-5],m,{k[15:35]:u for k,u in r[\"det\"][\"kernels_median_us\"].items()})
-" $OUT/s19_dkv_pairs_gqa32.json $OUT/s19_dkv_pairs_gqa16.json
+'"$DET_SPLIT"' $OUT/s19_dkv_pairs_gqa32.json $OUT/s19_dkv_pairs_gqa16.json
 '"$(pack_logs 105)"
 }
 
@@ -1377,11 +1380,7 @@ timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_s19_head
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
 timeout -s INT -k 10 70 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,sliding_window,document --tag s19_head_major_gqa32 > $OUT/kab_32.log 2>&1; grep -v compiling $OUT/kab_32.log | tail -n 4
 timeout -s INT -k 10 55 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,sliding_window --tag s19_head_major_gqa16 > $OUT/kab_16.log 2>&1; grep -v compiling $OUT/kab_16.log | tail -n 4
-timeout 20 python3 -c "
-import json,sys
-for f in sys.argv[1:]:
-  for m,r in json.load(open(f))[\"masks\"].items(): print(f[-11:-5],m,{k[15:35]:u for k,u in r[\"det\"][\"kernels_median_us\"].items()})
-" $OUT/s19_head_major_gqa32.json $OUT/s19_head_major_gqa16.json
+'"$DET_SPLIT"' $OUT/s19_head_major_gqa32.json $OUT/s19_head_major_gqa16.json
 '"$(pack_logs 106)"
 }
 
