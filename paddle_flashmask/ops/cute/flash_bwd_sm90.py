@@ -464,6 +464,14 @@ DET_CLASS_RATIO_ENV = "PADDLE_FLASHMASK_BWD_DET_CLASS_RATIO"
 DET_DKV_CHAIN_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN"
 
 
+def _dkv_chain_mode() -> str:
+    """``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN``: ``0`` / unset (the partials), ``1`` (the register
+    chain, ``dkv_chain``) or ``red`` (the chain through L2, ``dkv_chain`` and ``dkv_red``)."""
+    from .launch_args import env_choice
+
+    return env_choice(DET_DKV_CHAIN_ENV, ("0", "1", "red"))
+
+
 def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     """``BwdConfig.dkv_chain`` wanted where it applies (deterministic GQA without the head walk):
     off. Correct on the H200 (call 92: oracle 28/28, bit-identical reruns 7/7, GPU deterministic
@@ -473,10 +481,7 @@ def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     what the deterministic GQA loses: the epilogue's wait and fp32 reads on the consumers'
     path cost more than the postprocess they save. Env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=1``
     turns it on there (``red``: through L2 reduce-adds, ``default_dkv_red``)."""
-    from .launch_args import env_choice
-
-    wanted = env_choice(DET_DKV_CHAIN_ENV, ("0", "1", "red")) in ("1", "red")
-    return wanted and deterministic and gqa and not gqa_in_cta
+    return (_dkv_chain_mode() in ("1", "red") and deterministic and gqa and not gqa_in_cta)
 
 
 def default_dkv_red(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
@@ -493,10 +498,7 @@ def default_dkv_red(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     the other, each head's behind its predecessor's fence. Deterministic / default without ->
     with it: 32/8 causal documents 1.180 -> 1.258x, sliding window 1.201 -> 1.301x, documents
     1.156 -> 1.191x; 16/8 packed SFT 1.274 -> 1.394x."""
-    from .launch_args import env_choice
-
-    wanted = env_choice(DET_DKV_CHAIN_ENV, ("0", "1", "red")) == "red"
-    return wanted and deterministic and gqa and not gqa_in_cta
+    return _dkv_chain_mode() == "red" and deterministic and gqa and not gqa_in_cta
 
 
 DET_WALK_INTERLEAVE_ENV = "PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE"

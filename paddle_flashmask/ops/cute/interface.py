@@ -435,8 +435,9 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, stage_stats=True, prefetch_stats=False, late_loads=False)
     if dq_uniform_rows and cfg.dq_in_smem and not cfg.fused_dq and not cfg.dq_swizzle:
         cfg = replace(cfg, dq_uniform_rows=True)
-    if dkv_chain:  # a GQA group's dK/dV summed in order by its query heads' CTAs (dkv_red:
-        cfg = replace(cfg, dkv_chain=True, dkv_red=dkv_red)  # in L2, converted afterwards)
+    if dkv_chain:  # a GQA group's dK/dV summed in order by its query heads' CTAs
+        # (dkv_red: in L2, converted by the postprocess)
+        cfg = replace(cfg, dkv_chain=True, dkv_red=dkv_red)
     elif dkv_last:  # ... or by the group's last CTA to finish the key tile
         cfg = replace(cfg, dkv_last=True)
     # two dQ chains by work class, claimed in two passes (with dkv_chain only where no per-head
