@@ -1409,7 +1409,26 @@ timeout -s INT -k 10 250 python3 bench/bench_attention.py --cases 2 --systems pa
 '"$(pack_logs 108)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108"
+call109() {
+  emit "call 109 (session 20; nvidia-h200: stage parts a and b first) - the deterministic GQA group dK/dV sum by the dQ writer's bulk ops (BwdConfig.dkv_bulk, env PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=bulk; built in session 20 after call 107 put 322 us of the 32/8 deterministic backward on the partials' reduction kernel): the backward oracle with determinism and the GPU deterministic tests with it on (stops on failure), then default / deterministic / deterministic with dkv_bulk whole-backward times split by kernel, GQA 32/8 B=4 and GQA 16/8 B=2 [<= 8.5 min]" \
+    nvidia-h200 510 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+R=PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=bulk
+env $R timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_dkv_bulk.json > $OUT/bwd_bulk.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_bulk.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+env $R PFM_GPU_REPORT=$OUT/gpu_report_bulk.json timeout -s INT -k 5 40 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > $OUT/pytest_bulk.log 2>&1; rc=$?; tail -n 1 $OUT/pytest_bulk.log; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant det_bulk:deterministic=1,$R"
+timeout -s INT -k 10 130 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,document,sliding_window,causal,full --tag s20_dkv_bulk_gqa32 > $OUT/kab_32.log 2>&1; grep -v compiling $OUT/kab_32.log | tail -n 6
+timeout -s INT -k 10 110 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,sliding_window,causal --tag s20_dkv_bulk_gqa16 > $OUT/kab_16.log 2>&1; grep -v compiling $OUT/kab_16.log | tail -n 6
+timeout 20 python3 -c "
+import json,sys
+for f in sys.argv[1:]:
+  for m,r in json.load(open(f))[\"masks\"].items():
+    for v in (\"det\",\"det_bulk\"): print(f[-7:-5],m,v,{k[15:35]:u for k,u in r[v][\"kernels_median_us\"].items()})
+" $OUT/s20_dkv_bulk_gqa32.json $OUT/s20_dkv_bulk_gqa16.json
+'"$(pack_logs 109)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1585,7 +1604,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

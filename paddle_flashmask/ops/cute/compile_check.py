@@ -143,7 +143,7 @@ def variants(full: bool = False) -> list[Variant]:
             per_wg: bool = False, one_cta: bool = False, mask_bits: Optional[bool] = None,
             class_chains: bool = False, dkv_chain: bool = False,
             claim_list: Optional[bool] = None, dkv_last: Optional[bool] = None,
-            interleave: bool = False, dkv_red: bool = False):
+            interleave: bool = False, dkv_red: bool = False, dkv_bulk: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -195,9 +195,11 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, mask_bits=mask_bits)
         if class_chains:  # deterministic dQ chains by work class (BwdConfig.class_chains)
             cfg = cfg.with_class_chains()
-        if dkv_chain or dkv_red:  # deterministic GQA dK/dV summed in query-head order
-            # (BwdConfig.dkv_chain; dkv_red: in L2, converted by the postprocess)
-            cfg = dataclasses.replace(cfg, dkv_chain=True, dkv_red=dkv_red, dkv_last=False)
+        if dkv_chain or dkv_red or dkv_bulk:  # deterministic GQA dK/dV summed in query-head order
+            # (BwdConfig.dkv_chain; dkv_red: in L2, converted by the postprocess; dkv_bulk: by
+            # the dQ writer's bulk ops)
+            cfg = dataclasses.replace(cfg, dkv_chain=True, dkv_red=dkv_red or dkv_bulk,
+                                      dkv_bulk=dkv_bulk, dkv_last=False)
         if dkv_last is not None:  # deterministic GQA dK/dV summed by the group's last CTA
             cfg = dataclasses.replace(cfg, dkv_last=dkv_last and not cfg.dkv_chain)
         if interleave:  # deterministic head walk, the group's heads per query tile
@@ -232,6 +234,7 @@ def variants(full: bool = False) -> list[Variant]:
                          " class-chains" if class_chains else "",
                          " dkv-chain" if dkv_chain else "",
                          " dkv-red" if dkv_red else "",
+                         " dkv-bulk" if dkv_bulk else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
                          " walk-interleave" if interleave else ""])
@@ -360,6 +363,12 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, 2, gqa=True, det=True, dkv_red=True)
     bwd("float16", 64, True, 2, gqa=True, det=True, sink=True, dkv_red=True)
     bwd("bfloat16", 256, True, 1, gqa=True, det=True, dkv_red=True)
+    # deterministic GQA dK/dV summed by the dQ writer's bulk ops (BwdConfig.dkv_bulk)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, dkv_bulk=True)
+    bwd("bfloat16", 128, False, 2, gqa=True, det=True, dkv_bulk=True)
+    bwd("bfloat16", 128, True, None, gqa=True, det=True, dkv_bulk=True)
+    bwd("float16", 64, True, 2, gqa=True, det=True, sink=True, dkv_bulk=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, dkv_bulk=True, one_cta=True)
     bwd("bfloat16", 128, True, 1, gqa=True, det=True, one_cta=True, dkv_chain=True)
     bwd("bfloat16", 256, True, 1, two_stages=True)
     bwd("bfloat16", 256, False, 4, gqa=True, two_stages=True)

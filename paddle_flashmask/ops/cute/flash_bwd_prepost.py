@@ -178,6 +178,10 @@ class PrePostConfig:
     # BwdConfig.dkv_red: dk/dv arrive as the GQA groups' fp32 sums [B, Sk, Hk, D], which the
     # postprocess converts (the partials' kernel with one member per group)
     dkv_sums: bool = False
+    # BwdConfig.dkv_bulk: the sums are head-major with rows padded to whole key tiles of tile_n
+    # ([B, Hk, Sk_pad, D]), each row's 16-byte chunks swizzled by row (chunk ^= row % 8, the
+    # main kernel's dq_stage_layout); the postprocess undoes it
+    dkv_tiles: bool = False
 
     @property
     def has_post(self) -> bool:
@@ -378,7 +382,11 @@ class _Postprocess:
         if const_expr(self.cfg.gqa or self.cfg.dkv_sums):
             # per query head, head-major (the kernel sums each group), or already summed per
             # KV head (dkv_red's row-major sums)
-            if const_expr(self.cfg.dkv_sums):
+            if const_expr(self.cfg.dkv_tiles):
+                skp = cute.ceil_div(sk, self.cfg.tile_n) * self.cfg.tile_n
+                mdKpart = head_major(dk_part_ptr, b, skp, hk, d, _VEC_ACC)
+                mdVpart = head_major(dv_part_ptr, b, skp, hk, dv, _VEC_ACC)
+            elif const_expr(self.cfg.dkv_sums):
                 mdKpart = vector_rows(dk_part_ptr, (b, sk, hk), d, _VEC_ACC)
                 mdVpart = vector_rows(dv_part_ptr, (b, sk, hk), dv, _VEC_ACC)
             else:
@@ -504,14 +512,18 @@ class _Postprocess:
     def _member_chunks(self, src, b, head, row0, tidx, sk, chunks_per_row: cutlass.Constexpr[int],
                        n_chunks: cutlass.Constexpr[int]):
         """This thread's 4-float chunks of one group member's partial rows (zeros past Sk: the
-        partials have exactly Sk rows), loaded into registers."""
+        partials have exactly Sk rows), loaded into registers; ``dkv_tiles``: each from its
+        swizzled place in the row."""
         vals = cute.make_rmem_tensor((n_chunks, _VEC_ACC), Float32)
         vals.fill(0.0)
         for k in cutlass.range_constexpr(n_chunks):
             chunk = tidx + k * _THREADS
             j = row0 + chunk // chunks_per_row
+            col = chunk % chunks_per_row
+            if const_expr(self.cfg.dkv_tiles):  # tiles start at multiples of 8 rows
+                col = col ^ (j % 8)
             if j < sk:
-                vals[k, None].store(src[b, j, head, chunk % chunks_per_row, None].load())
+                vals[k, None].store(src[b, j, head, col, None].load())
         return vals
 
     @cute.kernel

@@ -84,6 +84,10 @@ _DQ_SYNC_THREADS = 256 + 32
 _DQ_PAD = 8  # fp32 padding per dQ smem row: conflict-free 8-byte stores from the wgmma layout
 _BAR_CONV_BUF = 6  # converter warps: the queue slot / a conversion buffer was read out
 _BAR_DKV_CHAIN = 9  # dkv_chain: the consumers' hand-over of a key tile's GQA-group dK/dV sum
+# dkv_bulk: the dK/dV staging region (sP .. sdQ) free for the consumers (dQ writer warp ->
+# consumers), and a staged dK or dV tile ready for the writer's bulk op (consumers -> writer)
+_BAR_DKV_STAGE = 10
+_BAR_DKV_FULL = 11
 # dq_per_wg: warpgroup w's dQ block uses _BAR_DQ_FULL / _BAR_DQ_EMPTY + _BAR_DQ_WG_STEP * w
 # (w = 1: ids 7 / 8), each with its 128 consumer threads and the writer warp
 _BAR_DQ_WG_STEP = 3
@@ -466,10 +470,11 @@ DET_DKV_CHAIN_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN"
 
 def _dkv_chain_mode() -> str:
     """``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN``: ``0`` / unset (the partials), ``1`` (the register
-    chain, ``dkv_chain``) or ``red`` (the chain through L2, ``dkv_chain`` and ``dkv_red``)."""
+    chain, ``dkv_chain``), ``red`` (the chain through L2, ``dkv_chain`` and ``dkv_red``) or
+    ``bulk`` (the chain through L2 by bulk reduce-adds from shared memory, ``dkv_bulk``)."""
     from .launch_args import env_choice
 
-    return env_choice(DET_DKV_CHAIN_ENV, ("0", "1", "red"))
+    return env_choice(DET_DKV_CHAIN_ENV, ("0", "1", "red", "bulk"))
 
 
 def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
@@ -481,7 +486,8 @@ def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     what the deterministic GQA loses: the epilogue's wait and fp32 reads on the consumers'
     path cost more than the postprocess they save. Env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=1``
     turns it on there (``red``: through L2 reduce-adds, ``default_dkv_red``)."""
-    return (_dkv_chain_mode() in ("1", "red") and deterministic and gqa and not gqa_in_cta)
+    return (_dkv_chain_mode() in ("1", "red", "bulk") and deterministic and gqa
+            and not gqa_in_cta)
 
 
 def default_dkv_red(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
@@ -498,7 +504,22 @@ def default_dkv_red(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     the other, each head's behind its predecessor's fence. Deterministic / default without ->
     with it: 32/8 causal documents 1.180 -> 1.258x, sliding window 1.201 -> 1.301x, documents
     1.156 -> 1.191x; 16/8 packed SFT 1.274 -> 1.394x."""
-    return _dkv_chain_mode() == "red" and deterministic and gqa and not gqa_in_cta
+    return (_dkv_chain_mode() in ("red", "bulk") and deterministic and gqa
+            and not gqa_in_cta)
+
+
+def default_dkv_bulk(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
+    """``BwdConfig.dkv_bulk`` (with ``dkv_red``) wanted where it applies (deterministic GQA
+    without the head walk, a variant whose staging region fits: ``BwdConfig.dkv_bulk_fits``):
+    env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=bulk``; where it does not fit, the host keeps the
+    per-query-head partials. Why (H200 call 107, GQA 32/8 B=4 S=8K, whole backward split by
+    kernel): the partials' reduction kernel alone is 322 us of the deterministic backward, 8-11 %
+    of the default's time (sliding window 2,965 us, causal documents 3,856), and ``dkv_red``'s
+    scalar reduce-adds moved that cost into the consumers (call 104). Here the consumers only
+    stage each tile in shared memory; the dQ writer warp waits for the group's previous head
+    and issues one bulk op per tile, so the adds meet in L2 and the postprocess only converts
+    the Hk-sized sums."""
+    return _dkv_chain_mode() == "bulk" and deterministic and gqa and not gqa_in_cta
 
 
 DET_WALK_INTERLEAVE_ENV = "PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE"
@@ -814,6 +835,15 @@ class BwdConfig:
     # partials' reduction's, in its order. The host's choice: default_dkv_red (off: slower,
     # H200 call 104).
     dkv_red: bool = False
+    # dkv_red by bulk ops: the consumers stage the key tile's scaled fp32 dK, then dV, in shared
+    # memory (the region sP .. sdQ, free once the walk's last GEMM and dQ add are done) with the
+    # dQ staging swizzle, and the dQ writer warp adds each tile to the group's sum with one bulk
+    # reduce-add (query head 0: a bulk copy) after head j - 1's flag, then raises head j's flag
+    # once its adds are complete. The sums are head-major, rows padded to whole key tiles
+    # ([B, Hk, Sk_pad, D], each tile's 16-byte chunks swizzled by row), converted by the
+    # postprocess. The additions are the partials' reduction's, in its order (bit-identical
+    # reruns). The host's choice: default_dkv_bulk.
+    dkv_bulk: bool = False
     # Deterministic GQA without the head walk: each query head's CTA stores its fp32 dK/dV
     # partial, then counts itself in on the key tile's flag; the CTA that arrives last (whichever
     # head it is) sums the group's partials in head order and writes dK/dV in the input dtype.
@@ -863,6 +893,13 @@ class BwdConfig:
                              f"gqa={self.gqa}, gqa_in_cta={self.gqa_in_cta}")
         if self.dkv_red and not self.dkv_chain:
             raise ValueError(f"dkv_red: expected dkv_chain=True, found dkv_chain={self.dkv_chain}")
+        if self.dkv_bulk and not (self.dkv_red and self.dkv_bulk_fits):
+            raise ValueError(f"dkv_bulk: expected dkv_red=True and dkv_bulk_fits (dQ staged in "
+                             f"smem, fused_dq=False, head dims in (64, 128, 256), the staging "
+                             f"region at least a dK / dV tile), found dkv_red={self.dkv_red}, "
+                             f"dq_in_smem={self.dq_in_smem}, fused_dq={self.fused_dq}, head "
+                             f"dims ({self.head_dim}, {self.head_dim_v}), region "
+                             f"{self.dkv_region_bytes} B for {self.dkv_tile_bytes} B")
         if self.dkv_last and not (self.deterministic and self.gqa and not self.gqa_in_cta
                                   and not self.dkv_chain):
             raise ValueError(f"dkv_last: expected deterministic=True, gqa=True, gqa_in_cta=False "
@@ -1032,6 +1069,27 @@ class BwdConfig:
         return self.gqa and not self.gqa_in_cta and not self.dkv_chain and not self.dkv_last
 
     @property
+    def dkv_region_bytes(self) -> int:
+        """dkv_bulk's staging region: sP, sdS and sdQ, consecutive in the kernel's Storage (each
+        a whole number of KB, so no alignment gap between them)."""
+        el = 2
+        return ((1 + self.pds_stages) * self.tile_n * self.tile_m * el
+                + self.tile_m * self.dq_row_elems * 4)
+
+    @property
+    def dkv_tile_bytes(self) -> int:
+        """One key tile's fp32 dK or dV, the larger: what dkv_bulk stages at a time."""
+        return self.tile_n * max(self.head_dim, self.head_dim_v) * 4
+
+    @property
+    def dkv_bulk_fits(self) -> bool:
+        """Whether dkv_bulk can apply to this variant (the layout of ``dq_stage_layout``'s swizzle
+        needs power-of-two rows, the region a whole tile)."""
+        return (self.dq_in_smem and not self.fused_dq
+                and self.head_dim in (64, 128, 256) and self.head_dim_v in (64, 128, 256)
+                and self.dkv_tile_bytes <= self.dkv_region_bytes)
+
+    @property
     def dkv_group_sum(self) -> bool:
         """dK/dV of a GQA group summed in the main kernel (``dkv_chain`` or ``dkv_last``): fp32
         buffers and per-key-tile flags come as its trailing arguments."""
@@ -1040,14 +1098,16 @@ class BwdConfig:
     @property
     def prepost(self):
         from .flash_bwd_prepost import PrePostConfig
-        fused = {}
+        extra = {}
         if self.fused_dq:  # the preprocess counts visits with this kernel's mask form and tile
-            fused = dict(fused_dq=True, causal=self.causal, num_columns=self.num_columns,
+            extra = dict(fused_dq=True, causal=self.causal, num_columns=self.num_columns,
                          tile_n=self.tile_n)
+        if self.dkv_bulk:  # the sums in whole key tiles (fused_dq is off with it)
+            extra = dict(dkv_tiles=True, tile_n=self.tile_n)
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
                              first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,
-                             dq_per_wg=self.dq_per_wg, dkv_sums=self.dkv_red, **fused)
+                             dq_per_wg=self.dq_per_wg, dkv_sums=self.dkv_red, **extra)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1237,8 +1297,13 @@ class FlashMaskBwdSm90:
         mdKacc = mdVacc = mDkvFlags = None
         if const_expr(self.cfg.dkv_group_sum):
             sum_heads = h if const_expr(self.cfg.dkv_last) else hk
-            mdKacc = rowmajor(dkacc_ptr, (b, sk, sum_heads, d))
-            mdVacc = rowmajor(dvacc_ptr, (b, sk, sum_heads, dv))
+            if const_expr(self.cfg.dkv_bulk):  # head-major, rows padded to whole key tiles
+                skp = cute.ceil_div(sk, tn) * tn
+                mdKacc = rowmajor(dkacc_ptr, (b, hk, skp, d))
+                mdVacc = rowmajor(dvacc_ptr, (b, hk, skp, dv))
+            else:
+                mdKacc = rowmajor(dkacc_ptr, (b, sk, sum_heads, d))
+                mdVacc = rowmajor(dvacc_ptr, (b, sk, sum_heads, dv))
             mDkvFlags = rowmajor(dkv_flag_ptr, (b, hk, cute.ceil_div(sk, tn)))
         mCounter = None  # next (key tile, head, batch) of the persistent grid
         if const_expr(self.cfg.persistent):
@@ -1275,6 +1340,17 @@ class FlashMaskBwdSm90:
         self.q_bytes = self.tile_m * self.d * el + self.stats_bytes
         self.do_bytes = self.tile_m * self.dv * el + self.stats_bytes
         self.kv_bytes = self.tile_n * (self.d + self.dv) * el
+
+        if const_expr(self.cfg.dkv_bulk):
+            # the staging region is sP, sdS and sdQ back to back (Storage's order): sP and sdS
+            # end on their successors' alignment, and together they hold a dK / dV tile
+            p_bytes = cute.cosize(self.sP_layout) * el
+            ds_bytes = cute.cosize(self.sdS_layout) * el
+            if const_expr(p_bytes % 1024 or ds_bytes % 128
+                          or p_bytes + ds_bytes + self.sdq_elems * 4 < self.cfg.dkv_tile_bytes):
+                raise ValueError(f"dkv_bulk: the staging region sP ({p_bytes} B) + sdS "
+                                 f"({ds_bytes} B) + sdQ ({self.sdq_elems * 4} B) must be "
+                                 f"contiguous and hold {self.cfg.dkv_tile_bytes} B")
 
         @cute.struct
         class Storage:
@@ -1379,6 +1455,8 @@ class FlashMaskBwdSm90:
             p1, p2, p3 = self._dq_writer(grid, sdQ, mdQacc, mSem, grid.mSumMin, grid.mSumMax, b, h,
                                          hm, n_blk, n0, num_m, grid.seqlen_q, seqlen_k, diag, bmax,
                                          bmin, tidx, p1, p2, p3)
+            if const_expr(self.cfg.dkv_bulk):  # the key tile's dK / dV, once the consumers stage
+                self._add_dkv(grid, b, h, n_blk, tidx % 32)
         return p1, p2, p3
 
     # ---- persistent grid (BwdConfig.persistent_ctas) ------------------------------------------
@@ -1802,7 +1880,8 @@ class FlashMaskBwdSm90:
                                mSumMin=mSumMin, mSumMax=mSumMax, seqlen_q=seqlen_q,
                                mPending=mPending, conv_slot=conv_slot, queue=queue, stats=stats,
                                mClass=mClass, mdKacc=mdKacc, mdVacc=mdVacc,
-                               mDkvFlags=mDkvFlags, mOrder=mOrder, s_arrival=s_arrival)
+                               mDkvFlags=mDkvFlags, mOrder=mOrder, s_arrival=s_arrival,
+                               storage=st)
 
         bmax = bmin = None  # the persistent grid's roles take each tile's bands per tile
         if const_expr(not cfg.persistent):
@@ -2671,7 +2750,9 @@ class FlashMaskBwdSm90:
         """Consumers: the finished key tile's dK (scaled) and dV, written once; with
         ``dkv_chain`` added to the GQA group's running sum in query-head order (BwdConfig)."""
         n0 = n_blk * self.tile_n
-        if const_expr(self.cfg.dkv_chain):
+        if const_expr(self.cfg.dkv_bulk):
+            self._stage_dkv(grid.storage, acc_dK, acc_dV, th_dk, th_dv, softmax_scale)
+        elif const_expr(self.cfg.dkv_chain):
             group = grid.num_h // grid.mK.shape[2]
             member = h - hk * group
             flag = grid.mDkvFlags.iterator + cute.crd2idx((b, hk, n_blk), grid.mDkvFlags.layout)
@@ -2724,6 +2805,72 @@ class FlashMaskBwdSm90:
         else:
             self._store_rows(acc_dK, th_dk, mdK, b, h, hk, n0, seqlen_k, self.d, softmax_scale)
             self._store_rows(acc_dV, th_dv, mdV, b, h, hk, n0, seqlen_k, self.dv, Float32(1.0))
+
+    def _dkv_stage_tensor(self, storage, width: int):
+        """dkv_bulk: a key tile's fp32 dK or dV ``[tile_n, width]`` in the staging region (sP on,
+        ``dkv_region_bytes``), laid out as the group's sum holds it (``dq_stage_layout``'s
+        swizzled block). Taken from the shared-memory base where it is used: a pointer held
+        across the main loop makes the bidirectional C=2 consumers spill."""
+        return cute.make_tensor(cute.recast_ptr(storage.sP.data_ptr(), dtype=Float32),
+                                dq_stage_layout(self.tile_n, width, swizzle=True))
+
+    @cute.jit
+    def _stage_dkv(self, storage, acc_dK, acc_dV, th_dk, th_dv, softmax_scale):
+        """dkv_bulk, consumers: the key tile's scaled dK, then its dV, staged in the region for
+        the dQ writer's bulk ops; each waits until the region is free (the walk's dQ reads, then
+        the previous tile's bulk read), and the epilogue ends when dV is read out (the next key
+        tile's P / dS stores reuse the region)."""
+        for i in cutlass.range_constexpr(cute.size(acc_dK)):
+            acc_dK[i] = acc_dK[i] * softmax_scale
+        for which in cutlass.range_constexpr(2):
+            acc, th, width = ((acc_dK, th_dk, self.d) if const_expr(which == 0)
+                              else (acc_dV, th_dv, self.dv))
+            cute.arch.barrier(barrier_id=_BAR_DKV_STAGE, number_of_threads=_DQ_SYNC_THREADS)
+            cute.autovec_copy(acc, th.partition_C(self._dkv_stage_tensor(storage, width)))
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.barrier_arrive(barrier_id=_BAR_DKV_FULL, number_of_threads=_DQ_SYNC_THREADS)
+        cute.arch.barrier(barrier_id=_BAR_DKV_STAGE, number_of_threads=_DQ_SYNC_THREADS)
+
+    @cute.jit
+    def _add_dkv(self, grid, b, h, n_blk, lane):
+        """dkv_bulk, dQ writer warp (after its walk's dQ reads): each tile the consumers stage
+        goes to the group's sum with one bulk op, query head 0's a copy and the others' a
+        reduce-add after the previous head's flag; then this head's flag, once its adds are
+        complete at L2 (the last head's sums are read by the postprocess, after the kernel)."""
+        num_hk = grid.mK.shape[2]
+        group = grid.num_h // num_hk
+        hk = h // group
+        member = h - hk * group
+        # the key tile's block in the sums, warp-uniform (uniform registers: the writer warp
+        # has 24 per thread)
+        tile = cute.arch.make_warp_uniform((b * num_hk + hk) * grid.mDkvFlags.shape[2] + n_blk)
+        cute.arch.barrier_arrive(barrier_id=_BAR_DKV_STAGE, number_of_threads=_DQ_SYNC_THREADS)
+        for which in cutlass.range_constexpr(2):
+            mSum, width = ((grid.mdKacc, self.d) if const_expr(which == 0)
+                           else (grid.mdVacc, self.dv))
+            cute.arch.barrier(barrier_id=_BAR_DKV_FULL, number_of_threads=_DQ_SYNC_THREADS)
+            if const_expr(which == 0):
+                if member > 0:  # the group's sum holds heads 0 .. member - 1
+                    self._sem_wait(grid.mDkvFlags, b, hk, n_blk, member, lane, sync="fence")
+                    cute.arch.sync_warp()
+                    cute.arch.fence_proxy("async.global")  # the flag seen before the reduce-add
+            dst = mSum.iterator + cutlass.Int64(tile) * (self.tile_n * width)
+            src = self._dkv_stage_tensor(grid.storage, width).iterator
+            with cute.arch.elect_one():
+                if member == 0:
+                    self._bulk_op(dst, src, self.tile_n * width * 4, True)
+                else:
+                    self._bulk_op(dst, src, self.tile_n * width * 4, False)
+            cute.arch.cp_async_bulk_commit_group()
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+            cute.arch.barrier_arrive(barrier_id=_BAR_DKV_STAGE, number_of_threads=_DQ_SYNC_THREADS)
+        if member < group - 1:
+            cute.arch.cp_async_bulk_wait_group(0, read=False)
+            cute.arch.fence_proxy("async.global")
+            cute.arch.sync_warp()
+            if lane == 0:
+                cute.arch.store(grid.mDkvFlags.iterator + tile, member + 1, sem="release",
+                                scope="gpu")
 
     @cute.jit
     def _sum_group_rows(self, acc, th_mma, mParts, mOut, b, h0, group, hk, n0, seqlen_k, width):
@@ -2861,7 +3008,8 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
     partials, head-major; ``dkv_last``'s are ``[B, Sk, H, D]``), ``semaphores`` int32
     ``[B, H, Sq_pad/64]`` only when deterministic, ``tile_classes`` int32
     ``[B, H, ceil(Sk/tile_n)]`` only with ``class_chains`` (zeroed by the wrapper),
-    ``dk_sum``/``dv_sum`` fp32 ``[B, Sk, Hk, D]`` and ``dkv_flags`` int32
+    ``dk_sum``/``dv_sum`` fp32 ``[B, Sk, Hk, D]`` (``dkv_bulk``: ``[B, Hk, Sk_pad, D]``, rows padded
+    to whole key tiles) and ``dkv_flags`` int32
     ``[B, Hk, ceil(Sk/tile_n)]`` only with ``dkv_chain``, ``dq_pending`` int32 ``[B, H, Sq_pad/64]``
     only with ``fused_dq``, ``dq_flags`` int32 ``[B, H, Sq_pad/64]`` only with ``dq_first_store`` (then
     ``dq_accum`` is not zeroed), ``dsink_part`` fp32 ``[B, H, Sq_pad/64]`` only with
@@ -2891,8 +3039,11 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         out["dv_part"] = ((batch, seqlen_k, num_heads, cfg.head_dim_v), "float32")
         out["dkv_flags"] = ((batch, num_kv_heads, -(-seqlen_k // cfg.tile_n)), "int32")
     if cfg.dkv_chain:  # the GQA group's running dK/dV sums, and flags zeroed by the wrapper
-        out["dk_sum"] = ((batch, seqlen_k, num_kv_heads, cfg.head_dim), "float32")
-        out["dv_sum"] = ((batch, seqlen_k, num_kv_heads, cfg.head_dim_v), "float32")
+        rows = (batch, seqlen_k, num_kv_heads)
+        if cfg.dkv_bulk:  # head-major, rows padded to whole key tiles (swizzled blocks)
+            rows = (batch, num_kv_heads, -(-seqlen_k // cfg.tile_n) * cfg.tile_n)
+        out["dk_sum"] = (rows + (cfg.head_dim,), "float32")
+        out["dv_sum"] = (rows + (cfg.head_dim_v,), "float32")
         out["dkv_flags"] = ((batch, num_kv_heads, -(-seqlen_k // cfg.tile_n)), "int32")
     if cfg.claim_list:  # the class-sorted tile list and its builder's scratch (chunk_counts zeroed)
         out.update(claims.workspace_shapes(cfg, batch, seqlen_k, num_heads, num_kv_heads))

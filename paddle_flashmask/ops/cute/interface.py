@@ -353,7 +353,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_vector_dkv, default_class_chains, default_class_ratio,
                                  default_dkv_chain, default_claim_list,
                                  default_det_first_store, default_dkv_last,
-                                 default_dkv_red, default_walk_interleave)
+                                 default_dkv_red, default_walk_interleave,
+                                 default_dkv_bulk)
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
@@ -392,7 +393,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dkv_chain(deterministic, gqa, gqa_in_cta),
                             default_claim_list(),
                             default_dkv_last(deterministic, gqa, gqa_in_cta), walk_interleave,
-                            default_dkv_red(deterministic, gqa, gqa_in_cta))
+                            default_dkv_red(deterministic, gqa, gqa_in_cta),
+                            default_dkv_bulk(deterministic, gqa, gqa_in_cta))
 
 
 @functools.lru_cache(maxsize=256)
@@ -403,7 +405,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
                      dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
                      dkv_chain=False, claim_list=False, dkv_last=False, walk_interleave=False,
-                     dkv_red=False):
+                     dkv_red=False, dkv_bulk=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -436,8 +438,13 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
     if dq_uniform_rows and cfg.dq_in_smem and not cfg.fused_dq and not cfg.dq_swizzle:
         cfg = replace(cfg, dq_uniform_rows=True)
     if dkv_chain:  # a GQA group's dK/dV summed in order by its query heads' CTAs
-        # (dkv_red: in L2, converted by the postprocess)
-        cfg = replace(cfg, dkv_chain=True, dkv_red=dkv_red)
+        # (dkv_red: in L2, converted by the postprocess; dkv_bulk: by bulk ops, only where its
+        # staging region fits, else the per-query-head partials stay)
+        chained = replace(cfg, dkv_chain=True, dkv_red=dkv_red)
+        if not dkv_bulk:
+            cfg = chained
+        elif chained.dkv_bulk_fits:
+            cfg = replace(chained, dkv_bulk=True)
     elif dkv_last:  # ... or by the group's last CTA to finish the key tile
         cfg = replace(cfg, dkv_last=True)
     # two dQ chains by work class, claimed in two passes (with dkv_chain only where no per-head
