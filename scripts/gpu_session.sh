@@ -1428,7 +1428,20 @@ for f in sys.argv[1:]:
 '"$(pack_logs 109)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109"
+call110() {
+  emit "call 110 (session 20; nvidia-h200: stage parts a and b first) - the dV GEMM issued before the consumers' dS^T rendezvous (BwdConfig.dv_early, env PADDLE_FLASHMASK_BWD_DV_EARLY=1; FA4's order, built in session 20): the backward oracle with determinism with it on (stops on failure), then base / dv_early whole-backward times: MHA B=4 S=8K H=16 over the eight masks, GQA 16/8 B=2 (the e2e shape), deterministic MHA B=4 [<= 9 min]" \
+    nvidia-h200 540 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+R=PADDLE_FLASHMASK_BWD_DV_EARLY=1
+env $R timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_dv_early.json > $OUT/bwd_dv.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_dv.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3"
+timeout -s INT -k 10 170 $A --variant base: --variant dv_early:$R --batch 4 --heads 16 --kv-heads 16 --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s20_dv_early_mha > $OUT/kab_mha.log 2>&1; grep -v compiling $OUT/kab_mha.log | tail -n 8
+timeout -s INT -k 10 80 $A --variant base: --variant dv_early:$R --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,causal --tag s20_dv_early_gqa16 > $OUT/kab_gqa.log 2>&1; grep -v compiling $OUT/kab_gqa.log | tail -n 4
+timeout -s INT -k 10 80 $A --variant det:deterministic=1 --variant det_dv:deterministic=1,$R --batch 4 --heads 16 --kv-heads 16 --masks causal_document,document,causal --tag s20_dv_early_det > $OUT/kab_det.log 2>&1; grep -v compiling $OUT/kab_det.log | tail -n 3
+'"$(pack_logs 110)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1604,7 +1617,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -144,3 +144,35 @@ def test_stage_stats_reads_shared_memory_in_the_main_loop():
     assert staged.get("LDS", 0) == 16 and "LDG" not in staged
     assert staged["HGMMA"] == base["HGMMA"] and staged["BAR"] == base["BAR"]
     assert sum(staged.values()) < sum(base.values())
+
+
+def test_dv_early_rules(monkeypatch):
+    """The dV GEMM before the dS^T rendezvous (BwdConfig.dv_early): off by default until its
+    H200 A/B, env-switched where P^T comes from registers (rs_dkv), never where it does not."""
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.DV_EARLY_ENV, bwd.RS_DKV_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert not interface.backward_config("bfloat16", 128, True, 1).dv_early
+    monkeypatch.setenv(bwd.DV_EARLY_ENV, "1")
+    for d, causal, columns, gqa, det in ((128, True, 1, False, False), (128, False, None, False,
+                                          False), (64, False, 2, True, False),
+                                         (128, True, 1, True, True)):
+        assert interface.backward_config("bfloat16", d, causal, columns, gqa=gqa,
+                                         deterministic=det).dv_early
+    assert not interface.backward_config("bfloat16", 256, True, 1).dv_early  # P^T through smem
+    monkeypatch.setenv(bwd.RS_DKV_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1).dv_early
+    with pytest.raises(ValueError, match="dv_early"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=False, dv_early=True)
+
+
+def test_dv_early_loop_keeps_its_gemms_and_adds_one_commit():
+    """Same 32 HGMMA and barriers per iteration; the dV GEMM's own commit group is one
+    WARPGROUP.ARRIVE more (its fence before the rendezvous), and no extra wait."""
+    base = _main_loop({bwd.DV_EARLY_ENV: "0"})
+    early = _main_loop({bwd.DV_EARLY_ENV: "1"})
+    assert early["HGMMA"] == base["HGMMA"] == 32
+    assert early["BAR"] == base["BAR"]
+    assert early.get("WARPGROUP", 0) >= base.get("WARPGROUP", 0)
+    assert early.get("WARPSYNC", 0) == base.get("WARPSYNC", 0)

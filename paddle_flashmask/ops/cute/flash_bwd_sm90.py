@@ -423,6 +423,21 @@ def default_dq_early() -> bool:
     return env_flag(DQ_EARLY_ENV, default="1")
 
 
+DV_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DV_EARLY"
+
+
+def default_dv_early() -> bool:
+    """``BwdConfig.dv_early`` wanted where it applies (P^T from registers, ``rs_dkv``): off until
+    its H200 A/B. Why: Nsight Compute of the D=128 backward (session 11) put ours at ~60 % tensor-
+    pipe use against FA4's 77 %, with both consumer warpgroups meeting at the dS^T rendezvous
+    every query tile and the tensor pipe idle through it; FA4 issues its dV GEMM before that
+    rendezvous (``flash_bwd_sm90.py``'s ``mma_one_m_block``), ours after. Env
+    ``PADDLE_FLASHMASK_BWD_DV_EARLY=1`` turns it on."""
+    from .launch_args import env_flag
+
+    return env_flag(DV_EARLY_ENV, default="0")
+
+
 PREFETCH_STATS_ENV = "PADDLE_FLASHMASK_BWD_PREFETCH_STATS"
 
 
@@ -768,6 +783,12 @@ class BwdConfig:
     # Needs dQ staged in smem, not deterministic (its hand-off waits on the semaphore chain).
     # The host's choice: default_dq_early (on since session 10).
     dq_early: bool = False
+    # The dV GEMM (P^T from registers, dO from smem: only this warpgroup's own keys) is issued,
+    # in its own commit group, before the "P^T/dS^T ready" rendezvous of the two consumer
+    # warpgroups instead of after it, so the tensor pipe has work while the first warpgroup
+    # waits for the second's dS^T (only the dQ GEMM reads the other warpgroup's dS^T). Needs
+    # rs_dkv. The host's choice: default_dv_early.
+    dv_early: bool = False
     # Each query tile's LSE and delta are loaded once the previous tile no longer needs them (after
     # its dS^T), so the global loads run under the dV/dK/dQ GEMMs instead of stalling the exp
     # (ncu, d64 full backward: 38 % of issue cycles wait on L1TEX). A tile whose stats were not
@@ -968,6 +989,9 @@ class BwdConfig:
             raise ValueError(f"pds_stages: expected 1, or 2 with rs_dkv=True, qdo_stages=2 and "
                              f"tile_n=128, found {self.pds_stages} (rs_dkv={self.rs_dkv}, "
                              f"qdo_stages={self.qdo_stages}, tile_n={self.tile_n})")
+        if self.dv_early and not self.rs_dkv:
+            raise ValueError("dv_early: expected rs_dkv=True (P^T from registers), found "
+                             "rs_dkv=False")
         if self.dq_early and (self.deterministic or not self.dq_in_smem):
             raise ValueError(f"dq_early: expected deterministic=False and dQ staged in smem, found "
                              f"deterministic={self.deterministic}, dq_in_smem={self.dq_in_smem}")
@@ -2252,12 +2276,18 @@ class FlashMaskBwdSm90:
                               pds_store.partition_D(ops.sdS[None, None, stage]))
                 else:
                     cute.copy(pds_store, pds_store.retile(rdS), tPsdS)
+                dv_early = const_expr(cfg.dv_early and self.rs_dkv)
+                if const_expr(dv_early):  # this warpgroup's own P^T: no need to wait for the other
+                    warpgroup.fence()
+                    self._wgmma(tiled_dv, acc_dV, tVrP, tVrdO[None, None, None, stage], False)
+                    warpgroup.commit_group()
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier(barrier_id=_BAR_PDS_READY,
                                   number_of_threads=self.num_consumer_threads)
 
                 warpgroup.fence()
-                self._wgmma(tiled_dv, acc_dV, tVrP, tVrdO[None, None, None, stage], False)
+                if const_expr(not dv_early):
+                    self._wgmma(tiled_dv, acc_dV, tVrP, tVrdO[None, None, None, stage], False)
                 tQrdS_now = tQrdS[None, None, None, stage] if two_pds else tQrdS
                 acc_dQ = cute.make_rmem_tensor(wg_dq.partition_shape_C((self.tile_m, self.d)),
                                                Float32)
