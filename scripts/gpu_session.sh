@@ -1441,7 +1441,31 @@ timeout -s INT -k 10 80 $A --variant det:deterministic=1 --variant det_dv:determ
 '"$(pack_logs 110)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110"
+call111() {
+  emit "call 111 (session 20; nvidia-h200: stage parts a and b first) - the GPU suite at the session's new default (dv_early on, call 110), then dK before the rendezvous too (BwdConfig.dk_early, env PADDLE_FLASHMASK_BWD_DK_EARLY=1): its backward oracle with determinism (stops on failure) and its A/B against dv_early alone, MHA B=4 and GQA 16/8 B=2 [<= 9.5 min]" \
+    nvidia-h200 560 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+'"$GPU_SUITE_1GPU"'
+R=PADDLE_FLASHMASK_BWD_DK_EARLY=1
+env $R timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_dk_early.json > $OUT/bwd_dk.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_dk.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant dv_early: --variant dk_early:$R"
+timeout -s INT -k 10 70 $A --batch 4 --heads 16 --kv-heads 16 --masks full,causal,causal_document,document --tag s20_dk_early_mha > $OUT/kab_mha.log 2>&1; grep -v compiling $OUT/kab_mha.log | grep -v "^  " | tail -n 4
+timeout -s INT -k 10 50 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document --tag s20_dk_early_gqa16 > $OUT/kab_gqa.log 2>&1; grep -v compiling $OUT/kab_gqa.log | grep -v "^  " | tail -n 2
+'"$(pack_logs 111)"
+}
+
+call112() {
+  emit "call 112 (session 20, the last of its device time; nvidia-h200: stage parts a and b first, FA4 wheels carried) - the README's same-run benchmark at B=4 S=8K with every peer at the new backward default (dv_early; last run in session 18), then the compiled-model e2e step next to FA4 varlen, ours first (#6 items 3-4) [<= 9.5 min]" \
+    nvidia-h200 570 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 300 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s20_cases0 > $OUT/bench_s20_cases0.log 2>&1; tail -n 14 $OUT/bench_s20_cases0.log | cut -c1-300
+'"$(e2e_both_orders 120 100 final_a final_b s20 | head -n 1)"'
+e2e flashmask,fa4_varlen final_a
+'"$(pack_logs 112)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1617,7 +1641,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

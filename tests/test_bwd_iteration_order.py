@@ -147,14 +147,22 @@ def test_stage_stats_reads_shared_memory_in_the_main_loop():
 
 
 def test_dv_early_rules(monkeypatch):
-    """The dV GEMM before the dS^T rendezvous (BwdConfig.dv_early): off by default until its
-    H200 A/B, env-switched where P^T comes from registers (rs_dkv), never where it does not."""
+    """The dV GEMM before the dS^T rendezvous (BwdConfig.dv_early): on by default since the
+    H200 A/B of session 20 where P^T comes from registers (rs_dkv), never where it does not; env 0
+    gives the old order. dk_early (dK before it too) only with it, off by default."""
     from paddle_flashmask.ops.cute import interface
 
-    for name in (bwd.DV_EARLY_ENV, bwd.RS_DKV_ENV):
+    for name in (bwd.DV_EARLY_ENV, bwd.RS_DKV_ENV, bwd.DK_EARLY_ENV):
         monkeypatch.delenv(name, raising=False)
+    cfg = interface.backward_config("bfloat16", 128, True, 1)
+    assert cfg.dv_early and not cfg.dk_early
+    monkeypatch.setenv(bwd.DV_EARLY_ENV, "0")
     assert not interface.backward_config("bfloat16", 128, True, 1).dv_early
+    monkeypatch.setenv(bwd.DK_EARLY_ENV, "1")  # nothing to join
+    assert not interface.backward_config("bfloat16", 128, True, 1).dk_early
     monkeypatch.setenv(bwd.DV_EARLY_ENV, "1")
+    assert interface.backward_config("bfloat16", 128, True, 1).dk_early
+    monkeypatch.delenv(bwd.DK_EARLY_ENV)
     for d, causal, columns, gqa, det in ((128, True, 1, False, False), (128, False, None, False,
                                           False), (64, False, 2, True, False),
                                          (128, True, 1, True, True)):
@@ -165,6 +173,8 @@ def test_dv_early_rules(monkeypatch):
     assert not interface.backward_config("bfloat16", 128, True, 1).dv_early
     with pytest.raises(ValueError, match="dv_early"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=False, dv_early=True)
+    with pytest.raises(ValueError, match="dk_early"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=True, dk_early=True)
 
 
 def test_dv_early_loop_keeps_its_gemms_and_adds_one_commit():

@@ -144,7 +144,7 @@ def variants(full: bool = False) -> list[Variant]:
             class_chains: bool = False, dkv_chain: bool = False,
             claim_list: Optional[bool] = None, dkv_last: Optional[bool] = None,
             interleave: bool = False, dkv_red: bool = False, dkv_bulk: bool = False,
-            dv_early: bool = False):
+            dv_early: Optional[bool] = None, dk_early: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -207,8 +207,11 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = dataclasses.replace(cfg, gqa_in_cta=True, dkv_last=False, stage_stats=True,
                                       prefetch_stats=False, late_loads=False,
                                       walk_interleave=True)
-        if dv_early:  # the dV GEMM before the dS^T rendezvous (BwdConfig.dv_early)
-            cfg = dataclasses.replace(cfg, dv_early=True)
+        if dv_early is not None or dk_early:  # the dV (and dK) GEMM before the dS^T rendezvous,
+            # or (False) after it: the order before session 20
+            early = dk_early or bool(dv_early)
+            cfg = dataclasses.replace(cfg, dv_early=early and cfg.rs_dkv,
+                                      dk_early=dk_early and cfg.rs_dkv)
         if claim_list is not None:  # class claims from a class-sorted list, or per pass
             cfg = dataclasses.replace(cfg, claim_list=claim_list)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
@@ -238,7 +241,8 @@ def variants(full: bool = False) -> list[Variant]:
                          " dkv-chain" if dkv_chain else "",
                          " dkv-red" if dkv_red else "",
                          " dkv-bulk" if dkv_bulk else "",
-                         " dv-early" if dv_early else "",
+                         {None: "", True: " dv-early", False: " dv-late"}[dv_early],
+                         " dk-early" if dk_early else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
                          " walk-interleave" if interleave else ""])
@@ -367,14 +371,17 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, 2, gqa=True, det=True, dkv_red=True)
     bwd("float16", 64, True, 2, gqa=True, det=True, sink=True, dkv_red=True)
     bwd("bfloat16", 256, True, 1, gqa=True, det=True, dkv_red=True)
-    # the dV GEMM before the dS^T rendezvous (env PADDLE_FLASHMASK_BWD_DV_EARLY=1)
-    bwd("bfloat16", 128, False, None, dv_early=True)
-    bwd("bfloat16", 128, True, 1, dv_early=True)
-    bwd("bfloat16", 128, False, 2, dv_early=True)
-    bwd("bfloat16", 128, True, 1, gqa=True, dv_early=True)
-    bwd("bfloat16", 128, True, 2, gqa=True, det=True, dv_early=True)
-    bwd("bfloat16", 64, True, None, dv_early=True)
-    bwd("float16", 64, False, 4, sink=True, dv_early=True)
+    # the dV GEMM after the dS^T rendezvous, as before session 20 (env
+    # PADDLE_FLASHMASK_BWD_DV_EARLY=0), and dK before it too (env PADDLE_FLASHMASK_BWD_DK_EARLY=1)
+    bwd("bfloat16", 128, False, None, dv_early=False)
+    bwd("bfloat16", 128, True, 1, dv_early=False)
+    bwd("bfloat16", 128, True, 1, gqa=True, dv_early=False)
+    bwd("bfloat16", 64, True, None, dv_early=False)
+    bwd("bfloat16", 128, False, None, dk_early=True)
+    bwd("bfloat16", 128, True, 1, dk_early=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, dk_early=True)
+    bwd("bfloat16", 128, True, 2, gqa=True, det=True, dk_early=True)
+    bwd("bfloat16", 64, False, 2, dk_early=True)
     # deterministic GQA dK/dV summed by the dQ writer's bulk ops (BwdConfig.dkv_bulk)
     bwd("bfloat16", 128, True, 1, gqa=True, det=True, dkv_bulk=True)
     bwd("bfloat16", 128, False, 2, gqa=True, det=True, dkv_bulk=True)

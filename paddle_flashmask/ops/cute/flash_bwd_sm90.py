@@ -427,15 +427,29 @@ DV_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DV_EARLY"
 
 
 def default_dv_early() -> bool:
-    """``BwdConfig.dv_early`` wanted where it applies (P^T from registers, ``rs_dkv``): off until
-    its H200 A/B. Why: Nsight Compute of the D=128 backward (session 11) put ours at ~60 % tensor-
-    pipe use against FA4's 77 %, with both consumer warpgroups meeting at the dS^T rendezvous
-    every query tile and the tensor pipe idle through it; FA4 issues its dV GEMM before that
-    rendezvous (``flash_bwd_sm90.py``'s ``mma_one_m_block``), ours after. Env
-    ``PADDLE_FLASHMASK_BWD_DV_EARLY=1`` turns it on."""
+    """``BwdConfig.dv_early`` wanted where it applies (P^T from registers, ``rs_dkv``): on since
+    the H200 A/B of session 20. Why: Nsight Compute of the D=128 backward (session 11) put ours
+    at ~60 % tensor-pipe use against FA4's 77 %, with both consumer warpgroups meeting at the
+    dS^T rendezvous every query tile and the tensor pipe idle through it; FA4 issues its dV GEMM
+    before that rendezvous, ours did after. Measured (call 110, whole backward, interleaved):
+    MHA B=4 S=8K H=16 D=128 0.944-0.981x on all eight masks (full 0.968, causal 0.973, documents
+    0.966, prefix-LM 0.944), GQA 16/8 B=2 0.968-0.975x (packed SFT 0.969), deterministic MHA
+    0.967-0.991x; oracle 29/29 and bit-identical reruns 8/8 with it. Env
+    ``PADDLE_FLASHMASK_BWD_DV_EARLY=0``: the dV GEMM after the rendezvous."""
     from .launch_args import env_flag
 
-    return env_flag(DV_EARLY_ENV, default="0")
+    return env_flag(DV_EARLY_ENV, default="1")
+
+
+DK_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DK_EARLY"
+
+
+def default_dk_early() -> bool:
+    """``BwdConfig.dk_early`` wanted where it applies (with ``dv_early``): off until its H200 A/B.
+    Env ``PADDLE_FLASHMASK_BWD_DK_EARLY=1`` turns it on."""
+    from .launch_args import env_flag
+
+    return env_flag(DK_EARLY_ENV, default="0")
 
 
 PREFETCH_STATS_ENV = "PADDLE_FLASHMASK_BWD_PREFETCH_STATS"
@@ -787,8 +801,12 @@ class BwdConfig:
     # in its own commit group, before the "P^T/dS^T ready" rendezvous of the two consumer
     # warpgroups instead of after it, so the tensor pipe has work while the first warpgroup
     # waits for the second's dS^T (only the dQ GEMM reads the other warpgroup's dS^T). Needs
-    # rs_dkv. The host's choice: default_dv_early.
+    # rs_dkv. The host's choice: default_dv_early (on since session 20).
     dv_early: bool = False
+    # With dv_early: the dK GEMM (dS^T of this warpgroup's own keys, from registers) goes before
+    # the rendezvous too, in dV's commit group, leaving only dQ after it (whose hand-off then no
+    # longer overlaps a GEMM of this tile). The host's choice: default_dk_early.
+    dk_early: bool = False
     # Each query tile's LSE and delta are loaded once the previous tile no longer needs them (after
     # its dS^T), so the global loads run under the dV/dK/dQ GEMMs instead of stalling the exp
     # (ncu, d64 full backward: 38 % of issue cycles wait on L1TEX). A tile whose stats were not
@@ -989,6 +1007,8 @@ class BwdConfig:
             raise ValueError(f"pds_stages: expected 1, or 2 with rs_dkv=True, qdo_stages=2 and "
                              f"tile_n=128, found {self.pds_stages} (rs_dkv={self.rs_dkv}, "
                              f"qdo_stages={self.qdo_stages}, tile_n={self.tile_n})")
+        if self.dk_early and not self.dv_early:
+            raise ValueError("dk_early: expected dv_early=True, found dv_early=False")
         if self.dv_early and not self.rs_dkv:
             raise ValueError("dv_early: expected rs_dkv=True (P^T from registers), found "
                              "rs_dkv=False")
@@ -2277,9 +2297,12 @@ class FlashMaskBwdSm90:
                 else:
                     cute.copy(pds_store, pds_store.retile(rdS), tPsdS)
                 dv_early = const_expr(cfg.dv_early and self.rs_dkv)
+                dk_early = const_expr(dv_early and cfg.dk_early)
                 if const_expr(dv_early):  # this warpgroup's own P^T: no need to wait for the other
                     warpgroup.fence()
                     self._wgmma(tiled_dv, acc_dV, tVrP, tVrdO[None, None, None, stage], False)
+                    if const_expr(dk_early):  # ... nor for its own dS^T rows
+                        self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
                     warpgroup.commit_group()
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier(barrier_id=_BAR_PDS_READY,
@@ -2291,7 +2314,13 @@ class FlashMaskBwdSm90:
                 tQrdS_now = tQrdS[None, None, None, stage] if two_pds else tQrdS
                 acc_dQ = cute.make_rmem_tensor(wg_dq.partition_shape_C((self.tile_m, self.d)),
                                                Float32)
-                if const_expr(cfg.dq_early):
+                if const_expr(dk_early):  # dV, dK | rendezvous | dQ
+                    self._wgmma(tiled_dq, acc_dQ, tQrdS_now, tQrK, True)
+                    warpgroup.commit_group()
+                    if const_expr(cfg.dq_early):
+                        warpgroup.wait_group(0)
+                        self._hand_dq_to_writer(acc_dQ, th_dq, sdQ, ctid)
+                elif const_expr(cfg.dq_early):
                     # dV, dQ | dK: the dQ tile goes to the writer while the dK GEMM runs
                     self._wgmma(tiled_dq, acc_dQ, tQrdS_now, tQrK, True)
                     warpgroup.commit_group()

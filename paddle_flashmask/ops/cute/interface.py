@@ -354,7 +354,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_dkv_chain, default_claim_list,
                                  default_det_first_store, default_dkv_last,
                                  default_dkv_red, default_walk_interleave,
-                                 default_dkv_bulk, default_dv_early)
+                                 default_dkv_bulk, default_dv_early, default_dk_early)
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
@@ -395,7 +395,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dkv_last(deterministic, gqa, gqa_in_cta), walk_interleave,
                             default_dkv_red(deterministic, gqa, gqa_in_cta),
                             default_dkv_bulk(deterministic, gqa, gqa_in_cta),
-                            default_dv_early())
+                            default_dv_early(), default_dk_early())
 
 
 @functools.lru_cache(maxsize=256)
@@ -406,7 +406,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
                      dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
                      dkv_chain=False, claim_list=False, dkv_last=False, walk_interleave=False,
-                     dkv_red=False, dkv_bulk=False, dv_early=False):
+                     dkv_red=False, dkv_bulk=False, dv_early=False, dk_early=False):
     from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -432,8 +432,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, dq_swizzle=True, dq_per_wg=True)
     if dq_early and cfg.dq_in_smem and not deterministic:
         cfg = replace(cfg, dq_early=True)
-    if dv_early and cfg.rs_dkv:  # the dV GEMM before the dS^T rendezvous
-        cfg = replace(cfg, dv_early=True)
+    if dv_early and cfg.rs_dkv:  # the dV GEMM (dk_early: and dK) before the dS^T rendezvous
+        cfg = replace(cfg, dv_early=True, dk_early=dk_early)
     if prefetch_stats and not cfg.late_loads:
         cfg = replace(cfg, prefetch_stats=True)
     if stage_stats:  # the stats come with Q / dO: neither prefetched nor loaded late
