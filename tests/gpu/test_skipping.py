@@ -1,7 +1,8 @@
 """Evidence that fully masked tiles are skipped (issue 3 item 6), on the H200.
 
-* Time of a causal-document mask (16 documents, S = 32K) divided by the time of full attention is
-  within 1.3x of the ratio of computed tiles (``semantics.computed_tile_counts``, the same
+* GPU time of a causal-document mask (16 documents, S = 32K) divided by the GPU time of full
+  attention (each call's kernels, busy time per call) is within 1.3x of the ratio of computed
+  tiles (``semantics.computed_tile_counts``, the same
   SKIP / PARTIAL / FULL predicate the kernels evaluate).
 * Peak extra device memory of forward + backward at S = 128K is O(S): everything the host API
   allocates beyond the caller's tensors (stream-ordered pool high-water mark + torch's peak).
@@ -151,7 +152,13 @@ def test_causal_document_time_tracks_computed_tiles(gpu_report):
         total = counts["skip"] + counts["partial"] + counts["full"]
         tile_ratio = (counts["partial"] + counts["full"]) / total
         time_ratio = t_doc / t_full
+        # the GPU's busy time per call (every kernel of the call, launch gaps left out): the
+        # wall-clock ratio of back-to-back calls moved 1.20-1.31x the tile ratio from run to run
+        # (a 1.7 ms call against host launch jitter), the busy-time ratio 1.18-1.21x (sessions
+        # 17-20)
+        busy_ratio = (timeline_doc["busy_us_per_call"] / timeline_full["busy_us_per_call"])
         result[phase] = {"ms_full": t_full, "ms_doc16": t_doc, "time_ratio": time_ratio,
+                         "busy_ratio": busy_ratio, "busy_over_tiles": busy_ratio / tile_ratio,
                          "isolated_call_ms_full": t_full_isolated,
                          "isolated_call_ms_doc16": t_doc_isolated,
                          "computed_tile_ratio": tile_ratio, "time_over_tiles": time_ratio / tile_ratio,
@@ -161,7 +168,7 @@ def test_causal_document_time_tracks_computed_tiles(gpu_report):
     gpu_report["skipping_32k"] = result
     print(result)
     for phase, r in result.items():
-        assert r["time_ratio"] <= 1.3 * r["computed_tile_ratio"], (phase, r)
+        assert r["busy_ratio"] <= 1.3 * r["computed_tile_ratio"], (phase, r)
 
 
 def test_peak_extra_memory_at_128k_is_linear(gpu_report):
