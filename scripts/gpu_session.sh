@@ -1338,16 +1338,25 @@ for f in sys.argv[1:]:
 '"$(pack_logs 103)"
 }
 
+# dkv_mode_ab MODE SESSION: a deterministic GQA dK/dV sum mode (env
+# PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=MODE): its backward oracle and the GPU deterministic tests
+# (stops on failure), then default / deterministic / deterministic with it, whole backward, GQA
+# 32/8 B=4 and 16/8 B=2, tagged SESSION_dkv_MODE_gqa{32,16} (calls 104, 109)
+dkv_mode_ab() {
+  local m=$1
+  printf '%s' "R=PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=$m
+env \$R timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_dkv_$m.json > \$OUT/bwd_$m.log 2>&1; rc=\$?; tail -n 2 \$OUT/bwd_$m.log | cut -c1-300; [ \$rc = 0 ] || exit \$rc
+env \$R PFM_GPU_REPORT=\$OUT/gpu_report_$m.json timeout -s INT -k 5 40 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > \$OUT/pytest_$m.log 2>&1; rc=\$?; tail -n 1 \$OUT/pytest_$m.log; [ \$rc = 0 ] || exit \$rc
+A=\"python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant det_$m:deterministic=1,\$R\"
+timeout -s INT -k 10 130 \$A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,document,sliding_window,causal,full --tag $2_dkv_${m}_gqa32 > \$OUT/kab_32.log 2>&1; grep -v compiling \$OUT/kab_32.log | tail -n 6
+timeout -s INT -k 10 110 \$A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,sliding_window,causal --tag $2_dkv_${m}_gqa16 > \$OUT/kab_16.log 2>&1; grep -v compiling \$OUT/kab_16.log | tail -n 6"
+}
+
 call104() {
   emit "call 104 (session 19; nvidia-h200: stage parts a and b first) - the deterministic GQA group dK/dV sum through L2 reduce-adds (BwdConfig.dkv_red, env PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=red; built in session 19 after call 103 put most of the GQA gap on the fp32 partials): the backward oracle with determinism and the GPU deterministic tests with it on (stops on failure), then default / deterministic / deterministic with dkv_red whole-backward times (per-kernel split recorded), GQA 32/8 B=4 and GQA 16/8 B=2 [<= 8 min]" \
     nvidia-h200 480 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-R=PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=red
-env $R timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_dkv_red.json > $OUT/bwd_red.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_red.log | cut -c1-300; [ $rc = 0 ] || exit $rc
-env $R PFM_GPU_REPORT=$OUT/gpu_report_red.json timeout -s INT -k 5 40 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > $OUT/pytest_red.log 2>&1; rc=$?; tail -n 1 $OUT/pytest_red.log; [ $rc = 0 ] || exit $rc
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant det_red:deterministic=1,$R"
-timeout -s INT -k 10 130 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,document,sliding_window,causal,full --tag s19_dkv_red_gqa32 > $OUT/kab_32.log 2>&1; grep -v compiling $OUT/kab_32.log | tail -n 6
-timeout -s INT -k 10 110 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,sliding_window,causal --tag s19_dkv_red_gqa16 > $OUT/kab_16.log 2>&1; grep -v compiling $OUT/kab_16.log | tail -n 6
+'"$(dkv_mode_ab red s19)"'
 '"$(pack_logs 104)"
 }
 
@@ -1384,6 +1393,19 @@ timeout -s INT -k 10 55 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documen
 '"$(pack_logs 106)"
 }
 
+# split_print V1 V2: the per-kernel medians of kernel_ab variants V1 and V2, from the JSONs
+# given after it (calls 107, 109)
+split_print() {
+  local t='timeout 20 python3 -c "
+import json,sys
+for f in sys.argv[1:]:
+  for m,r in json.load(open(f))[\"masks\"].items():
+    for v in (\"V1\",\"V2\"): print(f[-7:-5],m,v,{k[15:35]:u for k,u in r[v][\"kernels_median_us\"].items()})
+"'
+  t=${t/V1/$1}
+  printf '%s' "${t/V2/$2}"
+}
+
 call107() {
   emit "call 107 (session 19, for the next session's plan; nvidia-h200: stage parts a and b first) - the deterministic GQA gap decomposed at the benchmark's GQA row (32/8 B=4 S=8K) and the e2e shape (16/8 B=2): default, default without its head walk (per-query-head CTAs and fp32 partials, no ordering), deterministic; whole backward split by kernel [<= 4 min]" \
     nvidia-h200 260 '[".cutedsl/b", ".devtools"]' \
@@ -1391,12 +1413,7 @@ call107() {
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant nowalk:PADDLE_FLASHMASK_BWD_GQA_IN_CTA=0 --variant det:deterministic=1"
 timeout -s INT -k 10 110 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,sliding_window,document,causal --tag s19_gqa_split32 > $OUT/kab_32.log 2>&1; grep -v compiling $OUT/kab_32.log | tail -n 5
 timeout -s INT -k 10 90 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,sliding_window --tag s19_gqa_split16 > $OUT/kab_16.log 2>&1; grep -v compiling $OUT/kab_16.log | tail -n 4
-timeout 20 python3 -c "
-import json,sys
-for f in sys.argv[1:]:
-  for m,r in json.load(open(f))[\"masks\"].items():
-    for v in (\"nowalk\",\"det\"): print(f[-7:-5],m,v,{k[15:35]:u for k,u in r[v][\"kernels_median_us\"].items()})
-" $OUT/s19_gqa_split32.json $OUT/s19_gqa_split16.json
+'"$(split_print nowalk det)"' $OUT/s19_gqa_split32.json $OUT/s19_gqa_split16.json
 '"$(pack_logs 107)"
 }
 
@@ -1413,18 +1430,8 @@ call109() {
   emit "call 109 (session 20; nvidia-h200: stage parts a and b first) - the deterministic GQA group dK/dV sum by the dQ writer's bulk ops (BwdConfig.dkv_bulk, env PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=bulk; built in session 20 after call 107 put 322 us of the 32/8 deterministic backward on the partials' reduction kernel): the backward oracle with determinism and the GPU deterministic tests with it on (stops on failure), then default / deterministic / deterministic with dkv_bulk whole-backward times split by kernel, GQA 32/8 B=4 and GQA 16/8 B=2 [<= 8.5 min]" \
     nvidia-h200 510 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-R=PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=bulk
-env $R timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --json-name bwd_dkv_bulk.json > $OUT/bwd_bulk.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_bulk.log | cut -c1-300; [ $rc = 0 ] || exit $rc
-env $R PFM_GPU_REPORT=$OUT/gpu_report_bulk.json timeout -s INT -k 5 40 python3 -m pytest -q -p no:cacheprovider tests/gpu -k deterministic > $OUT/pytest_bulk.log 2>&1; rc=$?; tail -n 1 $OUT/pytest_bulk.log; [ $rc = 0 ] || exit $rc
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant det_bulk:deterministic=1,$R"
-timeout -s INT -k 10 130 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,document,sliding_window,causal,full --tag s20_dkv_bulk_gqa32 > $OUT/kab_32.log 2>&1; grep -v compiling $OUT/kab_32.log | tail -n 6
-timeout -s INT -k 10 110 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,sliding_window,causal --tag s20_dkv_bulk_gqa16 > $OUT/kab_16.log 2>&1; grep -v compiling $OUT/kab_16.log | tail -n 6
-timeout 20 python3 -c "
-import json,sys
-for f in sys.argv[1:]:
-  for m,r in json.load(open(f))[\"masks\"].items():
-    for v in (\"det\",\"det_bulk\"): print(f[-7:-5],m,v,{k[15:35]:u for k,u in r[v][\"kernels_median_us\"].items()})
-" $OUT/s20_dkv_bulk_gqa32.json $OUT/s20_dkv_bulk_gqa16.json
+'"$(dkv_mode_ab bulk s20)"'
+'"$(split_print det det_bulk)"' $OUT/s20_dkv_bulk_gqa32.json $OUT/s20_dkv_bulk_gqa16.json
 '"$(pack_logs 109)"
 }
 

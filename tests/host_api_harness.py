@@ -112,3 +112,16 @@ def deterministic_gqa_backward(monkeypatch, env: str, value: str) -> HostApiHarn
     api.backward(h=4, hk=2, deterministic=True)
     assert api.launched[-1] == "flash_bwd_post"
     return api
+
+
+def check_group_sums_handed_over(api: HostApiHarness, sums_shape: tuple) -> None:
+    """A deterministic GQA backward that sums each KV head's dK/dV in the main kernel
+    (``dkv_red`` / ``dkv_bulk``): the main kernel got the sums and their flags as its trailing
+    arguments, the postprocess converts the sums (shape ``sums_shape``) into dk / dv, and no
+    per-query-head partials were allocated."""
+    post = api.last_args("flash_bwd_post")
+    assert all(a is not None for a in post[2:6])  # dk_sum, dv_sum in; dk, dv out
+    main = api.last_args("flash_bwd_sm90")
+    assert all(a is not None for a in main[-3:])  # dK sum, dV sum, flags
+    assert sums_shape in api.scratch  # KV heads, not query heads
+    assert (1, 300, 4, 128) not in api.scratch and (1, 4, 300, 128) not in api.scratch

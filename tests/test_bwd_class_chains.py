@@ -163,12 +163,7 @@ def test_host_api_dkv_red_hands_the_sums_to_the_postprocess(monkeypatch):
     """dkv_red through the host API: the main kernel gets the sums and flags as its dK/dV
     trailing arguments, and the postprocess converts the sums ([B, Sk, Hk, D]) into dk / dv."""
     pytest.importorskip("torch")
-    from host_api_harness import deterministic_gqa_backward
+    from host_api_harness import check_group_sums_handed_over, deterministic_gqa_backward
 
     api = deterministic_gqa_backward(monkeypatch, bwd.DET_DKV_CHAIN_ENV, "red")
-    post = api.last_args("flash_bwd_post")
-    assert all(a is not None for a in post[2:6])  # dk_sum, dv_sum in; dk, dv out
-    main = api.last_args("flash_bwd_sm90")
-    assert all(a is not None for a in main[-3:])  # dK sum, dV sum, flags
-    assert (1, 300, 2, 128) in api.scratch  # the group sums: KV heads, not query heads
-    assert (1, 300, 4, 128) not in api.scratch  # no per-query-head partials
+    check_group_sums_handed_over(api, (1, 300, 2, 128))  # [B, Sk, Hk, D]
