@@ -445,8 +445,11 @@ DK_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DK_EARLY"
 
 
 def default_dk_early() -> bool:
-    """``BwdConfig.dk_early`` wanted where it applies (with ``dv_early``): off until its H200 A/B.
-    Env ``PADDLE_FLASHMASK_BWD_DK_EARLY=1`` turns it on."""
+    """``BwdConfig.dk_early`` wanted where it applies (with ``dv_early``): off. Measured (call 111,
+    whole backward against ``dv_early`` alone): correct (oracle 29/29, bit-identical 8/8) but
+    slower, MHA B=4 causal 1.040x, causal documents 1.030x, documents 1.017x, GQA 16/8 causal
+    documents 1.031x: the dQ hand-off no longer runs under the dK GEMM. Env
+    ``PADDLE_FLASHMASK_BWD_DK_EARLY=1`` turns it on."""
     from .launch_args import env_flag
 
     return env_flag(DK_EARLY_ENV, default="0")
@@ -547,7 +550,11 @@ def default_dkv_bulk(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
     scalar reduce-adds moved that cost into the consumers (call 104). Here the consumers only
     stage each tile in shared memory; the dQ writer warp waits for the group's previous head
     and issues one bulk op per tile, so the adds meet in L2 and the postprocess only converts
-    the Hk-sized sums."""
+    the Hk-sized sums. Measured (call 109): correct (oracle 29/29, bit-identical 8/8, GPU
+    deterministic tests 2/2), the postprocess 323 -> 128 us, but the main kernel +160 to +314 us
+    (each 64 KB tile read out of shared memory by the TMA before the next is staged): 32/8 B=4
+    deterministic / default causal documents 1.162 -> 1.154x, documents 1.153 -> 1.171x; 16/8
+    B=2 packed SFT 1.252 -> 1.267x. Off."""
     return _dkv_chain_mode() == "bulk" and deterministic and gqa and not gqa_in_cta
 
 
@@ -805,7 +812,8 @@ class BwdConfig:
     dv_early: bool = False
     # With dv_early: the dK GEMM (dS^T of this warpgroup's own keys, from registers) goes before
     # the rendezvous too, in dV's commit group, leaving only dQ after it (whose hand-off then no
-    # longer overlaps a GEMM of this tile). The host's choice: default_dk_early.
+    # longer overlaps a GEMM of this tile). The host's choice: default_dk_early (off: 2-4 %
+    # slower, H200 call 111).
     dk_early: bool = False
     # Each query tile's LSE and delta are loaded once the previous tile no longer needs them (after
     # its dS^T), so the global loads run under the dV/dK/dQ GEMMs instead of stalling the exp
@@ -881,7 +889,7 @@ class BwdConfig:
     # once its adds are complete. The sums are head-major, rows padded to whole key tiles
     # ([B, Hk, Sk_pad, D], each tile's 16-byte chunks swizzled by row), converted by the
     # postprocess. The additions are the partials' reduction's, in its order (bit-identical
-    # reruns). The host's choice: default_dkv_bulk.
+    # reruns). The host's choice: default_dkv_bulk (off: no faster, H200 call 109).
     dkv_bulk: bool = False
     # Deterministic GQA without the head walk: each query head's CTA stores its fp32 dK/dV
     # partial, then counts itself in on the key tile's flag; the CTA that arrives last (whichever
