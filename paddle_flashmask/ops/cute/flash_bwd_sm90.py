@@ -1089,9 +1089,19 @@ class BwdConfig:
         el = 2
         operand_bytes = (self.qdo_stages * self.tile_m * (self.head_dim + self.head_dim_v) * el
                          + self.tile_n * (self.head_dim + self.head_dim_v) * el
-                         + (1 + self.pds_stages) * self.tile_n * self.tile_m * el)
+                         + self._pds_bytes)
         stats_bytes = 2 * self.qdo_stages * self.tile_m * 4 if self.stage_stats else 0
-        return operand_bytes + self.tile_m * self.dq_row_elems * 4 + stats_bytes + 4096
+        return operand_bytes + self._dq_stage_bytes + stats_bytes + 4096
+
+    @property
+    def _pds_bytes(self) -> int:
+        """P^T (one stage) and dS^T (``pds_stages``) in the input dtype."""
+        return (1 + self.pds_stages) * self.tile_n * self.tile_m * 2
+
+    @property
+    def _dq_stage_bytes(self) -> int:
+        """The fp32 dQ staging buffer (``dq_stage_layout``)."""
+        return self.tile_m * self.dq_row_elems * 4
 
     @property
     def dq_row_elems(self) -> int:
@@ -1124,9 +1134,7 @@ class BwdConfig:
     def dkv_region_bytes(self) -> int:
         """dkv_bulk's staging region: sP, sdS and sdQ, consecutive in the kernel's Storage (each
         a whole number of KB, so no alignment gap between them)."""
-        el = 2
-        return ((1 + self.pds_stages) * self.tile_n * self.tile_m * el
-                + self.tile_m * self.dq_row_elems * 4)
+        return self._pds_bytes + self._dq_stage_bytes
 
     @property
     def dkv_tile_bytes(self) -> int:
