@@ -1491,7 +1491,7 @@ for p,x in r.items(): print(p, \"busy/tiles\", round(x[\"busy_over_tiles\"],3), 
 }
 
 call115() {
-  emit "call 115 (prepared in session 20 for the next one, not yet run; nvidia-h200: stage parts a and b first) - two options that were within noise or slower with the old order, again now that the dV GEMM runs through the consumers' rendezvous (dv_early): LSE/delta staged with Q/dO (PADDLE_FLASHMASK_BWD_STAGE_STATS=1) and per-warpgroup dQ blocks (PADDLE_FLASHMASK_BWD_DQ_PER_WG=1), whole backward against the default, MHA B=4 S=8K over the eight masks and GQA 16/8 B=2 [<= 6 min]" \
+  emit "call 115 (prepared in session 20, run in session 21 on a fresh staging, 97 s) - two options that were within noise or slower with the old order, again now that the dV GEMM runs through the consumers' rendezvous (dv_early): LSE/delta staged with Q/dO (PADDLE_FLASHMASK_BWD_STAGE_STATS=1) and per-warpgroup dQ blocks (PADDLE_FLASHMASK_BWD_DQ_PER_WG=1), whole backward against the default, MHA B=4 S=8K over the eight masks and GQA 16/8 B=2 [<= 6 min]" \
     nvidia-h200 360 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
@@ -1501,7 +1501,73 @@ timeout -s INT -k 10 100 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_docume
 '"$(pack_logs 115)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115"
+call116() {
+  emit "call 116 (session 21, run on call 115's warm machine carrying only .devtools, 164 s) - with LSE/delta staged everywhere (PADDLE_FLASHMASK_BWD_STAGE_STATS=1, call 115's candidate default): the GPU suite (only the skipping test had run after its busy-time change), then #6 item 1 after dv_early: deterministic / default whole-backward times at B=4 S=8K H=16 over the eight zoo masks [<= 9.5 min]" \
+    nvidia-h200 560 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+export PADDLE_FLASHMASK_BWD_STAGE_STATS=1
+'"$GPU_SUITE_1GPU"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 4 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
+timeout -s INT -k 10 220 $A --heads 16 --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s21_det_mha_b4 > $OUT/kab_m.log 2>&1; grep -v compiling $OUT/kab_m.log | tail -n 9
+'"$(pack_logs 116)"
+}
+
+call117() {
+  emit "call 117 (session 21, run on call 116's warm machine carrying only .devtools, 118 s) - with LSE/delta staged everywhere (PADDLE_FLASHMASK_BWD_STAGE_STATS=1): the backward oracle with determinism (stops on failure), then #6 item 1 after dv_early at the GQA row's shape: deterministic / default whole-backward times at B=4 S=8K 32/8 over five masks, and GQA 16/8 B=2 over the e2e masks [<= 8 min]" \
+    nvidia-h200 480 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+export PADDLE_FLASHMASK_BWD_STAGE_STATS=1
+timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_s21_stage_stats.json > $OUT/bwd_ss.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_ss.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
+timeout -s INT -k 10 170 $A --batch 4 --heads 32 --kv-heads 8 --masks full,causal,causal_document,document,sliding_window --tag s21_det_gqa32_b4 > $OUT/kab_g.log 2>&1; grep -v compiling $OUT/kab_g.log | tail -n 6
+timeout -s INT -k 10 120 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,causal --tag s21_det_gqa16_b2 > $OUT/kab_g16.log 2>&1; grep -v compiling $OUT/kab_g16.log | tail -n 5
+'"$(pack_logs 117)"
+}
+
+call118() {
+  emit "call 118 (session 21, run on a fresh staging, 145 s) - at the new stage_stats rule (every causal mask at D=128, call 115): per-warpgroup dQ blocks (PADDLE_FLASHMASK_BWD_DQ_PER_WG=1), which call 115 measured 2 % faster on the GQA head walk with columns and slower on MHA: its backward oracle with determinism (stops on failure), then its A/B against the default on the GQA head walk, 16/8 B=2 over six masks and 32/8 B=4 over three [<= 7 min]" \
+    nvidia-h200 420 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+R=PADDLE_FLASHMASK_BWD_DQ_PER_WG=1
+env $R timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_s21_dq_per_wg.json > $OUT/bwd_pw.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_pw.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant pw:$R"
+timeout -s INT -k 10 120 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,sliding_window,shared_question,global_sliding_window,causal --tag s21_pw_gqa16 > $OUT/kab_g16.log 2>&1; grep -v compiling $OUT/kab_g16.log | grep -v "^  " | tail -n 6
+timeout -s INT -k 10 130 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,sliding_window,causal --tag s21_pw_gqa32 > $OUT/kab_g32.log 2>&1; grep -v compiling $OUT/kab_g32.log | grep -v "^  " | tail -n 3
+'"$(pack_logs 118)"
+}
+
+call119() {
+  emit "call 119 (session 21, run on a fresh staging with the FA4 wheels, 320 s) - the README's same-run benchmark at B=4 S=8K with every peer at the session's new backward defaults (stage_stats on causal masks, call 115; dq_per_wg on the GQA head walk's causal masks, call 118), then the compiled-model e2e step next to FA4 varlen, ours first (#6 items 3-4) [<= 9.5 min]" \
+    nvidia-h200 560 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 300 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s21_cases0 > $OUT/bench_s21_cases0.log 2>&1; tail -n 14 $OUT/bench_s21_cases0.log | cut -c1-300
+'"$(e2e_both_orders 100 80 final_a final_b s21 | head -n 1)"'
+e2e flashmask,fa4_varlen final_a
+'"$(pack_logs 119)"
+}
+
+call120() {
+  emit "call 120 (session 21, run on call 119's warm machine carrying .devtools and .whl, 230 s) - the GPU suite at the session's final defaults (call 116 ran it with stage_stats forced everywhere, before dq_per_wg), then the benchmark's GQA row (case 2: B=4 S=8K 32/8 D=128) next to FlashAttention-4 [<= 9.5 min]" \
+    nvidia-h200 580 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+'"$GPU_SUITE_1GPU"'
+timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 2 --systems paddle_flashmask,fa4 --tag s21_cases2 > $OUT/bench_s21_cases2.log 2>&1; tail -n 12 $OUT/bench_s21_cases2.log | cut -c1-300
+'"$(pack_logs 120)"
+}
+
+call121() {
+  emit "call 121 (session 21, run on call 120's warm machine carrying .devtools and .whl, 62 s) - the compiled-model e2e step with FA4 varlen first (call 119 ran ours first) [<= 2.5 min]" \
+    nvidia-h200 140 '[".devtools", ".whl"]' \
+"$PRELUDE"'
+export PYTHONPATH="$PWD/.peers:$PYTHONPATH" FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+'"$(e2e_both_orders 100 80 final_a final_b s21 | head -n 1)"'
+e2e fa4_varlen,flashmask final_b
+'"$(pack_logs 121)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1677,7 +1743,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

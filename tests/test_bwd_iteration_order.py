@@ -87,17 +87,21 @@ def test_prefetch_stats_rules(monkeypatch):
 
 
 def test_stage_stats_rules(monkeypatch):
-    """LSE/delta staged with Q/dO: by default at D = 128 for masks with columns under the GQA head
-    walk (session 15's A/B) or bidirectional C = 2 with per-query-head CTAs (session 16); on through
-    the env for every head dim, where it replaces the
-    D=64 prefetch and late_loads; shared memory grows by the two staged runs."""
+    """LSE/delta staged with Q/dO: by default at D = 128 for every causal mask (session 21's A/B
+    at dv_early), masks with columns under the GQA head walk (session 15) or bidirectional C = 2
+    with per-query-head CTAs (session 16); off for full attention and bidirectional C = 4 without
+    the walk; on through the env for every head dim, where it replaces the D=64 prefetch and
+    late_loads; shared memory grows by the two staged runs."""
     from paddle_flashmask.ops.cute import interface
 
     for name in (bwd.STAGE_STATS_ENV, bwd.PREFETCH_STATS_ENV, bwd.LATE_LOADS_ENV,
                  bwd.GQA_IN_CTA_ENV):
         monkeypatch.delenv(name, raising=False)
-    base = interface.backward_config("bfloat16", 128, True, 1)
+    base = interface.backward_config("bfloat16", 128, False, None)  # full attention
     assert not base.stage_stats
+    for columns in (None, 1, 2):  # causal, with or without columns
+        cfg = interface.backward_config("bfloat16", 128, True, columns)
+        assert cfg.stage_stats, columns
     for causal, columns in ((True, 1), (False, 2), (False, 4)):
         cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=True)
         assert cfg.gqa_in_cta and cfg.stage_stats, (causal, columns)
@@ -106,16 +110,17 @@ def test_stage_stats_rules(monkeypatch):
     assert cfg.gqa_in_cta and cfg.stage_stats
     monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
     assert interface.backward_config("bfloat16", 128, False, 2).stage_stats  # MHA documents
-    for d, causal, columns, gqa in ((128, True, None, True), (128, False, None, False),
-                                    (128, True, 2, False), (128, True, 1, False),
+    for d, causal, columns, gqa in ((128, False, None, True), (128, False, None, False),
+                                    (64, True, 1, False), (64, True, None, True),
                                     (64, False, 2, True), (64, False, 2, False),
                                     (256, True, 1, True), (256, False, 4, False),
                                     (128, False, 4, False)):
         cfg = interface.backward_config("bfloat16", d, causal, columns, gqa=gqa)
         assert not cfg.stage_stats, (d, causal, columns, gqa)
     monkeypatch.setenv(bwd.GQA_IN_CTA_ENV, "0")  # no head walk: per-query-head CTAs, as MHA
-    assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).stage_stats
+    assert interface.backward_config("bfloat16", 128, True, 1, gqa=True).stage_stats
     assert interface.backward_config("bfloat16", 128, False, 2, gqa=True).stage_stats
+    assert not interface.backward_config("bfloat16", 128, False, 4, gqa=True).stage_stats
     monkeypatch.setenv(bwd.STAGE_STATS_ENV, "0")
     monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).stage_stats
@@ -127,7 +132,7 @@ def test_stage_stats_rules(monkeypatch):
     for d in (64, 128, 256):
         cfg = interface.backward_config("bfloat16", d, False, 2, gqa=True)
         assert cfg.stage_stats and not cfg.prefetch_stats and not cfg.late_loads
-    staged = interface.backward_config("bfloat16", 128, True, 1)
+    staged = interface.backward_config("bfloat16", 128, False, None)
     assert staged._staged_bytes() - base._staged_bytes() == 2 * base.qdo_stages * 64 * 4
     for other in ({"prefetch_stats": True}, {"late_loads": True}):
         with pytest.raises(ValueError, match="stage_stats"):

@@ -195,13 +195,23 @@ def default_dq_swizzle(head_dim: int) -> bool:
 DQ_PER_WG_ENV = "PADDLE_FLASHMASK_BWD_DQ_PER_WG"
 
 
-def default_dq_per_wg() -> bool:
+def default_dq_per_wg(head_dim: int, gqa_in_cta: bool, causal: bool) -> bool:
     """``BwdConfig.dq_per_wg`` wanted where it applies (with dq_swizzle, which it turns on: dQ
-    staged in smem, not deterministic, no fused_dq): off until its H200 check (prepared in
-    session 12, compiled only). Env ``PADDLE_FLASHMASK_BWD_DQ_PER_WG=1`` turns it on."""
+    staged in smem, not deterministic, no fused_dq): at D = 128 for causal masks under the GQA
+    head walk; off elsewhere. Interleaved whole-backward times (``bench/kernel_ab.py``, against
+    the default with ``dv_early`` and ``stage_stats`` on causal masks; session 21, call 118): GQA
+    16/8 B=2 S=8K packed SFT -1.7 %, causal documents -2.1 %, sliding window -1.8 %, shared
+    question -2.1 %, global + sliding window -2.2 %, causal -1.8 %; GQA 32/8 B=4 causal
+    documents -2.4 %, sliding window -1.9 %, causal +1.0 % (its base spread 6 %). Off: GQA 16/8
+    documents (bidirectional) -0.1 % and MHA B=4 S=8K H=16 +0.9 .. +3.7 % on six of eight masks
+    (call 115, when stage_stats was off for causal MHA; sessions 13 and 15 before ``dv_early``:
+    no gain to +8 %). Env ``PADDLE_FLASHMASK_BWD_DQ_PER_WG=1``/``0`` forces it."""
     from .launch_args import env_choice
 
-    return env_choice(DQ_PER_WG_ENV, ("0", "1")) == "1"
+    forced = env_choice(DQ_PER_WG_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    return head_dim == 128 and gqa_in_cta and causal
 
 
 MASK_BITS_ENV = "PADDLE_FLASHMASK_BWD_MASK_BITS"
@@ -473,25 +483,29 @@ STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int],
                         causal: bool = True) -> bool:
-    """``BwdConfig.stage_stats`` wanted: at D = 128 for masks with columns under the GQA head walk,
-    and for the bidirectional C = 2 form (documents) with per-query-head CTAs; off elsewhere.
-    Interleaved kernel times (``bench/kernel_ab.py``, on top of ``dq_uniform_rows``): session 15,
-    B=2 S=8K GQA 16/8:
-    documents 2,248 -> 1,992 us, causal documents -0.8 %, the end-to-end step's packed documents
-    -1.3 %, sliding window -0.8 %; without columns (full, causal) +0.1 / +0.9 %. B=4 S=8K H=16
-    (MHA): documents -1.5 % (session 15) and -1.7 % (session 16, with the key-major order); the
-    causal masks with columns within -0.8 / +1.1 % (prefix-LM +1.1 %), full +0.8 %, so off
-    there; bidirectional C = 4 is not measured and would spill 8 B per thread with it. Env
-    ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1``/``0`` forces it: each query tile's LSE/delta staged in
-    shared memory with its Q/dO (every head dim; it then replaces the D = 64 prefetch)."""
+    """``BwdConfig.stage_stats`` wanted: at D = 128 for every causal mask (with or without
+    columns), for masks with columns under the GQA head walk, and for the bidirectional C = 2 form
+    (documents) with per-query-head CTAs; off for full attention, for bidirectional C = 4 without
+    the walk (not measured; it would spill 8 B per thread) and at other head dims.
+    Interleaved whole-backward times (``bench/kernel_ab.py``): session 15, B=2 S=8K GQA 16/8:
+    documents 2,248 -> 1,992 us, causal documents -0.8 %, packed documents -1.3 %, sliding window
+    -0.8 %; B=4 S=8K H=16 (MHA): documents -1.5 % (session 15), -1.7 % (session 16). With the dV
+    GEMM before the rendezvous (``dv_early``, session 21, call 115, MHA B=4 S=8K H=16): causal
+    -1.7 %, causal documents -1.3 %, sliding window -1.8 %, shared question -1.5 %, global +
+    sliding window -1.3 % (the old order had them within -0.8 / +1.1 %), full +1.2 % (its spread
+    is 5 %; +0.8 % in session 15), so full stays off; GQA 16/8 B=2 causal (no columns) -2.0 %.
+    Env ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1``/``0`` forces it: each query tile's LSE/delta staged
+    in shared memory with its Q/dO (every head dim; it then replaces the D = 64 prefetch)."""
     from .launch_args import env_choice
 
     forced = env_choice(STAGE_STATS_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    if head_dim != 128 or num_columns is None:
+    if head_dim != 128:
         return False
-    return gqa_in_cta or (not causal and num_columns == 2)
+    if causal:
+        return True
+    return num_columns is not None and (gqa_in_cta or num_columns == 2)
 
 
 DET_PERSISTENT_ENV = "PADDLE_FLASHMASK_BWD_DET_PERSISTENT"

@@ -358,8 +358,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
-    # staged with Q / dO, which the walk's own rule gives at D = 128 with mask columns
-    walk_interleave = (default_walk_interleave(deterministic, gqa)
+    # staged with Q / dO, which the walk's own rule gives at D = 128; built for masks with columns
+    walk_interleave = (default_walk_interleave(deterministic, gqa) and num_columns is not None
                        and default_stage_stats(head_dim, True, num_columns, causal))
     gqa_in_cta = default_gqa_in_cta(gqa, deterministic) or walk_interleave
     persistent_ctas = default_persistent_ctas(deterministic, num_sms)
@@ -386,7 +386,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_early(), default_prefetch_stats(head_dim),
                             default_stage_stats(head_dim, gqa_in_cta, num_columns, causal),
                             default_dq_uniform_rows(head_dim, gqa_in_cta, num_columns),
-                            default_dq_per_wg(), default_mask_bits(),
+                            default_dq_per_wg(head_dim, gqa_in_cta, causal), default_mask_bits(),
                             default_class_chains(deterministic, persistent_ctas > 0, gqa_in_cta,
                                                  causal, num_columns, gqa),
                             default_class_ratio(),
