@@ -1567,7 +1567,26 @@ e2e fa4_varlen,flashmask final_b
 '"$(pack_logs 121)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121"
+call122() {
+  emit "call 122 (session 21, run on a fresh staging, 68 s) - the dQ hand-off on MHA at the session's defaults, read from the d128 SASS (the dQ writer issues 64 row-wise bulk reduce-adds per query tile, after a global atomic for the first-store claim): one bulk op per tile (PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1; session 8: 1-4 % slower), per-warpgroup blocks (DQ_PER_WG=1, which call 118 found faster on GQA once causal masks had staged stats) and no first store (FIRST_STORE=0: zeroed accumulator, no claim), whole backward against the default, MHA B=4 S=8K H=16 over five masks [<= 4 min]" \
+    nvidia-h200 240 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant sw:${K}_DQ_SWIZZLE=1 --variant pw:${K}_DQ_PER_WG=1 --variant fs0:${K}_FIRST_STORE=0"
+timeout -s INT -k 10 200 $A --batch 4 --heads 16 --kv-heads 16 --masks full,causal,causal_document,document,sliding_window --tag s21_dq_handoff_mha > $OUT/kab_mha.log 2>&1; grep -v compiling $OUT/kab_mha.log | grep -v "^  " | tail -n 5
+'"$(pack_logs 122)"
+}
+
+call123() {
+  emit "call 123 (session 21, hand-written on call 122's warm machine and recorded as run, 16 s; its log was not packed) - call 122 found per-warpgroup dQ blocks 2.9-3.6 % faster on MHA causal masks now that they have staged stats: the same A/B over the zoo's other masks (full, shared question, global + sliding window, prefix-LM) [<= 2 min]" \
+    nvidia-h200 130 '[".devtools"]' \
+"export PYTHONUNBUFFERED=1; set -o pipefail
+source .devtools/cutedsl-env.sh || exit \$?"'
+K=PADDLE_FLASHMASK_BWD
+timeout -s INT -k 10 100 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant pw:${K}_DQ_PER_WG=1 --batch 4 --heads 16 --kv-heads 16 --masks full,shared_question,global_sliding_window,prefix_lm_causal --tag s21_pw_mha_rest > $OUT/kab_rest.log 2>&1; grep -v compiling $OUT/kab_rest.log | grep -v "^  " | tail -n 4'
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1743,7 +1762,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -100,18 +100,20 @@ def test_config_rule(monkeypatch):
     for name in (bwd.DQ_PER_WG_ENV, bwd.DQ_SWIZZLE_ENV, bwd.FUSED_DQ_ENV,
                  bwd.DQ_UNIFORM_ROWS_ENV):
         monkeypatch.delenv(name, raising=False)
-    for d in (64, 128, 256):  # off by default for MHA and at D != 128
-        assert not interface.backward_config("bfloat16", d, True, 1).dq_per_wg
-    for d, causal, columns, gqa in ((64, True, 1, True), (256, True, None, True),
-                                    (128, False, 2, True), (128, False, None, True)):
-        assert not interface.backward_config("bfloat16", d, causal, columns, gqa=gqa).dq_per_wg
-    for columns in (None, 1, 2):  # on for causal masks under the GQA head walk at D = 128
-        cfg = interface.backward_config("bfloat16", 128, True, columns, gqa=True)
-        assert cfg.gqa_in_cta and cfg.dq_per_wg and cfg.dq_swizzle and cfg.prepost.dq_per_wg
+    for d, causal, columns, gqa in ((64, True, 1, False), (64, True, 1, True),
+                                    (256, True, None, True), (128, False, 2, True),
+                                    (128, False, None, False), (128, False, 2, False)):
+        cfg = interface.backward_config("bfloat16", d, causal, columns, gqa=gqa)
+        assert not cfg.dq_per_wg, (d, causal, columns, gqa)  # off: D != 128 or bidirectional
+    for columns in (None, 1, 2):  # on for causal masks at D = 128, MHA and the GQA head walk
+        for gqa in (False, True):
+            cfg = interface.backward_config("bfloat16", 128, True, columns, gqa=gqa)
+            assert cfg.dq_per_wg and cfg.dq_swizzle and cfg.prepost.dq_per_wg, (columns, gqa)
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True,
                                          deterministic=True).dq_per_wg
     monkeypatch.setenv(bwd.DQ_PER_WG_ENV, "0")
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).dq_per_wg
+    assert not interface.backward_config("bfloat16", 128, True, 1).dq_per_wg
     monkeypatch.setenv(bwd.DQ_PER_WG_ENV, "1")
     for d in (64, 128, 256):
         cfg = interface.backward_config("bfloat16", d, True, 1)

@@ -55,21 +55,28 @@ def test_unswizzled_layout_rejects_other_head_dims():
 def test_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
-    for name in (bwd.DQ_SWIZZLE_ENV, bwd.FUSED_DQ_ENV, bwd.D256_STAGES_ENV):
+    for name in (bwd.DQ_SWIZZLE_ENV, bwd.FUSED_DQ_ENV, bwd.D256_STAGES_ENV, bwd.DQ_PER_WG_ENV,
+                 bwd.DQ_UNIFORM_ROWS_ENV):
         monkeypatch.delenv(name, raising=False)
-    # by default on for D = 64 only (the H200 A/B: faster there, slower at D = 128)
+    # by default on for D = 64 only (the H200 A/B: faster there, slower at D = 128), and at D = 128
+    # as the per-warpgroup blocks of causal masks (dq_per_wg, session 21)
     assert interface.backward_config("bfloat16", 64, True, 1).dq_swizzle
-    assert not interface.backward_config("bfloat16", 128, True, 1).dq_swizzle
+    assert not interface.backward_config("bfloat16", 128, False, 2).dq_swizzle
+    per_wg = interface.backward_config("bfloat16", 128, True, 1)
+    assert per_wg.dq_swizzle and per_wg.dq_per_wg
     assert not interface.backward_config("bfloat16", 256, True, 1).dq_swizzle
     monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "0")
     assert not interface.backward_config("bfloat16", 64, True, 1).dq_swizzle
     monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "yes")
     with pytest.raises(ValueError, match=bwd.DQ_SWIZZLE_ENV):
         interface.backward_config("bfloat16", 64, True, 1)
-    monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "1")
+    monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "0")  # forced off: the row-wise hand-off at D = 128
+    cfg = interface.backward_config("bfloat16", 128, True, 1)
+    assert not cfg.dq_swizzle and not cfg.dq_per_wg and cfg.dq_uniform_rows
+    monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "1")  # forced on: one block, not per warpgroup
     for d in (64, 128, 256):
         cfg = interface.backward_config("bfloat16", d, True, 1)
-        assert cfg.dq_swizzle and cfg.prepost.dq_swizzle
+        assert cfg.dq_swizzle and cfg.prepost.dq_swizzle and not cfg.dq_per_wg
     assert interface.backward_config("bfloat16", 128, True, 1, deterministic=True).dq_swizzle
     assert not interface.backward_config("bfloat16", 96, True, 1).dq_swizzle
     assert not interface.backward_config("bfloat16", 192, True, 1).dq_swizzle

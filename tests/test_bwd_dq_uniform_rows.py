@@ -16,15 +16,20 @@ def test_config_rule(monkeypatch):
                  bwd.GQA_IN_CTA_ENV):
         monkeypatch.delenv(name, raising=False)
     # by default on at D = 128 (the H200 A/Bs), deterministic or not, with the GQA head walk
-    # too (with mask columns since session 15: faster despite the producer's few spilled bytes);
-    # not at the other head dims (not measured)
+    # too (with mask columns since session 15: faster despite the producer's few spilled bytes),
+    # except where per-warpgroup blocks take the hand-off (causal masks, not deterministic:
+    # session 21); not at the other head dims (not measured)
     for columns, det, gqa in ((1, False, False), (None, False, False), (2, True, False),
                               (None, False, True), (None, True, True), (1, False, True),
-                              (2, False, True), (4, True, True)):
-        cfg = interface.backward_config("bfloat16", 128, columns in (None, 1), columns, gqa=gqa,
+                              (2, False, True), (4, True, True), (2, False, False),
+                              (None, True, False)):
+        causal = columns in (None, 1)
+        cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=gqa,
                                         deterministic=det)
         # (the deterministic mode walks no heads: default_gqa_in_cta)
-        assert cfg.dq_uniform_rows and cfg.gqa_in_cta == (gqa and not det), (columns, det, gqa)
+        assert cfg.gqa_in_cta == (gqa and not det), (columns, det, gqa)
+        per_wg = causal and not det
+        assert cfg.dq_per_wg == per_wg and cfg.dq_uniform_rows == (not per_wg), (columns, det, gqa)
     for d in (64, 96, 192, 256):
         assert not interface.backward_config("bfloat16", d, True, 1).dq_uniform_rows, d
     monkeypatch.setenv(bwd.DQ_UNIFORM_ROWS_ENV, "0")

@@ -195,23 +195,31 @@ def default_dq_swizzle(head_dim: int) -> bool:
 DQ_PER_WG_ENV = "PADDLE_FLASHMASK_BWD_DQ_PER_WG"
 
 
-def default_dq_per_wg(head_dim: int, gqa_in_cta: bool, causal: bool) -> bool:
+def default_dq_per_wg(head_dim: int, causal: bool) -> bool:
     """``BwdConfig.dq_per_wg`` wanted where it applies (with dq_swizzle, which it turns on: dQ
-    staged in smem, not deterministic, no fused_dq): at D = 128 for causal masks under the GQA
-    head walk; off elsewhere. Interleaved whole-backward times (``bench/kernel_ab.py``, against
-    the default with ``dv_early`` and ``stage_stats`` on causal masks; session 21, call 118): GQA
-    16/8 B=2 S=8K packed SFT -1.7 %, causal documents -2.1 %, sliding window -1.8 %, shared
-    question -2.1 %, global + sliding window -2.2 %, causal -1.8 %; GQA 32/8 B=4 causal
-    documents -2.4 %, sliding window -1.9 %, causal +1.0 % (its base spread 6 %). Off: GQA 16/8
-    documents (bidirectional) -0.1 % and MHA B=4 S=8K H=16 +0.9 .. +3.7 % on six of eight masks
-    (call 115, when stage_stats was off for causal MHA; sessions 13 and 15 before ``dv_early``:
-    no gain to +8 %). Env ``PADDLE_FLASHMASK_BWD_DQ_PER_WG=1``/``0`` forces it."""
+    staged in smem, not deterministic, no fused_dq): at D = 128 for causal masks (MHA and the GQA
+    head walk); off for bidirectional masks and other head dims. Interleaved whole-backward times
+    (``bench/kernel_ab.py``) against the default with ``dv_early`` and ``stage_stats`` on causal
+    masks, session 21: MHA B=4 S=8K H=16 (calls 122-123) causal -3.1 %, causal documents -2.9 %,
+    sliding window -3.6 %, shared question -2.6 %, global + sliding window -2.3 %; full -0.3 /
+    +0.1 %, documents +0.5 %, prefix-LM +1.0 % (bidirectional: off); GQA head walk (call 118)
+    16/8 B=2 packed SFT -1.7 %, causal documents -2.1 %, sliding window -1.8 %, shared question
+    -2.1 %, global + sliding window -2.2 %, causal -1.8 %, 32/8 B=4 causal documents -2.4 %,
+    sliding window -1.9 %, causal +1.0 % (its base spread 6 %). Before causal masks had staged
+    stats it was slower on most of them (call 115: MHA +0.9 .. +3.7 %, GQA causal +3.7 %;
+    sessions 13 and 15, before ``dv_early``: no gain to +8 %). Env
+    ``PADDLE_FLASHMASK_BWD_DQ_PER_WG=1``/``0`` forces it; unforced, it yields to an explicit
+    choice of the hand-off (``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1`` or
+    ``PADDLE_FLASHMASK_BWD_DQ_SWIZZLE`` set), which then gets exactly what it names."""
     from .launch_args import env_choice
 
     forced = env_choice(DQ_PER_WG_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    return head_dim == 128 and gqa_in_cta and causal
+    if (env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1")) == "1"
+            or env_choice(DQ_SWIZZLE_ENV, ("0", "1"))):
+        return False
+    return head_dim == 128 and causal
 
 
 MASK_BITS_ENV = "PADDLE_FLASHMASK_BWD_MASK_BITS"
