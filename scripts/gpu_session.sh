@@ -1586,7 +1586,40 @@ K=PADDLE_FLASHMASK_BWD
 timeout -s INT -k 10 100 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant pw:${K}_DQ_PER_WG=1 --batch 4 --heads 16 --kv-heads 16 --masks full,shared_question,global_sliding_window,prefix_lm_causal --tag s21_pw_mha_rest > $OUT/kab_rest.log 2>&1; grep -v compiling $OUT/kab_rest.log | grep -v "^  " | tail -n 4'
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123"
+call124() {
+  emit "call 124 (prepared in session 21 for the next one, not yet run; nvidia-h200: stage parts a and b first) - per-warpgroup dQ blocks in the deterministic mode (built in session 21, CPU-compiled only; PADDLE_FLASHMASK_BWD_DQ_PER_WG=1 now reaches it): the backward oracle with determinism with it forced everywhere (stops on failure), then deterministic / deterministic with it / the default, MHA B=4 S=8K over the five causal zoo masks and GQA 16/8 B=2 over four (the default has it on causal masks since ba9f8b9, which raised the deterministic ratios by ~3 %) [<= 9 min]" \
+    nvidia-h200 540 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+R=PADDLE_FLASHMASK_BWD_DQ_PER_WG=1
+env $R timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_s22_det_dq_per_wg.json > $OUT/bwd_pw.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_pw.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant detpw:deterministic=1,$R"
+timeout -s INT -k 10 200 $A --batch 4 --heads 16 --kv-heads 16 --masks causal,causal_document,sliding_window,shared_question,global_sliding_window --tag s22_det_pw_mha > $OUT/kab_mha.log 2>&1; grep -v compiling $OUT/kab_mha.log | grep -v "^  " | tail -n 5
+timeout -s INT -k 10 170 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,sliding_window,causal --tag s22_det_pw_gqa16 > $OUT/kab_gqa.log 2>&1; grep -v compiling $OUT/kab_gqa.log | grep -v "^  " | tail -n 4
+'"$(pack_logs 124)"
+}
+
+call125() {
+  emit "call 125 (prepared in session 21 for the next one, not yet run; on call 124's warm machine carrying .devtools and .whl, or staged afresh with the FA4 wheels) - the GPU suite at dq_per_wg on every causal mask (ba9f8b9; session 21's suite ran at the GQA-only rule), then the benchmark's GQA row next to FA4 [<= 9.5 min]" \
+    nvidia-h200 580 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+'"$GPU_SUITE_1GPU"'
+timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 2 --systems paddle_flashmask,fa4 --tag s22_cases2 > $OUT/bench_s22_cases2.log 2>&1; tail -n 12 $OUT/bench_s22_cases2.log | cut -c1-300
+'"$(pack_logs 125)"
+}
+
+call126() {
+  emit "call 126 (prepared in session 21 for the next one, not yet run; on a warm machine carrying .devtools and .whl, or staged afresh with the FA4 wheels) - the README's same-run table at B=4 S=8K with every peer at dq_per_wg on every causal mask, then the e2e step ours first (#6 items 3-4) [<= 9.5 min]" \
+    nvidia-h200 560 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 300 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s22_cases0 > $OUT/bench_s22_cases0.log 2>&1; tail -n 14 $OUT/bench_s22_cases0.log | cut -c1-300
+'"$(e2e_both_orders 100 80 final_a final_b s22 | head -n 1)"'
+e2e flashmask,fa4_varlen final_a
+'"$(pack_logs 126)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1762,7 +1795,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -119,7 +119,9 @@ def test_config_rule(monkeypatch):
         cfg = interface.backward_config("bfloat16", d, True, 1)
         assert cfg.dq_per_wg and cfg.dq_swizzle and not cfg.dq_uniform_rows, d
         assert cfg.prepost.dq_per_wg
-    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).dq_per_wg
+    # forced, the deterministic mode takes it too (its writer adds both blocks before publishing)
+    cfg = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    assert cfg.dq_per_wg and cfg.deterministic and cfg.prepost.dq_per_wg
     monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")  # its converter reads dq_accum row by row
     assert not interface.backward_config("bfloat16", 128, True, 1).dq_per_wg
     monkeypatch.delenv(bwd.FUSED_DQ_ENV)

@@ -92,8 +92,10 @@ def _spill_allowed(config: str) -> int:
     """Spill bytes allowed for a variant, from its config's repr in the report."""
     if not config.startswith("BwdConfig("):
         return 0
-    if ("gqa_in_cta=True" in config and "dq_uniform_rows=True" in config
-            and "num_columns=None" not in config):
+    if ("gqa_in_cta=True" in config and "num_columns=None" not in config
+            and ("dq_uniform_rows=True" in config or "dq_per_wg=True" in config)):
+        # the walk's state in the producer's 24 registers: 8-36 B, measured faster anyway
+        # (uniform rows: session 15; per-warpgroup dQ blocks: session 21, call 118)
         return SPILL_ALLOWED_BYTES
     if "deterministic=True" in config and "dq_first_store=True" in config:
         return SPILL_ALLOWED_BYTES
@@ -121,14 +123,18 @@ def test_no_register_spills_in_the_main_kernels(compile_report):
 
 def test_per_warpgroup_dq_blocks_take_one_bulk_op_each(compile_report):
     """BwdConfig.dq_per_wg: the dQ writer moves each warpgroup's staged block with one bulk
-    reduce (or, for a tile's first writer, one bulk copy): two of each in the kernel."""
+    reduce (or, for a tile's first writer, one bulk copy): two of each in the kernel. The
+    deterministic mode has two more bulk copies of its own (its one-block swizzled variant: one
+    reduce, three copies)."""
     _, report = compile_report
     checked = 0
     for label, name, k in _main_kernels(report):
         if label.startswith("bwd ") and label.endswith(" per-wg"):
-            assert k["sass"].get("UBLKRED") == 2 and k["sass"].get("UBLKCP") == 2, (label, k["sass"])
+            copies = 4 if " det " in label else 2
+            assert k["sass"].get("UBLKRED") == 2 and k["sass"].get("UBLKCP") == copies, (
+                label, k["sass"])
             checked += 1
-    assert checked >= 2
+    assert checked >= 4
 
 
 def test_register_counts_agree_with_ptxas(compile_report):

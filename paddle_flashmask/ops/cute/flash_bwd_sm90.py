@@ -195,10 +195,11 @@ def default_dq_swizzle(head_dim: int) -> bool:
 DQ_PER_WG_ENV = "PADDLE_FLASHMASK_BWD_DQ_PER_WG"
 
 
-def default_dq_per_wg(head_dim: int, causal: bool) -> bool:
+def default_dq_per_wg(head_dim: int, causal: bool, deterministic: bool = False) -> bool:
     """``BwdConfig.dq_per_wg`` wanted where it applies (with dq_swizzle, which it turns on: dQ
-    staged in smem, not deterministic, no fused_dq): at D = 128 for causal masks (MHA and the GQA
-    head walk); off for bidirectional masks and other head dims. Interleaved whole-backward times
+    staged in smem, no fused_dq): at D = 128 for causal masks (MHA and the GQA head walk); off for
+    bidirectional masks, other head dims and, until its H200 oracle and A/B, the deterministic
+    mode (built for it in session 21: the env turns it on there too). Interleaved whole-backward times
     (``bench/kernel_ab.py``) against the default with ``dv_early`` and ``stage_stats`` on causal
     masks, session 21: MHA B=4 S=8K H=16 (calls 122-123) causal -3.1 %, causal documents -2.9 %,
     sliding window -3.6 %, shared question -2.6 %, global + sliding window -2.3 %; full -0.3 /
@@ -219,7 +220,7 @@ def default_dq_per_wg(head_dim: int, causal: bool) -> bool:
     if (env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1")) == "1"
             or env_choice(DQ_SWIZZLE_ENV, ("0", "1"))):
         return False
-    return head_dim == 128 and causal
+    return head_dim == 128 and causal and not deterministic
 
 
 MASK_BITS_ENV = "PADDLE_FLASHMASK_BWD_MASK_BITS"
@@ -863,8 +864,10 @@ class BwdConfig:
     # [w * D/2, (w + 1) * D/2), each block the D/2-wide swizzled tile), each with its own
     # empty / full barrier pair and ONE bulk op, so a warpgroup hands its half over without
     # waiting for the other's (FA4's per-warpgroup dQ hand-off, docs/kernels_bwd.md "Session
-    # 12"). dq_accum and the postprocess use the same blocked layout. Not deterministic, no
-    # fused_dq. The host's choice: default_dq_per_wg (off until its H200 check).
+    # 12"). dq_accum and the postprocess use the same blocked layout. No fused_dq. In the
+    # deterministic mode the writer adds both blocks of a tile before it publishes the tile to
+    # the chain's next key tile, so the order of the adds per element is unchanged. The host's
+    # choice: default_dq_per_wg.
     dq_per_wg: bool = False
     # Partial tiles' element mask as one bit mask per key row: the key's masked query rows
     # (semantics.masked_row_intervals, measured from the thread's first column) become bits over
@@ -1024,10 +1027,9 @@ class BwdConfig:
             raise ValueError(f"dq_swizzle: expected dQ staged in smem, fused_dq=False and head_dim "
                              f"in (64, 128, 256), found dq_in_smem={self.dq_in_smem}, "
                              f"fused_dq={self.fused_dq}, head_dim={self.head_dim}")
-        if self.dq_per_wg and (not self.dq_swizzle or self.deterministic or self.fused_dq):
-            raise ValueError(f"dq_per_wg: expected dq_swizzle=True, deterministic=False and "
-                             f"fused_dq=False, found dq_swizzle={self.dq_swizzle}, "
-                             f"deterministic={self.deterministic}, fused_dq={self.fused_dq}")
+        if self.dq_per_wg and (not self.dq_swizzle or self.fused_dq):
+            raise ValueError(f"dq_per_wg: expected dq_swizzle=True and fused_dq=False, found "
+                             f"dq_swizzle={self.dq_swizzle}, fused_dq={self.fused_dq}")
         if self.dq_uniform_rows and (not self.dq_in_smem or self.fused_dq or self.dq_swizzle):
             raise ValueError(f"dq_uniform_rows: expected dQ staged in smem, fused_dq=False and "
                              f"dq_swizzle=False, found dq_in_smem={self.dq_in_smem}, "

@@ -386,7 +386,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_early(), default_prefetch_stats(head_dim),
                             default_stage_stats(head_dim, gqa_in_cta, num_columns, causal),
                             default_dq_uniform_rows(head_dim, gqa_in_cta, num_columns),
-                            default_dq_per_wg(head_dim, causal), default_mask_bits(),
+                            default_dq_per_wg(head_dim, causal, deterministic), default_mask_bits(),
                             default_class_chains(deterministic, persistent_ctas > 0, gqa_in_cta,
                                                  causal, num_columns, gqa),
                             default_class_ratio(),
@@ -427,7 +427,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, dq_first_store=True)
     if dq_swizzle and cfg.dq_in_smem and not cfg.fused_dq and head_dim in (64, 128, 256):
         cfg = replace(cfg, dq_swizzle=True)
-    if (dq_per_wg and cfg.dq_in_smem and not cfg.fused_dq and not deterministic
+    if (dq_per_wg and cfg.dq_in_smem and not cfg.fused_dq
             and head_dim in (64, 128, 256)):  # the swizzled tile, one block per warpgroup
         cfg = replace(cfg, dq_swizzle=True, dq_per_wg=True)
     if dq_early and cfg.dq_in_smem and not deterministic:
