@@ -196,6 +196,12 @@ bench_ab_same_gpu() {
 
 # the logs and A/B plots as one file (at most 8 files come back per call), then the listing:
 # $1 = call number
+# `bwd_oracle LIMIT_S JSON LOG [PREFIX]`: the backward oracle with determinism (tests/gpu/bwd_check.py),
+# its last line printed; the call stops on its failure. PREFIX (e.g. 'env $R ') goes before it
+bwd_oracle() {
+  printf '%s' "${4:-}timeout -s INT -k 10 $1 python3 tests/gpu/bwd_check.py --json-name $2 > \$OUT/$3 2>&1; rc=\$?; tail -n 1 \$OUT/$3 | cut -c1-300; [ \$rc = 0 ] || exit \$rc"
+}
+
 pack_logs() {  # pack_logs N [GLOB]: logs, plots (and GLOB's files) into one tarball: <= 8 files return
   local extra=${2:+ $2}
   printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz \$(ls *.log *.png$extra 2>/dev/null) && rm -f *.log *.png$extra && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
@@ -1454,7 +1460,7 @@ call111() {
 "$PRELUDE"'
 '"$GPU_SUITE_1GPU"'
 R=PADDLE_FLASHMASK_BWD_DK_EARLY=1
-env $R timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_dk_early.json > $OUT/bwd_dk.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_dk.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+'"$(bwd_oracle 110 bwd_dk_early.json bwd_dk.log 'env $R ')"'
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant dv_early: --variant dk_early:$R"
 timeout -s INT -k 10 70 $A --batch 4 --heads 16 --kv-heads 16 --masks full,causal,causal_document,document --tag s20_dk_early_mha > $OUT/kab_mha.log 2>&1; grep -v compiling $OUT/kab_mha.log | grep -v "^  " | tail -n 4
 timeout -s INT -k 10 50 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document --tag s20_dk_early_gqa16 > $OUT/kab_gqa.log 2>&1; grep -v compiling $OUT/kab_gqa.log | grep -v "^  " | tail -n 2
@@ -1517,7 +1523,7 @@ call117() {
     nvidia-h200 480 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 export PADDLE_FLASHMASK_BWD_STAGE_STATS=1
-timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_s21_stage_stats.json > $OUT/bwd_ss.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_ss.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+'"$(bwd_oracle 110 bwd_s21_stage_stats.json bwd_ss.log)"'
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
 timeout -s INT -k 10 170 $A --batch 4 --heads 32 --kv-heads 8 --masks full,causal,causal_document,document,sliding_window --tag s21_det_gqa32_b4 > $OUT/kab_g.log 2>&1; grep -v compiling $OUT/kab_g.log | tail -n 6
 timeout -s INT -k 10 120 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,causal --tag s21_det_gqa16_b2 > $OUT/kab_g16.log 2>&1; grep -v compiling $OUT/kab_g16.log | tail -n 5
@@ -1529,7 +1535,7 @@ call118() {
     nvidia-h200 420 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 R=PADDLE_FLASHMASK_BWD_DQ_PER_WG=1
-env $R timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_s21_dq_per_wg.json > $OUT/bwd_pw.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_pw.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+'"$(bwd_oracle 110 bwd_s21_dq_per_wg.json bwd_pw.log 'env $R ')"'
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant pw:$R"
 timeout -s INT -k 10 120 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,sliding_window,shared_question,global_sliding_window,causal --tag s21_pw_gqa16 > $OUT/kab_g16.log 2>&1; grep -v compiling $OUT/kab_g16.log | grep -v "^  " | tail -n 6
 timeout -s INT -k 10 130 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_document,sliding_window,causal --tag s21_pw_gqa32 > $OUT/kab_g32.log 2>&1; grep -v compiling $OUT/kab_g32.log | grep -v "^  " | tail -n 3
@@ -1591,7 +1597,7 @@ call124() {
     nvidia-h200 540 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 R=PADDLE_FLASHMASK_BWD_DQ_PER_WG=1
-env $R timeout -s INT -k 10 110 python3 tests/gpu/bwd_check.py --json-name bwd_s22_det_dq_per_wg.json > $OUT/bwd_pw.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_pw.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+'"$(bwd_oracle 110 bwd_s22_det_dq_per_wg.json bwd_pw.log 'env $R ')"'
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant detpw:deterministic=1,$R"
 timeout -s INT -k 10 200 $A --batch 4 --heads 16 --kv-heads 16 --masks causal,causal_document,sliding_window,shared_question,global_sliding_window --tag s22_det_pw_mha > $OUT/kab_mha.log 2>&1; grep -v compiling $OUT/kab_mha.log | grep -v "^  " | tail -n 5
 timeout -s INT -k 10 170 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,sliding_window,causal --tag s22_det_pw_gqa16 > $OUT/kab_gqa.log 2>&1; grep -v compiling $OUT/kab_gqa.log | grep -v "^  " | tail -n 4
