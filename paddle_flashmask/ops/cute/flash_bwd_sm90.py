@@ -195,11 +195,14 @@ def default_dq_swizzle(head_dim: int) -> bool:
 DQ_PER_WG_ENV = "PADDLE_FLASHMASK_BWD_DQ_PER_WG"
 
 
-def default_dq_per_wg(head_dim: int, causal: bool, deterministic: bool = False) -> bool:
+def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
+                      deterministic: bool = False) -> bool:
     """``BwdConfig.dq_per_wg`` wanted where it applies (with dq_swizzle, which it turns on: dQ
-    staged in smem, no fused_dq): at D = 128 for causal masks (MHA and the GQA head walk); off for
-    bidirectional masks, other head dims and, until its H200 oracle and A/B, the deterministic
-    mode (built for it in session 21: the env turns it on there too). Interleaved whole-backward times
+    staged in smem, no fused_dq): at D = 128 for causal masks without columns or with one (every
+    causal mask of the zoo; MHA and the GQA head walk); off for bidirectional masks, causal C = 2
+    (not measured; with staged stats its MHA kernel spills 4 B), other head dims and, until its
+    H200 oracle and A/B, the deterministic mode (built for it in session 21: the env turns it on
+    there too). Interleaved whole-backward times
     (``bench/kernel_ab.py``) against the default with ``dv_early`` and ``stage_stats`` on causal
     masks, session 21: MHA B=4 S=8K H=16 (calls 122-123) causal -3.1 %, causal documents -2.9 %,
     sliding window -3.6 %, shared question -2.6 %, global + sliding window -2.3 %; full -0.3 /
@@ -220,7 +223,7 @@ def default_dq_per_wg(head_dim: int, causal: bool, deterministic: bool = False) 
     if (env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1")) == "1"
             or env_choice(DQ_SWIZZLE_ENV, ("0", "1"))):
         return False
-    return head_dim == 128 and causal and not deterministic
+    return head_dim == 128 and causal and num_columns in (None, 1) and not deterministic
 
 
 MASK_BITS_ENV = "PADDLE_FLASHMASK_BWD_MASK_BITS"
@@ -492,10 +495,11 @@ STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int],
                         causal: bool = True) -> bool:
-    """``BwdConfig.stage_stats`` wanted: at D = 128 for every causal mask (with or without
-    columns), for masks with columns under the GQA head walk, and for the bidirectional C = 2 form
-    (documents) with per-query-head CTAs; off for full attention, for bidirectional C = 4 without
-    the walk (not measured; it would spill 8 B per thread) and at other head dims.
+    """``BwdConfig.stage_stats`` wanted: at D = 128 for causal masks without columns or with one
+    (every causal mask of the zoo), for masks with columns under the GQA head walk, and for the
+    bidirectional C = 2 form (documents) with per-query-head CTAs; off for full attention, for
+    causal C = 2 and bidirectional C = 4 without the walk (not measured; C = 4 would spill 8 B
+    per thread, causal C = 2 spills 4 B together with ``dq_per_wg``) and at other head dims.
     Interleaved whole-backward times (``bench/kernel_ab.py``): session 15, B=2 S=8K GQA 16/8:
     documents 2,248 -> 1,992 us, causal documents -0.8 %, packed documents -1.3 %, sliding window
     -0.8 %; B=4 S=8K H=16 (MHA): documents -1.5 % (session 15), -1.7 % (session 16). With the dV
@@ -512,9 +516,9 @@ def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[i
         return forced == "1"
     if head_dim != 128:
         return False
-    if causal:
+    if causal and num_columns in (None, 1):
         return True
-    return num_columns is not None and (gqa_in_cta or num_columns == 2)
+    return num_columns is not None and (gqa_in_cta or (not causal and num_columns == 2))
 
 
 DET_PERSISTENT_ENV = "PADDLE_FLASHMASK_BWD_DET_PERSISTENT"
