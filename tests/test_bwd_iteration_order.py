@@ -90,8 +90,8 @@ def test_stage_stats_rules(monkeypatch):
     """LSE/delta staged with Q/dO: by default at D = 128 for causal masks with at most one column
     (session 21's A/B at dv_early), masks with columns under the GQA head walk (session 15) or
     bidirectional C = 2 with per-query-head CTAs (session 16); off for full attention, causal
-    C = 2 and bidirectional C = 4 without the walk; on through the env for every head dim, where it replaces the D=64 prefetch and
-    late_loads; shared memory grows by the two staged runs."""
+    C = 2 and bidirectional C = 4 without the walk; on through the env for every head dim, where
+    it replaces the D=64 prefetch and late_loads; shared memory grows by the two staged runs."""
     from paddle_flashmask.ops.cute import interface
 
     for name in (bwd.STAGE_STATS_ENV, bwd.PREFETCH_STATS_ENV, bwd.LATE_LOADS_ENV,

@@ -195,6 +195,13 @@ def default_dq_swizzle(head_dim: int) -> bool:
 DQ_PER_WG_ENV = "PADDLE_FLASHMASK_BWD_DQ_PER_WG"
 
 
+def _measured_causal_form(head_dim: int, causal: bool, num_columns: Optional[int]) -> bool:
+    """The causal forms session 21's A/Bs covered at D = 128, where ``stage_stats`` and
+    ``dq_per_wg`` are defaults: no columns or one (every causal mask of the zoo). Causal C = 2 was
+    not measured, and with both options its MHA kernel spills 4 B."""
+    return head_dim == 128 and causal and num_columns in (None, 1)
+
+
 def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
                       deterministic: bool = False) -> bool:
     """``BwdConfig.dq_per_wg`` wanted where it applies (with dq_swizzle, which it turns on: dQ
@@ -202,9 +209,8 @@ def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
     causal mask of the zoo; MHA and the GQA head walk); off for bidirectional masks, causal C = 2
     (not measured; with staged stats its MHA kernel spills 4 B), other head dims and, until its
     H200 oracle and A/B, the deterministic mode (built for it in session 21: the env turns it on
-    there too). Interleaved whole-backward times
-    (``bench/kernel_ab.py``) against the default with ``dv_early`` and ``stage_stats`` on causal
-    masks, session 21: MHA B=4 S=8K H=16 (calls 122-123) causal -3.1 %, causal documents -2.9 %,
+    there too). Interleaved whole-backward times (``bench/kernel_ab.py``) against the default
+    with ``dv_early`` and ``stage_stats`` on causal masks, session 21: MHA B=4 S=8K H=16 (calls 122-123) causal -3.1 %, causal documents -2.9 %,
     sliding window -3.6 %, shared question -2.6 %, global + sliding window -2.3 %; full -0.3 /
     +0.1 %, documents +0.5 %, prefix-LM +1.0 % (bidirectional: off); GQA head walk (call 118)
     16/8 B=2 packed SFT -1.7 %, causal documents -2.1 %, sliding window -1.8 %, shared question
@@ -223,7 +229,7 @@ def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
     if (env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1")) == "1"
             or env_choice(DQ_SWIZZLE_ENV, ("0", "1"))):
         return False
-    return head_dim == 128 and causal and num_columns in (None, 1) and not deterministic
+    return _measured_causal_form(head_dim, causal, num_columns) and not deterministic
 
 
 MASK_BITS_ENV = "PADDLE_FLASHMASK_BWD_MASK_BITS"
@@ -516,7 +522,7 @@ def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[i
         return forced == "1"
     if head_dim != 128:
         return False
-    if causal and num_columns in (None, 1):
+    if _measured_causal_form(head_dim, causal, num_columns):
         return True
     return num_columns is not None and (gqa_in_cta or (not causal and num_columns == 2))
 
