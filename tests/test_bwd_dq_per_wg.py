@@ -111,8 +111,13 @@ def test_config_rule(monkeypatch):
         for gqa in (False, True):
             cfg = interface.backward_config("bfloat16", 128, True, columns, gqa=gqa)
             assert cfg.dq_per_wg and cfg.dq_swizzle and cfg.prepost.dq_per_wg, (columns, gqa)
+    # deterministic: on for MHA (call 124: -4 %), off for the GQA walk (+1..2 % on three masks)
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True,
                                          deterministic=True).dq_per_wg
+    for columns in (None, 1):
+        cfg = interface.backward_config("bfloat16", 128, True, columns, deterministic=True)
+        assert cfg.dq_per_wg and cfg.deterministic and cfg.prepost.dq_per_wg, columns
+    assert not interface.backward_config("bfloat16", 128, False, 2, deterministic=True).dq_per_wg
     monkeypatch.setenv(bwd.DQ_PER_WG_ENV, "0")
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).dq_per_wg
     assert not interface.backward_config("bfloat16", 128, True, 1).dq_per_wg
@@ -121,8 +126,8 @@ def test_config_rule(monkeypatch):
         cfg = interface.backward_config("bfloat16", d, True, 1)
         assert cfg.dq_per_wg and cfg.dq_swizzle and not cfg.dq_uniform_rows, d
         assert cfg.prepost.dq_per_wg
-    # forced, the deterministic mode takes it too (its writer adds both blocks before publishing)
-    cfg = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    # forced, the deterministic GQA walk takes it too (its writer adds both blocks before publishing)
+    cfg = interface.backward_config("bfloat16", 128, True, 1, gqa=True, deterministic=True)
     assert cfg.dq_per_wg and cfg.deterministic and cfg.prepost.dq_per_wg
     monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")  # its converter reads dq_accum row by row
     assert not interface.backward_config("bfloat16", 128, True, 1).dq_per_wg

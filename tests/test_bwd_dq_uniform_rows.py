@@ -17,8 +17,8 @@ def test_config_rule(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     # by default on at D = 128 (the H200 A/Bs), deterministic or not, with the GQA head walk
     # too (with mask columns since session 15: faster despite the producer's few spilled bytes),
-    # except where per-warpgroup blocks take the hand-off (causal masks, not deterministic:
-    # session 21); not at the other head dims (not measured)
+    # except where per-warpgroup blocks take the hand-off (causal masks, session 21; in the
+    # deterministic mode on MHA only, session 22); not at the other head dims (not measured)
     for columns, det, gqa in ((1, False, False), (None, False, False), (2, True, False),
                               (None, False, True), (None, True, True), (1, False, True),
                               (2, False, True), (4, True, True), (2, False, False),
@@ -28,7 +28,7 @@ def test_config_rule(monkeypatch):
                                         deterministic=det)
         # (the deterministic mode walks no heads: default_gqa_in_cta)
         assert cfg.gqa_in_cta == (gqa and not det), (columns, det, gqa)
-        per_wg = causal and not det
+        per_wg = causal and not (det and gqa)
         assert cfg.dq_per_wg == per_wg and cfg.dq_uniform_rows == (not per_wg), (columns, det, gqa)
     for d in (64, 96, 192, 256):
         assert not interface.backward_config("bfloat16", d, True, 1).dq_uniform_rows, d

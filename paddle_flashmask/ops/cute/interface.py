@@ -386,7 +386,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_early(), default_prefetch_stats(head_dim),
                             default_stage_stats(head_dim, gqa_in_cta, num_columns, causal),
                             default_dq_uniform_rows(head_dim, gqa_in_cta, num_columns),
-                            default_dq_per_wg(head_dim, causal, num_columns, deterministic),
+                            default_dq_per_wg(head_dim, causal, num_columns, deterministic, gqa),
                             default_mask_bits(),
                             default_class_chains(deterministic, persistent_ctas > 0, gqa_in_cta,
                                                  causal, num_columns, gqa),
