@@ -210,12 +210,13 @@ def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
     for bidirectional masks, causal C = 2 (not measured; with staged stats its MHA kernel spills
     4 B), other head dims and deterministic GQA. Deterministic, session 22 (call 124, oracle 29/29
     and bit-identical reruns 8/8 with it forced; deterministic / default, the default already
-    with it): MHA B=4 S=8K H=16 causal documents 1.147 -> 1.098, sliding window 1.139 -> 1.094,
-    shared question 1.159 -> 1.113, global + sliding window 1.135 -> 1.091 (-4 % each); GQA 16/8
-    B=2 causal 1.127 -> 1.087 but packed SFT 1.262 -> 1.280, causal documents 1.217 -> 1.232,
-    sliding window 1.161 -> 1.183, so the interleaved walk keeps the staged-row hand-off.
-    Interleaved whole-backward times (``bench/kernel_ab.py``) against the default
-    with ``dv_early`` and ``stage_stats`` on causal masks, session 21: MHA B=4 S=8K H=16 (calls 122-123) causal -3.1 %, causal documents -2.9 %,
+    with it): MHA B=4 S=8K H=16 causal 1.082 -> 1.046, causal documents 1.147 -> 1.098,
+    sliding window 1.139 -> 1.094, shared question 1.159 -> 1.113, global + sliding window
+    1.135 -> 1.091 (-3.5 .. -4 % each); GQA 16/8 B=2 causal 1.127 -> 1.087 but packed SFT
+    1.262 -> 1.280, causal documents 1.217 -> 1.232, sliding window 1.161 -> 1.183, so
+    deterministic GQA keeps the staged-row hand-off. Interleaved whole-backward times
+    (``bench/kernel_ab.py``) against the default with ``dv_early`` and ``stage_stats`` on causal
+    masks, session 21: MHA B=4 S=8K H=16 (calls 122-123) causal -3.1 %, causal documents -2.9 %,
     sliding window -3.6 %, shared question -2.6 %, global + sliding window -2.3 %; full -0.3 /
     +0.1 %, documents +0.5 %, prefix-LM +1.0 % (bidirectional: off); GQA head walk (call 118)
     16/8 B=2 packed SFT -1.7 %, causal documents -2.1 %, sliding window -1.8 %, shared question
