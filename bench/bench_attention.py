@@ -33,6 +33,8 @@ from mask_zoo import check_same_mask, dense_allowed, make_zoo, opt_in_names, vis
 CASES = [(4, 8192, 16, 16, 128), (1, 32768, 16, 16, 128), (4, 8192, 32, 8, 128),
          (4, 8192, 16, 16, 64), (4, 8192, 16, 16, 256),
          (2, 8192, 16, 8, 128)]  # 5: the end-to-end step's attention (with --masks sft_documents)
+# systems run only when --systems names them (diagnostics, not peers)
+OPT_IN_SYSTEMS = ("fa4_no_pack_gqa",)
 REF_HEADS = 2  # reference check on the first query heads (fp32 dense math is O(S^2) memory)
 
 
@@ -66,22 +68,28 @@ def systems_for(mask, B, S, H, Hk, D):
         return f, "bshd"
     out["paddle_flashmask"] = ours
 
-    def fa4():
+    def fa4(**extra):
         from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
         if mask.name in ("full", "causal"):
-            return (lambda q, k, v: flash_attn_func(q, k, v, causal=mask.causal)), "bshd"
+            return (lambda q, k, v: flash_attn_func(q, k, v, causal=mask.causal, **extra)), "bshd"
         if mask.name == "sliding_window":
             return (lambda q, k, v: flash_attn_func(q, k, v, causal=True,
-                                                    window_size=(mask.window - 1, 0))), "bshd"
+                                                    window_size=(mask.window - 1, 0),
+                                                    **extra)), "bshd"
         if mask.doc_lens is not None:
             lens = [n for row in mask.doc_lens for n in row]
             cu = torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
             mx = max(lens)
             return (lambda q, k, v: flash_attn_varlen_func(
                 q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx, max_seqlen_k=mx,
-                causal=mask.causal)), "packed"
+                causal=mask.causal, **extra)), "packed"
         raise NotImplementedError("no native FA4 form for this mask")
     out["fa4"] = fa4
+    if H != Hk:
+        # FA4 packs a KV head's query heads into one M tile by default (pack_gqa); this runs
+        # it with one query head per tile, as our forward does, to size what packing buys.
+        # Opt-in only: a diagnostic, not a peer (OPT_IN_SYSTEMS).
+        out["fa4_no_pack_gqa"] = lambda: fa4(pack_gqa=False)
 
     def fa4_mask_mod():
         from fa4_maskmod import build_fa4_mask_mod
@@ -145,7 +153,8 @@ def run_case(B, S, H, Hk, D, args, results, meta):
         ref_o, ref_dq = fp32_reference(q0, k0, v0, do0, allowed, REF_HEADS)
         del allowed
         for sname, make in systems_for(mask, B, S, H, Hk, D).items():
-            if args.systems and sname not in args.systems:
+            wanted = sname in args.systems if args.systems else sname not in OPT_IN_SYSTEMS
+            if not wanted:
                 continue
             rec = dict(B=B, S=S, H=H, Hk=Hk, D=D, mask=name, system=sname,
                        density=pairs / (B * H * S * S))

@@ -52,3 +52,14 @@ def test_interrupted_run_keeps_its_rows(monkeypatch, tmp_path):
     assert saved["meta"]["interrupted"] == "SIGINT after 1 rows"
     assert "compile_cache" not in saved["meta"]  # never reached
     assert (tmp_path / "bench-cut.png").stat().st_size > 0
+
+
+def test_unpacked_fa4_is_a_gqa_only_opt_in(monkeypatch):
+    """FA4 with pack_gqa=False is a diagnostic: offered only for GQA shapes, and listed in
+    OPT_IN_SYSTEMS so a run without --systems leaves it out."""
+    bench = _load_bench(monkeypatch)
+    mask = types.SimpleNamespace(name="causal", causal=True, doc_lens=None, indices=None)
+    assert "fa4_no_pack_gqa" in bench.systems_for(mask, 4, 8192, 32, 8, 128)
+    assert "fa4_no_pack_gqa" not in bench.systems_for(mask, 4, 8192, 16, 16, 128)
+    assert "fa4_no_pack_gqa" in bench.OPT_IN_SYSTEMS
+    assert "fa4" not in bench.OPT_IN_SYSTEMS
