@@ -1638,7 +1638,25 @@ e2e fa4_varlen,flashmask final_b
 '"$(pack_logs 127)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127"
+call128() {
+  emit "call 128 (session 22, fresh staging) - where the host time of one call goes on the e2e step's attention shape (B=2 S=8K GQA 16/8): call 127's bench had our forward at 0.535 ms and forward+backward at 2.309 ms per call against FA4's 0.254 / 1.102, while inside the step our forward phase equals FA4's (so the kernels are not 2x slower: the standalone call is host-bound; session 13 measured 0.322 / 1.58 there): bench/profile_call.py with cProfile on packed SFT and causal [<= 3 min]" \
+    nvidia-h200 200 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+mkdir -p $OUT/pc; timeout -s INT -k 10 170 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal --cprofile --out $OUT/pc > $OUT/profile_s22.log 2>&1; grep -E "^(sft_documents|causal) " $OUT/profile_s22.log | cut -c1-900
+'"$(pack_logs 128)"
+}
+
+call129() {
+  emit "call 129 (session 22, fresh staging) - #6 item 1's table at today's defaults (per-warpgroup dQ blocks now in the deterministic mode on MHA causal masks, c. call 124): deterministic / default, whole backward, MHA B=4 S=8K H=16 over the eight zoo masks and GQA 32/8 B=4 over five [<= 5 min]" \
+    nvidia-h200 300 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
+timeout -s INT -k 10 150 $A --batch 4 --heads 16 --kv-heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window --tag s22_det_mha > $OUT/kab_det_mha.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_det_mha.log | cut -c1-200
+timeout -s INT -k 10 110 $A --batch 4 --heads 32 --kv-heads 8 --masks full,causal,sliding_window,causal_document,document --tag s22_det_gqa32 > $OUT/kab_det_gqa.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_det_gqa.log | cut -c1-200
+'"$(pack_logs 129)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1814,7 +1832,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
