@@ -4,6 +4,8 @@
 
 Systems: paddle_flashmask (cute backend), FlashAttention-4 (native causal / window, varlen for
 documents), FA4 mask_mod + block-sparse tables, FlexAttention (compiled), SDPA cuDNN (full/causal).
+Opt-in, only when --systems names it: fa4_no_pack_gqa (FA4 without its query-head packing, GQA
+shapes only; a diagnostic, not a peer).
 Every system's output and dQ are checked against an fp32 dense-mask reference (first heads) before
 timing; a system with a wrong mask is reported with its error and left out of the table.
 TFLOP/s count unmasked pairs only: fwd = 4·D·H·pairs (2·(D+Dv) in general), fwd+bwd = 3.5 x fwd.
