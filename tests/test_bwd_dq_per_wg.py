@@ -111,7 +111,7 @@ def test_config_rule(monkeypatch):
         for gqa in (False, True):
             cfg = interface.backward_config("bfloat16", 128, True, columns, gqa=gqa)
             assert cfg.dq_per_wg and cfg.dq_swizzle and cfg.prepost.dq_per_wg, (columns, gqa)
-    # deterministic: on for MHA (call 124: -4 %), off for the GQA walk (+1..2 % on three masks)
+    # deterministic: on for MHA (call 124: -4 %), off for GQA (+1..2 % on three of four masks)
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True,
                                          deterministic=True).dq_per_wg
     for columns in (None, 1):
@@ -126,7 +126,7 @@ def test_config_rule(monkeypatch):
         cfg = interface.backward_config("bfloat16", d, True, 1)
         assert cfg.dq_per_wg and cfg.dq_swizzle and not cfg.dq_uniform_rows, d
         assert cfg.prepost.dq_per_wg
-    # forced, the deterministic GQA walk takes it too (its writer adds both blocks before publishing)
+    # forced, deterministic GQA takes it too (its writer adds both blocks before publishing)
     cfg = interface.backward_config("bfloat16", 128, True, 1, gqa=True, deterministic=True)
     assert cfg.dq_per_wg and cfg.deterministic and cfg.prepost.dq_per_wg
     monkeypatch.setenv(bwd.FUSED_DQ_ENV, "1")  # its converter reads dq_accum row by row
