@@ -1665,7 +1665,40 @@ timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 0 --masks globa
 '"$(pack_logs 130)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130"
+call131() {
+  emit "call 131 (session 23, fresh staging with the FA4 wheels) - the host fast path (launch plans per call signature, packed arguments rewritten in place: 2.1-2.3x less host time per call in the CPU harness bench/host_time.py): the GPU suite through it, host time per call with it and without it (PADDLE_FLASHMASK_CALL_PLANS=0) on the e2e step's attention shape, then that shape's standalone benchmark next to FA4 (call 127: ours 0.535 ms forward against FA4's 0.254, host-bound) [<= 9.5 min]" \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+'"$GPU_SUITE_1GPU"'
+P="python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal"
+mkdir -p $OUT/pc_on $OUT/pc_off
+timeout -s INT -k 10 55 $P --out $OUT/pc_on > $OUT/profile_on.log 2>&1; grep -E "^(sft_documents|causal) " $OUT/profile_on.log | cut -c1-420
+PADDLE_FLASHMASK_CALL_PLANS=0 timeout -s INT -k 10 55 $P --out $OUT/pc_off > $OUT/profile_off.log 2>&1; grep -E "^(sft_documents|causal) " $OUT/profile_off.log | cut -c1-420
+timeout -s INT -k 10 70 python3 bench/bench_attention.py --cases 5 --masks sft_documents,causal_document,causal --systems paddle_flashmask,fa4 --tag s23_case5 > $OUT/bench_case5.log 2>&1; tail -n 8 $OUT/bench_case5.log | cut -c1-200
+'"$(pack_logs 131)"
+}
+
+call132() {
+  emit "call 132 (session 23, on call 131's warm machine carrying .devtools and .whl, or staged afresh with the FA4 wheels) - the README's same-run table at B=4 S=8K with every peer through the host fast path (#6 item 3; short rows such as sliding window run 0.5-0.7 ms forward, near the old host time per call), then the D=64 row next to FA4 (last measured in session 11) [<= 9.5 min]" \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 290 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s23_cases0 > $OUT/bench_s23_cases0.log 2>&1; tail -n 40 $OUT/bench_s23_cases0.log | cut -c1-200
+timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 3 --systems paddle_flashmask,fa4,fa4_mask_mod --tag s23_cases3 > $OUT/bench_s23_cases3.log 2>&1; tail -n 30 $OUT/bench_s23_cases3.log | cut -c1-200
+'"$(pack_logs 132)"
+}
+
+call133() {
+  emit "call 133 (session 23, on call 132's warm machine carrying .devtools and .whl, or staged afresh with the FA4 wheels) - the e2e step (#6 item 4) through the host fast path, both orders (call 126: 0.99x ours first, call 127: 1.00x FA4 varlen first) [<= 6 min]" \
+    nvidia-h200 360 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+'"$(e2e_both_orders 150 120 final_a final_b s23)"'
+'"$(pack_logs 133)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1841,7 +1874,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

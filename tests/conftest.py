@@ -24,3 +24,14 @@ def single_rank_group():
         yield torch
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def fresh_call_plans():
+    """The host API keeps a launch plan per call signature (ops/cute/interface.py), holding the
+    compiled kernels, grid and variant of that signature. Tests swap the kernel getters, the SM
+    count or the scratch allocator, so each starts without plans made under another test's."""
+    interface = sys.modules.get("paddle_flashmask.ops.cute.interface")
+    if interface is not None:
+        interface.clear_call_plans()
+    yield

@@ -71,6 +71,7 @@ class HostApiHarness:
         monkeypatch.setattr(tile_scheduler, "reset_counter",
                             lambda counter, stream, words=1:
                             harness.counter_resets.append(counter))
+        monkeypatch.setattr(interface, "_call_plans", {})  # plans hold kernels made before
         monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
         monkeypatch.setattr(interface, "num_sms", lambda device: num_sms)
         monkeypatch.setattr(interface, "DeviceBuffer", Scratch)

@@ -50,7 +50,8 @@ def _args(address: int = 0x10000, extent: int = 8, scale: float = 0.5, stream: i
     return ptr, None, Int32(extent), Float32(scale), cuda.CUstream(stream)
 
 
-def test_identical_calls_reuse_the_packed_arguments_and_any_change_regenerates(monkeypatch):
+def test_calls_differing_in_addresses_reuse_the_packed_form_and_other_changes_regenerate(
+        monkeypatch):
     monkeypatch.delenv(launch_args.REUSE_LAUNCH_ENV, raising=False)
     fake = FakeCompiled(arg_count=5)
     launch = ReusableLaunch(fake)
@@ -59,18 +60,66 @@ def test_identical_calls_reuse_the_packed_arguments_and_any_change_regenerates(m
     launch(*_args())  # equal values, new objects
     assert len(fake.generated) == 1 and len(fake.launched) == 2
     assert fake.launched[0] is fake.launched[1] is fake.generated[0][1]
-    # each value that changes the packed form regenerates it
-    for changed in (dict(address=0x20000), dict(extent=9), dict(scale=0.25), dict(stream=8)):
+    # another address: the remembered pointer object is rewritten, nothing regenerated
+    remembered_pointer = fake.generated[0][0][0]
+    launch(*_args(address=0x20000))
+    assert len(fake.generated) == 1 and fake.launched[-1] is fake.generated[0][1]
+    assert remembered_pointer._pointer == 0x20000 and remembered_pointer._desc.value == 0x20000
+    # a lightweight pointer argument of the same type shares the form too
+    launch(launch_args.PtrArg(0x30000, Float32, 16), *_args()[1:])
+    assert len(fake.generated) == 1 and remembered_pointer._desc.value == 0x30000
+    # each other value that changes the packed form regenerates it
+    for changed in (dict(extent=9), dict(scale=0.25), dict(stream=8)):
         launch(*_args(**changed))
         assert fake.launched[-1] is fake.generated[-1][1]
-    assert len(fake.generated) == 5 and not fake.plain_calls
+    assert len(fake.generated) == 4 and not fake.plain_calls
     ptr = cute.runtime.make_ptr(Float32, 0x10000, cute.AddressSpace.gmem, assumed_align=4)
     launch(ptr, *_args()[1:])  # another alignment is another pointer type
-    assert len(fake.generated) == 6
+    assert len(fake.generated) == 5
     # the remembered call's argument objects stay alive: the packed form points into them
     remembered_args = fake.generated[0][0]
     launch(*_args())
     assert fake.launched[-1] is fake.generated[0][1] and remembered_args[2].value == 8
+    assert remembered_pointer._desc.value == 0x10000
+
+
+def test_rewritten_arguments_pack_as_a_fresh_generation_would(monkeypatch):
+    """The real DSL packing (a compiled sm_90a kernel): after a launch with other addresses
+    reuses the remembered form, every C argument it points at holds the same bytes as the form
+    the DSL generates from scratch for those addresses."""
+    import ctypes
+
+    from paddle_flashmask.ops.cute import interface
+    from paddle_flashmask.ops.cute.tile_range_kernel import TileRangeConfig
+
+    monkeypatch.delenv(launch_args.REUSE_LAUNCH_ENV, raising=False)
+    launch = interface.compiled_kernel("fwd_tile_ranges", TileRangeConfig(128, 128, True, 1))
+    assert launch.reuses
+    sent = []
+    monkeypatch.setattr(launch.compiled, "run_compiled_program",
+                        lambda exe_args: sent.append(list(exe_args)))
+
+    def args(base: int) -> tuple:
+        return (launch_args.PtrArg(base, Int32, 4), launch_args.PtrArg(base + 0x1000, Int32, 4),
+                launch_args.PtrArg(base + 0x2000, Int32, 4), Int32(2), Int32(300), Int32(300),
+                Int32(1), cuda.CUstream(0))
+
+    sizes = (8, 8, 8, 4, 4, 4, 4, 8)  # three pointers, four int32, the stream handle
+
+    def pointed_bytes(exe_args) -> list:
+        assert len(exe_args) == len(sizes)
+        return [ctypes.string_at(a if isinstance(a, int) else a.value, size)
+                for a, size in zip(exe_args, sizes)]
+
+    launch(*args(0x10000))
+    launch(*args(0x7f0000))
+    assert len(sent) == 2 and sent[0] == sent[1]  # one packed form, rewritten in place
+    fresh, _ = launch.compiled.execution_args.generate_execution_args(
+        launch_args.dsl_args(args(0x7f0000)), {})
+    assert pointed_bytes(sent[1]) == pointed_bytes(fresh)
+    assert pointed_bytes(sent[1]) != pointed_bytes(
+        launch.compiled.execution_args.generate_execution_args(
+            launch_args.dsl_args(args(0x10000)), {})[0])
 
 
 def test_unrecognised_arguments_and_count_mismatches_take_the_dsl_path(monkeypatch):
@@ -108,7 +157,7 @@ def test_the_remembered_sets_are_bounded(monkeypatch):
     fake = FakeCompiled(arg_count=5)
     launch = ReusableLaunch(fake)
     for i in range(ReusableLaunch.MAX_REMEMBERED + 3):
-        launch(*_args(address=0x10000 + 16 * i))
+        launch(*_args(extent=10 + i))
     assert len(launch._remembered) <= ReusableLaunch.MAX_REMEMBERED
     assert len(fake.launched) == ReusableLaunch.MAX_REMEMBERED + 3
 

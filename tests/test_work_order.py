@@ -254,8 +254,10 @@ def test_host_api_applies_the_work_order_rule_per_problem(monkeypatch):
     run(idx, k_mha, v_mha)
     run(idx, retire=True)
     monkeypatch.setattr(interface, "num_sms", lambda device: 1)  # 24 items for 1 CTA: many
+    interface.clear_call_plans()  # a device's SM count is fixed: the launch plans assume it
     run(idx)
     monkeypatch.setattr(interface, "num_sms", lambda device: 132)
+    interface.clear_call_plans()
     monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "0")
     run(idx)
     monkeypatch.setenv(fwd.DYNAMIC_SCHEDULE_ENV, "1")

@@ -69,7 +69,7 @@ from . import mask as fm_mask
 from .flash_bwd_prepost import (ROWS_PER_CTA, _dsl_dtype, column_pairs, head_major, rowmajor,
                                 vector_rows)
 from . import tile_scheduler as sched
-from .launch_args import check_variant_call, gmem_ptr
+from .launch_args import check_variant_call, gmem_ptr, launch
 
 _LOG2_E = math.log2(math.e)
 _SUPPORTED_DIMS = {(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)}
@@ -3218,11 +3218,11 @@ class CompiledBackward:
         # fused_dq's pending-add counts, or dq_first_store's flags: the preprocess sets them
         pending = ptr(ws.get("dq_pending", ws.get("dq_flags")), Int32, 4)
         summary = (ptr(col_min, Int32, 4), ptr(col_max, Int32, 4)) if fused else (None, None)
-        self.pre(ptr(out, dt), ptr(dout, dt), ptr(lse, f32, 4), ptr(ws["lse2"], f32),
-                 ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32),
-                 ptr(learnable_sink, f32, 4), ptr(ws.get("dsink_part"), f32),
-                 ptr(ws.get("semaphores"), Int32, 4), pending, ptr(dq, dt) if fused else None,
-                 *summary, Int32(b), Int32(sq), Int32(h), Int32(sk), Int32(hm), stream)
+        launch(self.pre, ptr(out, dt), ptr(dout, dt), ptr(lse, f32, 4), ptr(ws["lse2"], f32),
+               ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32),
+               ptr(learnable_sink, f32, 4), ptr(ws.get("dsink_part"), f32),
+               ptr(ws.get("semaphores"), Int32, 4), pending, ptr(dq, dt) if fused else None,
+               *summary, Int32(b), Int32(sq), Int32(h), Int32(sk), Int32(hm), stream)
         dk_main = ws["dk_part"] if cfg.dkv_partials else dk
         dv_main = ws["dv_part"] if cfg.dkv_partials else dv
         if sk > 0:
@@ -3241,34 +3241,35 @@ class CompiledBackward:
                 items = claims.num_items(cfg, b, sk, h, hk)
                 sched.reset_counter(ws["chunk_counts"], stream,
                                     words=claims.num_chunks(items) * 4)
-                self.claims(ptr(k, dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
-                            ptr(startend_row_indices, Int32, 4), ptr(ws["claim_order"], Int32, 4),
-                            ptr(ws["item_classes"], Int32, 4), ptr(ws["chunk_counts"], Int32, 4),
-                            ptr(ws.get("tile_classes"), Int32, 4), Int32(b), Int32(sq),
-                            Int32(sk), Int32(h), Int32(hk), Int32(hm), stream)
+                launch(self.claims, ptr(k, dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
+                       ptr(startend_row_indices, Int32, 4), ptr(ws["claim_order"], Int32, 4),
+                       ptr(ws["item_classes"], Int32, 4), ptr(ws["chunk_counts"], Int32, 4),
+                       ptr(ws.get("tile_classes"), Int32, 4), Int32(b), Int32(sq),
+                       Int32(sk), Int32(h), Int32(hk), Int32(hm), stream)
             extra = main_tail(cfg, ptr(ws.get("tile_counter"), Int32, 4), pending,
                               ptr(dq, dt) if fused else None,
                               ptr(ws.get("tile_classes"), Int32, 4), dkv_chain,
                               ptr(ws.get("claim_order"), Int32, 4))
-            self.main(ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt), ptr(ws["lse2"], f32),
-                      ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32), ptr(dk_main, kv_dt),
-                      ptr(dv_main, kv_dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
-                      ptr(startend_row_indices, Int32, 4), ptr(ws.get("semaphores"), Int32, 4),
-                      Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
-                      Float32(softmax_scale), stream, *extra)
+            launch(self.main, ptr(q, dt), ptr(k, dt), ptr(v, dt), ptr(dout, dt),
+                   ptr(ws["lse2"], f32), ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32),
+                   ptr(dk_main, kv_dt), ptr(dv_main, kv_dt), ptr(col_min, Int32, 4),
+                   ptr(col_max, Int32, 4),
+                   ptr(startend_row_indices, Int32, 4), ptr(ws.get("semaphores"), Int32, 4),
+                   Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
+                   Float32(softmax_scale), stream, *extra)
         if self.post is None:
             return  # dq came from the main kernel (or the preprocess): nothing left to reduce
         # fp32 dK/dV for the postprocess: per-query-head partials, or (dkv_red) the groups'
         # sums; dkv_last and dkv_chain's register path leave dk/dv written by the main kernel
         parts = cfg.dkv_partials or cfg.dkv_red
         dk_in, dv_in = ("dk_sum", "dv_sum") if cfg.dkv_red else ("dk_part", "dv_part")
-        self.post(ptr(ws["dq_accum"], f32), ptr(dq, dt),
-                  ptr(ws[dk_in], f32) if parts else None,
-                  ptr(ws[dv_in], f32) if parts else None, ptr(dk, dt) if parts else None,
-                  ptr(dv, dt) if parts else None, ptr(ws.get("dsink_part"), f32),
-                  ptr(dsink, f32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk),
-                  Float32(softmax_scale), stream, pending if cfg.first_store_flags else
-                  (ptr(ws["semaphores"], Int32, 4) if cfg.dq_first_store else None))
+        launch(self.post, ptr(ws["dq_accum"], f32), ptr(dq, dt),
+               ptr(ws[dk_in], f32) if parts else None,
+               ptr(ws[dv_in], f32) if parts else None, ptr(dk, dt) if parts else None,
+               ptr(dv, dt) if parts else None, ptr(ws.get("dsink_part"), f32),
+               ptr(dsink, f32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk),
+               Float32(softmax_scale), stream, pending if cfg.first_store_flags else
+               (ptr(ws["semaphores"], Int32, 4) if cfg.dq_first_store else None))
 
 
 def compile_backward_all(config: BwdConfig) -> CompiledBackward:

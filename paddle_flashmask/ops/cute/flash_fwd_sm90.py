@@ -53,7 +53,8 @@ from paddle_flashmask.ops.cute import softmax as fm_softmax
 from paddle_flashmask.ops.cute.softmax import acc_mn_view
 from paddle_flashmask.ops.cute import tile_scheduler as sched
 from paddle_flashmask.ops.cute.tile_range_kernel import ranges_tensor
-from paddle_flashmask.ops.cute.launch_args import check_variant_call, env_choice, env_flag, gmem_ptr
+from paddle_flashmask.ops.cute.launch_args import (check_variant_call, env_choice, env_flag,
+                                                  gmem_ptr, launch)
 
 _DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
@@ -1324,7 +1325,8 @@ class CompiledForward:
             stream = cuda.CUstream(int(stream))
         if schedule_counter is not None:  # the dynamic schedule starts at work tile 0
             sched.reset_counter(schedule_counter, stream)
-        self.compiled(
+        launch(
+            self.compiled,
             ptr(q, dt, 16), ptr(k, dt, 16), ptr(v, dt, 16), ptr(out, dt, 16),
             ptr(lse, Float32, 4), ptr(startend_row_indices, Int32, 4), ptr(col_min, Int32, 4),
             ptr(col_max, Int32, 4), ptr(learnable_sink, Float32, 4), ptr(work_order, Int32, 4),

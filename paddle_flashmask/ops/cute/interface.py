@@ -30,7 +30,7 @@ from paddle_flashmask import semantics
 from . import cache
 from ..arguments import TensorMemo
 from .dlpack import DeviceBuffer, TensorInfo, check, inspect, runtime_tensor
-from .launch_args import ReusableLaunch
+from .launch_args import ReusableLaunch, env_flag, env_snapshot
 from .summary_kernel import SummaryConfig, compile_summary
 
 # head_dim -> the value head dim it is supported with (DESIGN §4: 64/96/128/192-128/256)
@@ -313,7 +313,7 @@ def forward_config(dtype: str, head_dim: int, causal: bool, num_columns: Optiona
     from .flash_fwd_sm90 import ENV_SWITCHES
 
     # every env switch default_config reads is part of the key: they may flip between calls
-    switches = tuple(os.environ.get(name) for name in ENV_SWITCHES)
+    switches = env_snapshot(ENV_SWITCHES)
     return _forward_config(dtype, head_dim, bool(causal), num_columns, bool(has_sink), switches)
 
 
@@ -333,7 +333,7 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
     from .flash_bwd_sm90 import ENV_SWITCHES
 
     # every env switch the defaults read is part of the key: they may flip between calls
-    switches = tuple(os.environ.get(name) for name in ENV_SWITCHES)
+    switches = env_snapshot(ENV_SWITCHES)
     return _backward_variant(dtype, head_dim, bool(causal), num_columns, bool(gqa),
                              bool(has_sink), bool(deterministic), int(num_sms), switches)
 
@@ -530,6 +530,77 @@ def compiled_backward(config):
 # Host API
 # --------------------------------------------------------------------------------------------------
 
+# A model calls the kernels with the same shapes in every layer and step, so what a call derives
+# from its arguments' layouts (validation, the variant, the compiled kernels, the grid, the
+# workspace) is kept per call signature: the layouts of its tensors, its scalar arguments and the
+# env switches the variant choice reads. A repeated call then only checks the pointer alignments
+# and the current device before launching. Env PADDLE_FLASHMASK_CALL_PLANS=0 derives everything
+# on every call. Whatever swaps the kernel getters below (a test double) must clear the plans.
+CALL_PLANS_ENV = "PADDLE_FLASHMASK_CALL_PLANS"
+MAX_CALL_PLANS = 256
+_call_plans: dict[tuple, "CallPlan"] = {}
+
+_FWD_TENSORS = ("q", "k", "v", "out", "lse", "startend_row_indices", "learnable_sink")
+_BWD_TENSORS = ("q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv", "startend_row_indices",
+                "learnable_sink", "dsink")
+# the alignment each tensor's address must have (TMA: 16 bytes; the rest 4)
+_ALIGN = {"q": TMA_ALIGN_BYTES, "k": TMA_ALIGN_BYTES, "v": TMA_ALIGN_BYTES,
+          "out": TMA_ALIGN_BYTES, "dout": TMA_ALIGN_BYTES, "dq": TMA_ALIGN_BYTES,
+          "dk": TMA_ALIGN_BYTES, "dv": TMA_ALIGN_BYTES}
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What one call signature needs to launch: the validated problem, the variant, its kernels,
+    the forward's grid or the backward's scratch buffers, and each tensor's required alignment."""
+    problem: Problem
+    config: Any
+    kernel: Any
+    grid_ctas: int = 0
+    workspace: tuple = ()  # ((name, shape, dtype), ...): the backward's scratch buffers
+    aligns: tuple = ()
+
+
+def clear_call_plans() -> None:
+    _call_plans.clear()
+
+
+def _plan_lookup(kind: str, names: tuple, tensors: tuple, scalars: tuple, switches: tuple
+                 ) -> tuple[Optional[tuple], Optional[list], Optional[CallPlan]]:
+    """``(key, infos, plan)`` of a call: the plan when this signature was seen and the call's
+    addresses keep its alignments, else None; key None when the call cannot be keyed (an
+    argument that is not a DLPack tensor: the full path reports it)."""
+    if not env_flag(CALL_PLANS_ENV, "1"):
+        return None, None, None
+    try:
+        infos = [None if t is None else inspect(t, name) for t, name in zip(tensors, names)]
+        # typed scalars: retire=1 is not retire=True (the full path rejects the former)
+        key = (kind, tuple((type(x), x) for x in scalars), env_snapshot(switches),
+               tuple(None if i is None else (i.shape, i.stride, i.dtype, i.device)
+                     for i in infos))
+        plan = _call_plans.get(key)
+    except Exception:  # noqa: BLE001 - unhashable scalars, no __dlpack__: the full path decides
+        return None, None, None
+    if plan is not None:
+        for info, align in zip(infos, plan.aligns):
+            if info is not None and info.data_ptr % align:
+                return key, infos, None  # the full path reports the misaligned argument
+        _check_current_device(plan.problem.device)
+    return key, infos, plan
+
+
+def _remember_plan(key: Optional[tuple], plan: CallPlan) -> None:
+    if key is None:
+        return
+    if len(_call_plans) >= MAX_CALL_PLANS:
+        _call_plans.clear()
+    _call_plans[key] = plan
+
+
+def _aligns(names: tuple) -> tuple:
+    return tuple(_ALIGN.get(name, 4) for name in names)
+
+
 def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indices: Any, *,
                   causal: bool, softmax_scale: float, learnable_sink: Any = None,
                   stream: int, reserved_sms: int = 0, retire: bool = False) -> None:
@@ -544,6 +615,23 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
     retire as they finish and kernels queued on other streams get SMs in between (the other way
     to let a collective overlap; then ``reserved_sms`` must be 0).
     """
+    from .flash_fwd_sm90 import ENV_SWITCHES
+
+    tensors = (q, k, v, out, lse, startend_row_indices, learnable_sink)
+    key, infos, plan = _plan_lookup("fwd", _FWD_TENSORS, tensors,
+                                    (bool(causal), softmax_scale, reserved_sms, retire),
+                                    ENV_SWITCHES)
+    if plan is None:
+        plan, checked = _forward_plan(q, k, v, out, lse, startend_row_indices, causal,
+                                      softmax_scale, learnable_sink, reserved_sms, retire)
+        _remember_plan(key, plan)
+        infos = [checked.get(name) for name in ("q", "k", "v", "out", "lse", "indices", "sink")]
+    _launch_forward(plan, infos, startend_row_indices, softmax_scale, stream)
+
+
+def _forward_plan(q, k, v, out, lse, startend_row_indices, causal, softmax_scale,
+                  learnable_sink, reserved_sms, retire) -> tuple[CallPlan, dict]:
+    """Validate a forward call and choose its variant and grid; returns the plan and the infos."""
     problem, infos = _problem(q, k, v, startend_row_indices, causal, learnable_sink)
     dev = (2, problem.device)
     b, sq, h, dv = problem.batch, problem.seqlen_q, problem.num_heads, problem.head_dim_v
@@ -570,23 +658,30 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
         ordered = default_work_order(work_items, grid_ctas, h // problem.num_kv_heads)
         if ordered != config.work_order:
             config = replace(config, work_order=ordered)
+    plan = CallPlan(problem, config, compiled_forward(config), grid_ctas=grid_ctas,
+                    aligns=_aligns(_FWD_TENSORS))
+    return plan, infos
+
+
+def _launch_forward(plan: CallPlan, infos: list, indices: Any, softmax_scale: float,
+                    stream: int) -> None:
+    """Enqueue a planned forward: the index-derived buffers (cached with the index tensor), then
+    the kernel."""
+    problem, config = plan.problem, plan.config
+    q, k, v, out, lse, indices_info, sink = infos
     summary, owned = (None, None), False
     if problem.num_columns is not None:
-        summary, owned = tile_summary_for(infos["indices_object"], problem, config.tile_n, stream)
+        summary, owned = tile_summary_for(indices, problem, config.tile_n, stream)
     ranges, ranges_owned = (None,), False
     if config.tile_ranges:
-        ranges, ranges_owned = tile_ranges_for(infos["indices_object"], problem, config, summary,
-                                               stream)
-    kernel = compiled_forward(config)
+        ranges, ranges_owned = tile_ranges_for(indices, problem, config, summary, stream)
     ordering, ordering_owned = (None,), False  # only when the config asks for the work order
     if getattr(config, "work_order", False):
-        ordering, ordering_owned = work_order_for(infos.get("indices_object"), problem, config,
-                                                  summary, stream)
+        ordering, ordering_owned = work_order_for(indices, problem, config, summary, stream)
     counter = schedule_counter(problem.device, stream) if config.dynamic_schedule else None
-    kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["lse"], infos.get("indices"),
-           summary[0], summary[1], infos.get("sink"), float(softmax_scale), stream,
-           grid_ctas, work_order=ordering[0], tile_ranges=ranges[0],
-           schedule_counter=counter)
+    plan.kernel(q, k, v, out, lse, indices_info, summary[0], summary[1], sink,
+                float(softmax_scale), stream, plan.grid_ctas, work_order=ordering[0],
+                tile_ranges=ranges[0], schedule_counter=counter)
     # freed in stream order, after the kernel that reads them (cached buffers stay)
     for buffer in (*(summary if owned else ()), *(ranges if ranges_owned else ()),
                    *(ordering if ordering_owned else ())):
@@ -606,6 +701,27 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
     parallelism's reduce-scatters), as in :func:`flashmask_fwd`; ``retire``: one CTA per key
     tile instead of the persistent grid, as in :func:`flashmask_fwd`.
     """
+    from .flash_bwd_sm90 import ENV_SWITCHES
+
+    tensors = (q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, learnable_sink, dsink)
+    key, infos, plan = _plan_lookup("bwd", _BWD_TENSORS, tensors,
+                                    (bool(causal), softmax_scale, bool(deterministic),
+                                     reserved_sms, retire), ENV_SWITCHES)
+    if plan is None:
+        plan, checked = _backward_plan(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices,
+                                       causal, softmax_scale, learnable_sink, dsink,
+                                       deterministic, reserved_sms, retire)
+        _remember_plan(key, plan)
+        infos = [checked.get(name) for name in ("q", "k", "v", "out", "dout", "lse", "dq", "dk",
+                                                "dv", "indices", "sink", "dsink")]
+    _launch_backward(plan, infos, startend_row_indices, softmax_scale, stream)
+
+
+def _backward_plan(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, causal,
+                   softmax_scale, learnable_sink, dsink, deterministic, reserved_sms, retire
+                   ) -> tuple[CallPlan, dict]:
+    """Validate a backward call and choose its variant and scratch buffers; returns the plan and
+    the infos."""
     problem, infos = _problem(q, k, v, startend_row_indices, causal, learnable_sink)
     dev = (2, problem.device)
     b, sq, sk = problem.batch, problem.seqlen_q, problem.seqlen_k
@@ -651,8 +767,21 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
                              claim_list=claim_list)
     from .flash_bwd_sm90 import workspace_shapes
 
+    workspace = tuple((name, shape, dtype) for name, (shape, dtype)
+                      in workspace_shapes(config, b, sq, sk, h, hk).items())
+    plan = CallPlan(problem, config, compiled_backward(config), workspace=workspace,
+                    aligns=_aligns(_BWD_TENSORS))
+    return plan, infos
+
+
+def _launch_backward(plan: CallPlan, infos: list, indices: Any, softmax_scale: float,
+                     stream: int) -> None:
+    """Enqueue a planned backward: its scratch buffers (stream-ordered), the tile summary (cached
+    with the index tensor), the kernels, then the buffers' release."""
+    problem, config = plan.problem, plan.config
+    q, k, v, out, dout, lse, dq, dk, dv, indices_info, sink, dsink = infos
     workspace, buffers = {}, []
-    for name, (shape, dtype) in workspace_shapes(config, b, sq, sk, h, hk).items():
+    for name, shape, dtype in plan.workspace:
         if name == "tile_counter":  # the persistent grid's: the stream's work counter, kept
             workspace[name] = schedule_counter(problem.device, stream)
             continue
@@ -660,11 +789,9 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
         buffers.append(workspace[name])
     summary, owned = (None, None), False
     if problem.num_columns is not None:
-        summary, owned = tile_summary_for(infos["indices_object"], problem, config.tile_n, stream)
-    kernel = compiled_backward(config)
-    kernel(infos["q"], infos["k"], infos["v"], infos["out"], infos["dout"], infos["lse"],
-           infos["dq"], infos["dk"], infos["dv"], infos.get("indices"), summary[0], summary[1],
-           infos.get("sink"), infos.get("dsink"), workspace, float(softmax_scale), stream)
+        summary, owned = tile_summary_for(indices, problem, config.tile_n, stream)
+    plan.kernel(q, k, v, out, dout, lse, dq, dk, dv, indices_info, summary[0], summary[1],
+                sink, dsink, workspace, float(softmax_scale), stream)
     for buffer in (*buffers, *(summary if owned else ())):  # stream order, after the kernels
         if buffer is not None:
             buffer.release()

@@ -5,8 +5,10 @@ so each call turns its tensors into pointers and checks that the call matches th
 """
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any, Optional
+import threading
+from typing import Any, NamedTuple, Optional
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -17,6 +19,24 @@ from cutlass.base_dsl.typing import Numeric
 def env_flag(name: str, default: str = "0") -> bool:
     """A kernel-variant switch from the environment: off for "", "0", "false", "False"."""
     return os.environ.get(name, default) not in ("", "0", "false", "False")
+
+
+# the process environment as os.environ stores it (bytes on POSIX): reading many switches per call
+# through os.environ.get costs a key encoding and a mapping lookup each
+_ENVIRON_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+@functools.lru_cache(maxsize=None)
+def _encoded(names: tuple[str, ...]) -> tuple:
+    return tuple(os.fsencode(name) for name in names)
+
+
+def env_snapshot(names: tuple[str, ...]) -> tuple:
+    """The values of the env switches ``names`` (None where unset), as a cache key: what decides
+    a kernel variant, read on every call because a switch may flip between calls."""
+    if _ENVIRON_DATA is None:
+        return tuple(os.environ.get(name) for name in names)
+    return tuple(map(_ENVIRON_DATA.get, _encoded(names)))
 
 
 def env_choice(name: str, choices: tuple[str, ...]) -> str:
@@ -36,12 +56,41 @@ def device_address(tensor: Any) -> int:
     return int(address() if callable(address) else address)
 
 
-def gmem_ptr(tensor: Any, dtype, align: int = 16):
-    """A cute global-memory pointer to ``tensor`` (None stays None: an absent optional input)."""
+class PtrArg(NamedTuple):
+    """A global-memory pointer argument of a launch, before it becomes a DSL pointer: building
+    the DSL object (ctypes storage) costs more than the rest of a repeated launch, so
+    :class:`ReusableLaunch` builds one per remembered launch and rewrites its address in place."""
+    address: int
+    dtype: Any
+    align: int
+
+
+def gmem_ptr(tensor: Any, dtype, align: int = 16) -> Optional[PtrArg]:
+    """The pointer argument of ``tensor`` (None stays None: an absent optional input)."""
     if tensor is None:
         return None
-    return cute.runtime.make_ptr(dtype, device_address(tensor), cute.AddressSpace.gmem,
-                                 assumed_align=align)
+    return PtrArg(device_address(tensor), dtype, align)
+
+
+def dsl_arg(arg: Any) -> Any:
+    """``arg`` as the DSL takes it: a :class:`PtrArg` becomes a cute global-memory pointer."""
+    if type(arg) is PtrArg:
+        return cute.runtime.make_ptr(arg.dtype, arg.address, cute.AddressSpace.gmem,
+                                     assumed_align=arg.align)
+    return arg
+
+
+def dsl_args(args: tuple) -> tuple:
+    return tuple(dsl_arg(arg) for arg in args)
+
+
+def launch(compiled: Any, *args: Any) -> Any:
+    """Call a compiled kernel with launch arguments that may hold :class:`PtrArg` pointers: a
+    :class:`ReusableLaunch` takes them as they are, anything else (a DSL function compiled
+    outside the JIT cache, a test double) gets DSL pointers."""
+    if type(compiled) is ReusableLaunch:
+        return compiled(*args)
+    return compiled(*dsl_args(args))
 
 
 def check_variant_call(q: Any, k: Any, v: Any, startend_row_indices: Any, learnable_sink: Any, *,
@@ -70,21 +119,25 @@ REUSE_LAUNCH_ENV = "PADDLE_FLASHMASK_REUSE_LAUNCH"
 
 
 class ReusableLaunch:
-    """A compiled CuTe function whose calls reuse the packed C arguments of an identical call.
+    """A compiled CuTe function whose repeated calls reuse their packed C arguments.
 
-    On every call the DSL turns each argument into its C form again (adapter lookup, ctypes
-    storage): on the H200 host about 30 % of a backward call's host time, which context
-    parallelism and short kernels wait on. The packed form depends only on the argument values
-    (addresses, dtypes, alignments, extents, scalars, stream), so a call equal in all of them
-    launches with the remembered form. The remembered call's argument objects are kept, because
-    the packed form points into their storage; they hold addresses, not tensors.
+    On every call the DSL turns each argument into its C form again (pointer objects, adapter
+    lookup, ctypes storage): on the H200 host most of a short call's host time, which context
+    parallelism and short kernels wait on. The packed form is a list of addresses of per-argument
+    storage, and a pointer argument's storage holds just its address. So calls that differ only in
+    their pointers' addresses (a training step's fresh outputs and gradients) share one packed
+    form: the first builds it, the later ones write their addresses into the remembered pointer
+    objects and launch. Everything else -- element types, alignments, which optional pointers are
+    None, the scalar values, the stream -- is part of the key. The launch is synchronous for its
+    arguments (the driver copies them), so the next call may rewrite them at once; a lock keeps
+    two threads from interleaving a rewrite and a launch.
 
     Anything this does not recognise -- a callable without the DSL's execution interface (a test
     double), an argument of another kind, a DSL without these internals -- takes the DSL's own
     call path, unchanged; so does every call with env ``PADDLE_FLASHMASK_REUSE_LAUNCH=0``.
     """
 
-    MAX_REMEMBERED = 64  # distinct argument sets per kernel variant (per layer/phase shapes)
+    MAX_REMEMBERED = 64  # distinct argument forms per kernel variant (per layer/phase shapes)
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -97,32 +150,45 @@ class ReusableLaunch:
         self._arg_count = getattr(meta, "arg_count", 0)
         self._extra_args = getattr(compiled, "total_added_arguments", 0)
         self._remembered: dict[tuple, tuple] = {}
+        self._lock = threading.Lock()
 
     def __call__(self, *args: Any) -> Any:
         key = self._key(args) if self.reuses else None
         if key is None:
-            return self.compiled(*args)
-        entry = self._remembered.get(key)
-        if entry is None:
-            if max(0, len(args) - self._arg_count) != self._extra_args:
-                return self.compiled(*args)  # the DSL's own call reports the count mismatch
-            exe_args, adapted = self.compiled.execution_args.generate_execution_args(args, {})
-            entry = (exe_args, adapted, args)
-            if len(self._remembered) >= self.MAX_REMEMBERED:
-                self._remembered = {}
-            self._remembered[key] = entry
-        return self.compiled.run_compiled_program(entry[0])
+            return self.compiled(*dsl_args(args))
+        with self._lock:
+            entry = self._remembered.get(key)
+            if entry is None:
+                if max(0, len(args) - self._arg_count) != self._extra_args:
+                    return self.compiled(*dsl_args(args))  # the DSL reports the count mismatch
+                dsl = dsl_args(args)
+                exe_args, _ = self.compiled.execution_args.generate_execution_args(dsl, {})
+                pointers = tuple((i, arg) for i, arg in enumerate(dsl) if type(arg) is _POINTER)
+                entry = (exe_args, dsl, pointers)
+                if len(self._remembered) >= self.MAX_REMEMBERED:
+                    self._remembered = {}
+                self._remembered[key] = entry
+            else:
+                for i, pointer in entry[2]:  # the packed form points at these pointers' storage
+                    address = _address_of(args[i])
+                    if pointer._pointer != address:
+                        pointer._pointer = address
+                        pointer._desc.value = address
+            return self.compiled.run_compiled_program(entry[0])
 
     @staticmethod
     def _key(args: tuple) -> Optional[tuple]:
-        """The values that decide the packed form, or None when an argument is not recognised."""
+        """What decides the packed form apart from pointer addresses, or None when an argument
+        is not recognised."""
         key = []
         for arg in args:
             kind = type(arg)
             if arg is None:
                 key.append(None)
+            elif kind is PtrArg:
+                key.append((arg.dtype, arg.align, cute.AddressSpace.gmem))
             elif kind is _POINTER:
-                key.append((arg._pointer, arg._dtype, arg._assumed_align, arg._addr_space))
+                key.append((arg._dtype, arg._assumed_align, arg._addr_space))
             elif kind is cuda.CUstream:
                 key.append(("stream", int(arg)))
             elif isinstance(arg, Numeric) and isinstance(arg.value, (int, float)):
@@ -132,5 +198,9 @@ class ReusableLaunch:
         return tuple(key)
 
 
-# the concrete class make_ptr returns (gmem_ptr's pointers), whose fields the key reads
+def _address_of(arg: Any) -> int:
+    return arg.address if type(arg) is PtrArg else int(arg._pointer)
+
+
+# the concrete class make_ptr returns (dsl_arg's pointers), whose fields the key reads
 _POINTER = type(cute.runtime.make_ptr(cutlass.Int32, 0, cute.AddressSpace.gmem))

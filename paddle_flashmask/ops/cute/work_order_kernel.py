@@ -42,7 +42,7 @@ from cutlass import Int32, Uint32
 
 from paddle_flashmask import semantics
 from paddle_flashmask.ops.cute import mask as fm_mask
-from paddle_flashmask.ops.cute.launch_args import gmem_ptr
+from paddle_flashmask.ops.cute.launch_args import gmem_ptr, launch
 
 WEIGHT_FULL = 8
 WEIGHT_PARTIAL = 9
@@ -284,10 +284,10 @@ class CompiledWorkOrder:
             return
         if not isinstance(stream, cuda.CUstream):
             stream = cuda.CUstream(int(stream))
-        self.compiled(gmem_ptr(col_min, Int32, 4), gmem_ptr(col_max, Int32, 4),
-                      gmem_ptr(workspace, Int32, 4), gmem_ptr(order, Int32, 4),
-                      Int32(batch), Int32(seqlen_q), Int32(seqlen_k), Int32(num_heads),
-                      Int32(num_mask_heads), stream)
+        launch(self.compiled, gmem_ptr(col_min, Int32, 4), gmem_ptr(col_max, Int32, 4),
+               gmem_ptr(workspace, Int32, 4), gmem_ptr(order, Int32, 4),
+               Int32(batch), Int32(seqlen_q), Int32(seqlen_k), Int32(num_heads),
+               Int32(num_mask_heads), stream)
 
 
 def compile_work_order(config: WorkOrderConfig):
