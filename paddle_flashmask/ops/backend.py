@@ -147,6 +147,19 @@ def cute_unavailable_reason(query: Any, head_dim: int, head_dim_v: int) -> Optio
     glue = glue_for(query)
     if not glue.on_cuda(query):
         return "tensors are not on a CUDA device"
+    # the rest depends on the device, dtype and head dims only: found once per process (the
+    # driver queries behind it cost more host time than a short kernel's launch)
+    key = (type(glue), glue.device_index(query), str(query.dtype), head_dim, head_dim_v)
+    if key not in _device_reasons:
+        _device_reasons[key] = _device_unavailable_reason(glue, query, head_dim, head_dim_v)
+    return _device_reasons[key]
+
+
+_device_reasons: dict[tuple, Optional[str]] = {}
+
+
+def _device_unavailable_reason(glue: Any, query: Any, head_dim: int, head_dim_v: int
+                               ) -> Optional[str]:
     cute = _cute_module()
     if cute is None or not hasattr(cute, "is_available"):
         return "paddle_flashmask.ops.cute is not installed (pip install 'paddle_flashmask[gpu]')"

@@ -13,8 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import cuda.bindings.driver as cu
 
@@ -172,10 +171,10 @@ def _product(values: Sequence[int]) -> int:
     return out
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
     """What the host API checks about one argument, and what the kernels' launchers read
-    (``shape`` and the raw device address ``data_ptr``)."""
+    (``shape`` and the raw device address ``data_ptr``). A named tuple: every call builds one
+    per tensor argument, and a frozen dataclass costs several times more to build."""
     name: str
     shape: tuple[int, ...]
     stride: tuple[int, ...]

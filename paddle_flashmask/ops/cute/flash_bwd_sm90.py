@@ -69,7 +69,8 @@ from . import mask as fm_mask
 from .flash_bwd_prepost import (ROWS_PER_CTA, _dsl_dtype, column_pairs, head_major, rowmajor,
                                 vector_rows)
 from . import tile_scheduler as sched
-from .launch_args import check_variant_call, gmem_ptr, launch
+from .launch_args import (check_variant_call, float32_arg, gmem_ptr, int32_arg,
+                          launch)
 
 _LOG2_E = math.log2(math.e)
 _SUPPORTED_DIMS = {(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)}
@@ -3212,6 +3213,7 @@ class CompiledBackward:
             stream = cuda.CUstream(int(stream))
         ws = workspace
         ptr = gmem_ptr
+        i32 = int32_arg  # one Int32 object per value (launch_args.int32_arg)
 
         f32 = Float32
         fused = cfg.fused_dq
@@ -3222,7 +3224,7 @@ class CompiledBackward:
                ptr(ws["delta"], f32), ptr(ws["dq_accum"], f32),
                ptr(learnable_sink, f32, 4), ptr(ws.get("dsink_part"), f32),
                ptr(ws.get("semaphores"), Int32, 4), pending, ptr(dq, dt) if fused else None,
-               *summary, Int32(b), Int32(sq), Int32(h), Int32(sk), Int32(hm), stream)
+               *summary, i32(b), i32(sq), i32(h), i32(sk), i32(hm), stream)
         dk_main = ws["dk_part"] if cfg.dkv_partials else dk
         dv_main = ws["dv_part"] if cfg.dkv_partials else dv
         if sk > 0:
@@ -3244,8 +3246,8 @@ class CompiledBackward:
                 launch(self.claims, ptr(k, dt), ptr(col_min, Int32, 4), ptr(col_max, Int32, 4),
                        ptr(startend_row_indices, Int32, 4), ptr(ws["claim_order"], Int32, 4),
                        ptr(ws["item_classes"], Int32, 4), ptr(ws["chunk_counts"], Int32, 4),
-                       ptr(ws.get("tile_classes"), Int32, 4), Int32(b), Int32(sq),
-                       Int32(sk), Int32(h), Int32(hk), Int32(hm), stream)
+                       ptr(ws.get("tile_classes"), Int32, 4), i32(b), i32(sq),
+                       i32(sk), i32(h), i32(hk), i32(hm), stream)
             extra = main_tail(cfg, ptr(ws.get("tile_counter"), Int32, 4), pending,
                               ptr(dq, dt) if fused else None,
                               ptr(ws.get("tile_classes"), Int32, 4), dkv_chain,
@@ -3255,8 +3257,8 @@ class CompiledBackward:
                    ptr(dk_main, kv_dt), ptr(dv_main, kv_dt), ptr(col_min, Int32, 4),
                    ptr(col_max, Int32, 4),
                    ptr(startend_row_indices, Int32, 4), ptr(ws.get("semaphores"), Int32, 4),
-                   Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
-                   Float32(softmax_scale), stream, *extra)
+                   i32(b), i32(sq), i32(sk), i32(h), i32(hk), i32(hm),
+                   float32_arg(float(softmax_scale)), stream, *extra)
         if self.post is None:
             return  # dq came from the main kernel (or the preprocess): nothing left to reduce
         # fp32 dK/dV for the postprocess: per-query-head partials, or (dkv_red) the groups'
@@ -3267,8 +3269,8 @@ class CompiledBackward:
                ptr(ws[dk_in], f32) if parts else None,
                ptr(ws[dv_in], f32) if parts else None, ptr(dk, dt) if parts else None,
                ptr(dv, dt) if parts else None, ptr(ws.get("dsink_part"), f32),
-               ptr(dsink, f32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk),
-               Float32(softmax_scale), stream, pending if cfg.first_store_flags else
+               ptr(dsink, f32, 4), i32(b), i32(sq), i32(sk), i32(h), i32(hk),
+               float32_arg(float(softmax_scale)), stream, pending if cfg.first_store_flags else
                (ptr(ws["semaphores"], Int32, 4) if cfg.dq_first_store else None))
 
 

@@ -54,7 +54,7 @@ from paddle_flashmask.ops.cute.softmax import acc_mn_view
 from paddle_flashmask.ops.cute import tile_scheduler as sched
 from paddle_flashmask.ops.cute.tile_range_kernel import ranges_tensor
 from paddle_flashmask.ops.cute.launch_args import (check_variant_call, env_choice, env_flag,
-                                                  gmem_ptr, launch)
+                                                  float32_arg, gmem_ptr, int32_arg, launch)
 
 _DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
@@ -1300,6 +1300,7 @@ class CompiledForward:
                              "caller fills out = 0 and lse = -inf, or = sink, for Sk == 0)")
         dt = _DTYPES[cfg.dtype]
         ptr = gmem_ptr
+        i32 = int32_arg  # one Int32 object per value (launch_args.int32_arg)
 
         num_m_blocks = -(-sq // cfg.tile_m)
         if (work_order is None) == cfg.work_order:
@@ -1330,8 +1331,9 @@ class CompiledForward:
             ptr(q, dt, 16), ptr(k, dt, 16), ptr(v, dt, 16), ptr(out, dt, 16),
             ptr(lse, Float32, 4), ptr(startend_row_indices, Int32, 4), ptr(col_min, Int32, 4),
             ptr(col_max, Int32, 4), ptr(learnable_sink, Float32, 4), ptr(work_order, Int32, 4),
-            ptr(tile_ranges, Int32, 4), ptr(schedule_counter, Int32, 4), Int32(b), Int32(sq), Int32(sk), Int32(h), Int32(hk), Int32(hm),
-            Float32(softmax_scale), Int32(grid), stream)
+            ptr(tile_ranges, Int32, 4), ptr(schedule_counter, Int32, 4), i32(b),
+            i32(sq), i32(sk), i32(h), i32(hk), i32(hm),
+            float32_arg(float(softmax_scale)), i32(grid), stream)
 
 
 def compile_forward(config: FwdConfig) -> CompiledForward:

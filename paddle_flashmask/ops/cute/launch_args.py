@@ -72,6 +72,19 @@ def gmem_ptr(tensor: Any, dtype, align: int = 16) -> Optional[PtrArg]:
     return PtrArg(device_address(tensor), dtype, align)
 
 
+@functools.lru_cache(maxsize=4096)
+def int32_arg(value: int) -> cutlass.Int32:
+    """A launch's Int32 scalar, one object per value: building DSL numerics costs microseconds
+    each, and a call repeats the same extents every time (the objects are never mutated)."""
+    return cutlass.Int32(value)
+
+
+@functools.lru_cache(maxsize=256)
+def float32_arg(value: float) -> cutlass.Float32:
+    """A launch's Float32 scalar, one object per value (see :func:`int32_arg`)."""
+    return cutlass.Float32(value)
+
+
 def dsl_arg(arg: Any) -> Any:
     """``arg`` as the DSL takes it: a :class:`PtrArg` becomes a cute global-memory pointer."""
     if type(arg) is PtrArg:

@@ -28,7 +28,7 @@ from cutlass import Int32
 
 from paddle_flashmask import semantics
 from paddle_flashmask.ops.cute import mask as fm_mask
-from paddle_flashmask.ops.cute.launch_args import gmem_ptr, launch
+from paddle_flashmask.ops.cute.launch_args import gmem_ptr, int32_arg, launch
 
 WARPS_PER_CTA = 4  # query tiles per CTA
 WARP = 32
@@ -146,8 +146,8 @@ class CompiledTileRanges:
         if not isinstance(stream, cuda.CUstream):
             stream = cuda.CUstream(int(stream))
         launch(self.compiled, gmem_ptr(col_min, Int32, 4), gmem_ptr(col_max, Int32, 4),
-               gmem_ptr(ranges, Int32, 4), Int32(batch), Int32(seqlen_q), Int32(seqlen_k),
-               Int32(num_mask_heads), stream)
+               gmem_ptr(ranges, Int32, 4), int32_arg(batch), int32_arg(seqlen_q), int32_arg(seqlen_k),
+               int32_arg(num_mask_heads), stream)
 
 
 def compile_tile_ranges(config: TileRangeConfig):

@@ -42,7 +42,7 @@ from cutlass import Int32, Uint32
 
 from paddle_flashmask import semantics
 from paddle_flashmask.ops.cute import mask as fm_mask
-from paddle_flashmask.ops.cute.launch_args import gmem_ptr, launch
+from paddle_flashmask.ops.cute.launch_args import gmem_ptr, int32_arg, launch
 
 WEIGHT_FULL = 8
 WEIGHT_PARTIAL = 9
@@ -286,8 +286,8 @@ class CompiledWorkOrder:
             stream = cuda.CUstream(int(stream))
         launch(self.compiled, gmem_ptr(col_min, Int32, 4), gmem_ptr(col_max, Int32, 4),
                gmem_ptr(workspace, Int32, 4), gmem_ptr(order, Int32, 4),
-               Int32(batch), Int32(seqlen_q), Int32(seqlen_k), Int32(num_heads),
-               Int32(num_mask_heads), stream)
+               int32_arg(batch), int32_arg(seqlen_q), int32_arg(seqlen_k), int32_arg(num_heads),
+               int32_arg(num_mask_heads), stream)
 
 
 def compile_work_order(config: WorkOrderConfig):
