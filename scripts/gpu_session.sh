@@ -1698,7 +1698,26 @@ $PEERS"'
 '"$(pack_logs 133)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133"
+call134() {
+  emit "call 134 (session 23, fresh staging with the FA4 wheels) - the host path after 3db43c7 (backend availability found once per device, launch scalars cached: CPU harness backward 105 -> 80 us): host time per call on the e2e step's attention shape, and its standalone benchmark next to FA4 (call 131: forward+backward 1.399 ms against FA4's 1.118, frontend host 1,136 us per forward+backward against ~1,020 us of kernels) [<= 4 min]" \
+    nvidia-h200 300 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+mkdir -p $OUT/pc
+timeout -s INT -k 10 60 python3 bench/profile_call.py --batch 2 --heads 16 --kv-heads 8 --masks sft_documents --out $OUT/pc > $OUT/profile.log 2>&1; grep -E "^sft_documents " $OUT/profile.log | cut -c1-420
+timeout -s INT -k 10 80 python3 bench/bench_attention.py --cases 5 --masks sft_documents,causal_document --systems paddle_flashmask,fa4 --tag s23_case5b > $OUT/bench_case5.log 2>&1; tail -n 5 $OUT/bench_case5.log | cut -c1-200
+'"$(pack_logs 134)"
+}
+
+call135() {
+  emit "call 135 (session 23, fresh staging; run with an untracked oldtree/ holding 9fe89d7's package from git archive) - call 134 read our packed-SFT forward at 0.410-0.469 ms against call 131's 0.277 on a host whose per-call host times swung 2x between rounds: the frontend's forward and forward+backward with 9fe89d7's package and with 3db43c7's, interleaved twice in one call [<= 6 min]" \
+    nvidia-h200 480 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+for tree in oldtree . oldtree .; do PYTHONPATH=$PWD/$tree:$PYTHONPATH timeout -s INT -k 10 110 python3 bench/frontend_time.py --masks sft_documents,causal_document --rounds 2 > $OUT/ft.log 2>&1; grep "^{" $OUT/ft.log | cut -c1-330; done
+'
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1874,7 +1893,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
