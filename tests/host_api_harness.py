@@ -71,6 +71,21 @@ class HostApiHarness:
         monkeypatch.setattr(tile_scheduler, "reset_counter",
                             lambda counter, stream, words=1:
                             harness.counter_resets.append(counter))
+        class RecordedView(interface.WorkspaceView):  # a backward's scratch buffer, recorded
+            def __new__(cls, data_ptr, shape, dtype):
+                harness.scratch.append(tuple(shape))
+                return super().__new__(cls, data_ptr, shape, dtype)
+
+        class HostArena:  # the backward's one workspace allocation, in host memory, unrecorded
+            def __init__(self, nbytes, device, stream):
+                self.tensor = torch.zeros(-(-nbytes // 4), dtype=torch.int32)
+                self.ptr = self.tensor.data_ptr()
+
+            def release(self):
+                pass
+
+        monkeypatch.setattr(interface, "WorkspaceView", RecordedView)
+        monkeypatch.setattr(interface, "allocate_workspace", HostArena)
         monkeypatch.setattr(interface, "_call_plans", {})  # plans hold kernels made before
         monkeypatch.setattr(interface, "_check_current_device", lambda device: None)
         monkeypatch.setattr(interface, "num_sms", lambda device: num_sms)

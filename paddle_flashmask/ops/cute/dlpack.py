@@ -21,6 +21,7 @@ KDL_CUDA = 2
 # DLPack (code, bits) for the element types the kernels use.
 _DL_TYPES = {"int32": (0, 32), "float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16)}
 _ITEM_SIZE = {name: bits // 8 for name, (_, bits) in _DL_TYPES.items()}
+ITEM_SIZE = _ITEM_SIZE  # bytes per element of each dtype name DeviceBuffer takes
 
 
 class _DLDevice(ctypes.Structure):

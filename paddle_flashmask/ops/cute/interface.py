@@ -21,7 +21,7 @@ import importlib
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import cuda.bindings.driver as cu
 
@@ -29,7 +29,7 @@ from paddle_flashmask import semantics
 
 from . import cache
 from ..arguments import TensorMemo
-from .dlpack import DeviceBuffer, TensorInfo, check, inspect, runtime_tensor
+from .dlpack import ITEM_SIZE, DeviceBuffer, TensorInfo, check, inspect, runtime_tensor
 from .launch_args import ReusableLaunch, env_flag, env_snapshot
 from .summary_kernel import SummaryConfig, compile_summary
 
@@ -557,8 +557,41 @@ class CallPlan:
     config: Any
     kernel: Any
     grid_ctas: int = 0
-    workspace: tuple = ()  # ((name, shape, dtype), ...): the backward's scratch buffers
+    workspace: tuple = ()  # ((name, shape, dtype, offset), ...): the backward's scratch buffers
+    workspace_bytes: int = 0  # their one allocation (workspace_layout)
     aligns: tuple = ()
+
+
+class WorkspaceView(NamedTuple):
+    """One scratch buffer of a backward call: a slice of the call's single workspace allocation
+    (what the kernels' launchers read: the address, and the shape and dtype it was laid out for)."""
+    data_ptr: int
+    shape: tuple
+    dtype: str
+
+
+WORKSPACE_ALIGN = 256  # bytes; above every alignment the kernels assume (TMA: 16)
+
+
+def workspace_layout(shapes: dict) -> tuple[tuple, int]:
+    """The backward's scratch buffers (``workspace_shapes``: name -> (shape, dtype)) packed into
+    one allocation: ``((name, shape, dtype, byte offset), ...)`` and the total bytes. One
+    stream-ordered allocation and free per call instead of one per buffer (each a driver call);
+    the persistent grid's ``tile_counter`` is the stream's kept counter and gets no space."""
+    entries, offset = [], 0
+    for name, (shape, dtype) in shapes.items():
+        if name == "tile_counter":
+            entries.append((name, shape, dtype, -1))
+            continue
+        entries.append((name, shape, dtype, offset))
+        nbytes = ITEM_SIZE[dtype] * math.prod(shape)
+        offset += -(-nbytes // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+    return tuple(entries), offset
+
+
+def allocate_workspace(nbytes: int, device: int, stream: int) -> DeviceBuffer:
+    """The stream-ordered allocation the backward's scratch buffers are slices of."""
+    return DeviceBuffer((-(-nbytes // 4),), "int32", device, stream)
 
 
 def clear_call_plans() -> None:
@@ -767,31 +800,32 @@ def _backward_plan(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, ca
                              claim_list=claim_list)
     from .flash_bwd_sm90 import workspace_shapes
 
-    workspace = tuple((name, shape, dtype) for name, (shape, dtype)
-                      in workspace_shapes(config, b, sq, sk, h, hk).items())
+    workspace, workspace_bytes = workspace_layout(workspace_shapes(config, b, sq, sk, h, hk))
     plan = CallPlan(problem, config, compiled_backward(config), workspace=workspace,
-                    aligns=_aligns(_BWD_TENSORS))
+                    workspace_bytes=workspace_bytes, aligns=_aligns(_BWD_TENSORS))
     return plan, infos
 
 
 def _launch_backward(plan: CallPlan, infos: list, indices: Any, softmax_scale: float,
                      stream: int) -> None:
-    """Enqueue a planned backward: its scratch buffers (stream-ordered), the tile summary (cached
-    with the index tensor), the kernels, then the buffers' release."""
+    """Enqueue a planned backward: its scratch buffers (one stream-ordered allocation), the tile
+    summary (cached with the index tensor), the kernels, then the allocation's release."""
     problem, config = plan.problem, plan.config
     q, k, v, out, dout, lse, dq, dk, dv, indices_info, sink, dsink = infos
-    workspace, buffers = {}, []
-    for name, shape, dtype in plan.workspace:
-        if name == "tile_counter":  # the persistent grid's: the stream's work counter, kept
+    arena = None
+    if any(offset >= 0 for _, _, _, offset in plan.workspace):
+        arena = allocate_workspace(max(plan.workspace_bytes, 4), problem.device, stream)
+    workspace = {}
+    for name, shape, dtype, offset in plan.workspace:
+        if offset < 0:  # the persistent grid's tile counter: the stream's work counter, kept
             workspace[name] = schedule_counter(problem.device, stream)
-            continue
-        workspace[name] = DeviceBuffer(shape, dtype, problem.device, stream)
-        buffers.append(workspace[name])
+        else:
+            workspace[name] = WorkspaceView(arena.ptr + offset, shape, dtype)
     summary, owned = (None, None), False
     if problem.num_columns is not None:
         summary, owned = tile_summary_for(indices, problem, config.tile_n, stream)
     plan.kernel(q, k, v, out, dout, lse, dq, dk, dv, indices_info, summary[0], summary[1],
                 sink, dsink, workspace, float(softmax_scale), stream)
-    for buffer in (*buffers, *(summary if owned else ())):  # stream order, after the kernels
+    for buffer in (arena, *(summary if owned else ())):  # stream order, after the kernels
         if buffer is not None:
             buffer.release()
