@@ -76,14 +76,17 @@ def test_what_a_plan_cannot_vouch_for_still_reaches_the_checks(monkeypatch):
                                 causal=True, softmax_scale=0.1, stream=0)
 
 
-def test_backward_plans_one_workspace_allocation_per_call(monkeypatch):
-    """The backward's scratch buffers are aligned, disjoint slices of one allocation per call,
-    planned once per signature; the deterministic flag is part of the signature."""
+@pytest.mark.parametrize("one_workspace", ["1", "0"])
+def test_backward_plans_its_scratch_buffers(monkeypatch, one_workspace):
+    """The backward's scratch buffers, planned once per signature (the deterministic flag is part
+    of it): with PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=1 aligned, disjoint slices of one allocation
+    per call, else one allocation each (the default)."""
     from host_api_harness import HostApiHarness
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(interface.CALL_PLANS_ENV, raising=False)
+    monkeypatch.setenv(interface.ONE_WORKSPACE_ENV, one_workspace)
     api = HostApiHarness(monkeypatch)
     seen = _counting(monkeypatch, api, "compiled_backward")
     arenas = []
@@ -101,7 +104,7 @@ def test_backward_plans_one_workspace_allocation_per_call(monkeypatch):
         # every buffer, as a slice (beside them: the tile summary, on the first call)
         assert not Counter(shapes.values()) - Counter(api.scratch)
     assert len(seen) == 2 and [c.deterministic for c in seen] == [False, True]
-    assert len(arenas) == 4  # one allocation per call
+    assert len(arenas) == (4 if one_workspace == "1" else 0)  # one allocation per call, or none
 
 
 def test_workspace_layout_packs_aligned_disjoint_slices():

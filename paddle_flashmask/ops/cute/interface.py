@@ -558,7 +558,7 @@ class CallPlan:
     kernel: Any
     grid_ctas: int = 0
     workspace: tuple = ()  # ((name, shape, dtype, offset), ...): the backward's scratch buffers
-    workspace_bytes: int = 0  # their one allocation (workspace_layout)
+    workspace_bytes: int = 0  # their one allocation (workspace_layout), 0: one per buffer
     aligns: tuple = ()
 
 
@@ -571,6 +571,10 @@ class WorkspaceView(NamedTuple):
 
 
 WORKSPACE_ALIGN = 256  # bytes; above every alignment the kernels assume (TMA: 16)
+# The backward's scratch buffers as slices of one allocation: opt-in until the whole GPU suite has
+# run with it (session 23 reached 15 of its 34 tests, all passed). Slices are neighbours, so a
+# kernel writing past a buffer's declared shape would corrupt the next one instead of pool memory.
+ONE_WORKSPACE_ENV = "PADDLE_FLASHMASK_BWD_ONE_WORKSPACE"
 
 
 def workspace_layout(shapes: dict) -> tuple[tuple, int]:
@@ -739,7 +743,7 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
     tensors = (q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, learnable_sink, dsink)
     key, infos, plan = _plan_lookup("bwd", _BWD_TENSORS, tensors,
                                     (bool(causal), softmax_scale, bool(deterministic),
-                                     reserved_sms, retire), ENV_SWITCHES)
+                                     reserved_sms, retire), ENV_SWITCHES + (ONE_WORKSPACE_ENV,))
     if plan is None:
         plan, checked = _backward_plan(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices,
                                        causal, softmax_scale, learnable_sink, dsink,
@@ -801,6 +805,8 @@ def _backward_plan(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, ca
     from .flash_bwd_sm90 import workspace_shapes
 
     workspace, workspace_bytes = workspace_layout(workspace_shapes(config, b, sq, sk, h, hk))
+    if not env_flag(ONE_WORKSPACE_ENV, "0"):
+        workspace_bytes = 0  # one stream-ordered allocation per buffer
     plan = CallPlan(problem, config, compiled_backward(config), workspace=workspace,
                     workspace_bytes=workspace_bytes, aligns=_aligns(_BWD_TENSORS))
     return plan, infos
@@ -812,20 +818,24 @@ def _launch_backward(plan: CallPlan, infos: list, indices: Any, softmax_scale: f
     summary (cached with the index tensor), the kernels, then the allocation's release."""
     problem, config = plan.problem, plan.config
     q, k, v, out, dout, lse, dq, dk, dv, indices_info, sink, dsink = infos
-    arena = None
-    if any(offset >= 0 for _, _, _, offset in plan.workspace):
-        arena = allocate_workspace(max(plan.workspace_bytes, 4), problem.device, stream)
+    arena, buffers = None, []
+    if plan.workspace_bytes:
+        arena = allocate_workspace(plan.workspace_bytes, problem.device, stream)
+        buffers.append(arena)
     workspace = {}
     for name, shape, dtype, offset in plan.workspace:
         if offset < 0:  # the persistent grid's tile counter: the stream's work counter, kept
             workspace[name] = schedule_counter(problem.device, stream)
-        else:
+        elif arena is not None:
             workspace[name] = WorkspaceView(arena.ptr + offset, shape, dtype)
+        else:
+            workspace[name] = DeviceBuffer(shape, dtype, problem.device, stream)
+            buffers.append(workspace[name])
     summary, owned = (None, None), False
     if problem.num_columns is not None:
         summary, owned = tile_summary_for(indices, problem, config.tile_n, stream)
     plan.kernel(q, k, v, out, dout, lse, dq, dk, dv, indices_info, summary[0], summary[1],
                 sink, dsink, workspace, float(softmax_scale), stream)
-    for buffer in (arena, *(summary if owned else ())):  # stream order, after the kernels
+    for buffer in (*buffers, *(summary if owned else ())):  # stream order, after the kernels
         if buffer is not None:
             buffer.release()
