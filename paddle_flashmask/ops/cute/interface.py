@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple, Optional
 
