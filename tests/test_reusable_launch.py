@@ -21,7 +21,7 @@ class FakeCompiled:
     """The DSL's compiled-function interface, recording generations, launches and plain calls."""
 
     def __init__(self, arg_count: int, extra_args: int = 0) -> None:
-        self.generated, self.launched, self.plain_calls = [], [], []
+        self.generated, self.launched, self.plain_calls, self.adapted = [], [], [], []
         self.total_added_arguments = extra_args
         self._pyir_spec = None
         fake = self
@@ -32,7 +32,8 @@ class FakeCompiled:
             def generate_execution_args(self, args, kwargs):
                 exe_args = [object() for _ in args]  # stand-ins for the C argument addresses
                 fake.generated.append((args, exe_args))
-                return exe_args, list(args)
+                fake.adapted.append(list(args))  # stand-in for the DSL's adapted objects
+                return exe_args, fake.adapted[-1]
 
         self.execution_args = ExecutionArgs()
 
@@ -76,11 +77,14 @@ def test_calls_differing_in_addresses_reuse_the_packed_form_and_other_changes_re
     ptr = cute.runtime.make_ptr(Float32, 0x10000, cute.AddressSpace.gmem, assumed_align=4)
     launch(ptr, *_args()[1:])  # another alignment is another pointer type
     assert len(fake.generated) == 5
-    # the remembered call's argument objects stay alive: the packed form points into them
+    # the remembered call's argument objects, and what the DSL adapted them to, stay alive:
+    # the packed form points into their storage
     remembered_args = fake.generated[0][0]
     launch(*_args())
     assert fake.launched[-1] is fake.generated[0][1] and remembered_args[2].value == 8
     assert remembered_pointer._desc.value == 0x10000
+    kept = [id(obj) for entry in launch._remembered.values() for obj in entry]
+    assert id(fake.adapted[0]) in kept
 
 
 def test_rewritten_arguments_pack_as_a_fresh_generation_would(monkeypatch):

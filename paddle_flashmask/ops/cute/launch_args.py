@@ -175,14 +175,16 @@ class ReusableLaunch:
                 if max(0, len(args) - self._arg_count) != self._extra_args:
                     return self.compiled(*dsl_args(args))  # the DSL reports the count mismatch
                 dsl = dsl_args(args)
-                exe_args, _ = self.compiled.execution_args.generate_execution_args(dsl, {})
+                exe_args, adapted = self.compiled.execution_args.generate_execution_args(dsl, {})
                 pointers = tuple((i, arg) for i, arg in enumerate(dsl) if type(arg) is _POINTER)
-                entry = (exe_args, dsl, pointers)
+                # the packed form points into the storage of the argument objects and of what
+                # the DSL adapted them to (the stream's handle): all kept with it
+                entry = (exe_args, pointers, dsl, adapted)
                 if len(self._remembered) >= self.MAX_REMEMBERED:
                     self._remembered = {}
                 self._remembered[key] = entry
             else:
-                for i, pointer in entry[2]:  # the packed form points at these pointers' storage
+                for i, pointer in entry[1]:  # the packed form points at these pointers' storage
                     address = _address_of(args[i])
                     if pointer._pointer != address:
                         pointer._pointer = address
