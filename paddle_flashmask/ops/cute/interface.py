@@ -813,8 +813,9 @@ def _backward_plan(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, ca
 
 def _launch_backward(plan: CallPlan, infos: list, indices: Any, softmax_scale: float,
                      stream: int) -> None:
-    """Enqueue a planned backward: its scratch buffers (one stream-ordered allocation), the tile
-    summary (cached with the index tensor), the kernels, then the allocation's release."""
+    """Enqueue a planned backward: its scratch buffers (stream-ordered allocations: one per buffer,
+    or one for all with ``PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=1``), the tile summary (cached with
+    the index tensor), the kernels, then the scratch buffers' release."""
     problem, config = plan.problem, plan.config
     q, k, v, out, dout, lse, dq, dk, dv, indices_info, sink, dsink = infos
     arena, buffers = None, []
