@@ -353,3 +353,19 @@ def test_find_commit_maps_a_fingerprint_to_its_commits():
     assert find_commit.fingerprint_at("HEAD") == source_fingerprint()
     assert find_commit.main([source_fingerprint(), "--max", "3"]) == 0
     assert find_commit.main(["0" * 16, "--max", "3"]) == 1
+
+
+def test_host_time_measures_a_planned_call_on_this_cpu():
+    """bench/host_time.py (session 23's host-path tool) in its own process, since it stubs the
+    driver module-wide: real sm_90a compiles, then host microseconds per forward and backward."""
+    pytest.importorskip("cutlass")
+    env = {**os.environ, "CUTE_DSL_ARCH": os.environ.get("CUTE_DSL_ARCH", "sm_90a")}
+    run = subprocess.run([sys.executable, str(BENCH / "host_time.py"), "--seqlen", "1024",
+                          "--masks", "causal_document", "--calls", "3"],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    line = [x for x in run.stdout.splitlines() if x.startswith("causal_document {")]
+    assert len(line) == 1, run.stdout[-2000:]
+    report = json.loads(line[0].split(" ", 1)[1])
+    assert set(report) == {"fwd_same", "fwd_fresh", "bwd_same", "bwd_fresh"}
+    assert all(0 < us < 1e6 for us in report.values())
