@@ -20,8 +20,7 @@ import cuda.bindings.driver as cu
 KDL_CUDA = 2
 # DLPack (code, bits) for the element types the kernels use.
 _DL_TYPES = {"int32": (0, 32), "float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16)}
-_ITEM_SIZE = {name: bits // 8 for name, (_, bits) in _DL_TYPES.items()}
-ITEM_SIZE = _ITEM_SIZE  # bytes per element of each dtype name DeviceBuffer takes
+ITEM_SIZE = {name: bits // 8 for name, (_, bits) in _DL_TYPES.items()}  # bytes per element
 
 
 class _DLDevice(ctypes.Structure):
@@ -123,7 +122,7 @@ class DeviceBuffer:
         self.dtype = dtype
         self.device = int(device)
         self.stream = cu.CUstream(stream)
-        self.nbytes = _ITEM_SIZE[dtype] * _product(self.shape)
+        self.nbytes = ITEM_SIZE[dtype] * _product(self.shape)
         self.ptr = int(check(cu.cuMemAllocFromPoolAsync(max(self.nbytes, 1), workspace_pool(device),
                                                         self.stream), "cuMemAllocFromPoolAsync"))
         if zero and self.nbytes:

@@ -542,6 +542,8 @@ _call_plans: dict[tuple, "CallPlan"] = {}
 _FWD_TENSORS = ("q", "k", "v", "out", "lse", "startend_row_indices", "learnable_sink")
 _BWD_TENSORS = ("q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv", "startend_row_indices",
                 "learnable_sink", "dsink")
+# the key under which _problem / the plan functions keep an argument's info, where it differs
+_INFO_KEY = {"startend_row_indices": "indices", "learnable_sink": "sink"}
 # the alignment each tensor's address must have (TMA: 16 bytes; the rest 4)
 _ALIGN = {"q": TMA_ALIGN_BYTES, "k": TMA_ALIGN_BYTES, "v": TMA_ALIGN_BYTES,
           "out": TMA_ALIGN_BYTES, "dout": TMA_ALIGN_BYTES, "dq": TMA_ALIGN_BYTES,
@@ -637,6 +639,11 @@ def _aligns(names: tuple) -> tuple:
     return tuple(_ALIGN.get(name, 4) for name in names)
 
 
+def _infos_in_order(names: tuple, checked: dict) -> list:
+    """The full path's infos (a dict) in the argument order ``names`` the launch unpacks."""
+    return [checked.get(_INFO_KEY.get(name, name)) for name in names]
+
+
 def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indices: Any, *,
                   causal: bool, softmax_scale: float, learnable_sink: Any = None,
                   stream: int, reserved_sms: int = 0, retire: bool = False) -> None:
@@ -661,7 +668,7 @@ def flashmask_fwd(q: Any, k: Any, v: Any, out: Any, lse: Any, startend_row_indic
         plan, checked = _forward_plan(q, k, v, out, lse, startend_row_indices, causal,
                                       softmax_scale, learnable_sink, reserved_sms, retire)
         _remember_plan(key, plan)
-        infos = [checked.get(name) for name in ("q", "k", "v", "out", "lse", "indices", "sink")]
+        infos = _infos_in_order(_FWD_TENSORS, checked)
     _launch_forward(plan, infos, startend_row_indices, softmax_scale, stream)
 
 
@@ -748,8 +755,7 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
                                        causal, softmax_scale, learnable_sink, dsink,
                                        deterministic, reserved_sms, retire)
         _remember_plan(key, plan)
-        infos = [checked.get(name) for name in ("q", "k", "v", "out", "dout", "lse", "dq", "dk",
-                                                "dv", "indices", "sink", "dsink")]
+        infos = _infos_in_order(_BWD_TENSORS, checked)
     _launch_backward(plan, infos, startend_row_indices, softmax_scale, stream)
 
 
