@@ -83,6 +83,10 @@ CASES_FULL = FWD_CASES + [  # the forward check's matrix, then:
     # an odd GQA group (6 query / 2 KV heads): the deterministic mode's partials reduction sums
     # members in pairs plus an odd last one (flash_bwd_prepost dkv_kernel)
     ("gqa3_causal_doc", "bf16", 128, 128, "causal_doc", 2, 1000, 1000, 6, 2, "1", False),
+    # bidirectional GQA with partial 80-row query tiles (BwdConfig.tile_m = 80 under
+    # PADDLE_FLASHMASK_BWD_TILE_M=80): Sq > Sk, and documents with a per-head mask
+    ("full_gqa_sq_gt_sk", "bf16", 128, 128, "full", 2, 1000, 600, 8, 2, "1", False),
+    ("doc_C2_gqa_partial", "bf16", 128, 128, "doc", 1, 777, 777, 4, 2, "H", False),
 ]
 CASES_QUICK = [c for c in CASES_FULL if c[0] in (
     "causal_d128", "causal_doc_C1", "random_C4", "empty_rows_C4_sink", "d256_causal_window_sink",

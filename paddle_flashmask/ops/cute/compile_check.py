@@ -65,6 +65,7 @@ def _form_label(causal: bool, c: Optional[int]) -> str:
 def variants(full: bool = False) -> list[Variant]:
     """The variants to compile: configs come from ``interface``, i.e. exactly what runs."""
     from . import interface
+    from .flash_bwd_sm90 import with_tile_m
     from .summary_kernel import SummaryConfig
 
     out: list[Variant] = []
@@ -144,7 +145,7 @@ def variants(full: bool = False) -> list[Variant]:
             class_chains: bool = False, dkv_chain: bool = False,
             claim_list: Optional[bool] = None, dkv_last: Optional[bool] = None,
             interleave: bool = False, dkv_red: bool = False, dkv_bulk: bool = False,
-            dv_early: Optional[bool] = None, dk_early: bool = False):
+            dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -214,6 +215,10 @@ def variants(full: bool = False) -> list[Variant]:
                                       dk_early=dk_early and cfg.rs_dkv)
         if claim_list is not None:  # class claims from a class-sorted list, or per pass
             cfg = dataclasses.replace(cfg, claim_list=claim_list)
+        if tile_m != cfg.tile_m:  # 80-row query tiles, dQ transposed (env ..._BWD_TILE_M=80)
+            cfg = with_tile_m(cfg, tile_m)
+            if cfg.tile_m != tile_m:
+                raise ValueError(f"compile_check bwd: tile_m={tile_m} does not apply to {cfg}")
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -245,7 +250,8 @@ def variants(full: bool = False) -> list[Variant]:
                          " dk-early" if dk_early else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
-                         " walk-interleave" if interleave else ""])
+                         " walk-interleave" if interleave else "",
+                         f" m{tile_m}" if tile_m != 64 else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         if cfg.claim_list:
             add(f"bwd-claims {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd_claims", cfg,
@@ -276,6 +282,12 @@ def variants(full: bool = False) -> list[Variant]:
     for d, (causal, c) in zip((64, 96, 192, 256), ((True, 2), (False, 4), (True, 1), (False, 2))):
         fwd("bfloat16", d, causal, c)
         bwd("bfloat16", d, causal, c)
+    # 80-row query tiles for bidirectional masks (env PADDLE_FLASHMASK_BWD_TILE_M=80): full
+    # attention, documents (C=2, LSE / delta staged), the GQA head walk
+    bwd("bfloat16", 128, False, None, tile_m=80)
+    bwd("bfloat16", 128, False, 2, tile_m=80)
+    bwd("bfloat16", 128, False, None, gqa=True, tile_m=80)
+    bwd("bfloat16", 128, False, 2, gqa=True, tile_m=80)
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)

@@ -50,7 +50,7 @@ import cuda.bindings.driver as cuda
 
 from . import bwd_tiles
 
-ROWS_PER_CTA = 64  # must equal the main kernel's tile_m: the semaphore/dsink grids use it
+ROWS_PER_CTA = 64  # rows per pre/post CTA; the semaphore/dsink/flag grids assume tile_m == 64
 _THREADS = 256
 _ROW_THREADS = _THREADS // ROWS_PER_CTA  # preprocess: threads sharing one O/dO row
 _VEC_IN = 8  # bf16/fp16 elements per 16-byte access
@@ -132,6 +132,19 @@ def head_major(ptr: cute.Pointer, b, rows, heads, row_len: int, vec: int = 0) ->
                                                   stride=(batch_stride, row_len, head_stride, 1)))
 
 
+def row_padding(tile_m: int) -> int:
+    """The multiple the fp32 per-query-row buffers (``lse2``, ``delta``, ``dq_accum``) are padded
+    to: whole main-kernel query tiles and whole 64-row pre/post blocks alike (64 at tile_m 64,
+    320 at tile_m 80)."""
+    return math.lcm(ROWS_PER_CTA, tile_m)
+
+
+def padded_rows(seqlen_q: int, tile_m: int) -> int:
+    """Rows per (batch, head) of those buffers for ``seqlen_q`` query rows (host side)."""
+    pad = row_padding(tile_m)
+    return -(-seqlen_q // pad) * pad
+
+
 def _pairwise_sum(terms: list):
     """Tree sum (trace-time Python): a dependency chain of log2(n) adds instead of n."""
     while len(terms) > 1:
@@ -182,6 +195,10 @@ class PrePostConfig:
     # ([B, Hk, Sk_pad, D]), each row's 16-byte chunks swizzled by row (chunk ^= row % 8, the
     # main kernel's dq_stage_layout); the postprocess undoes it
     dkv_tiles: bool = False
+    # row_padding(tile_m) of the main kernel: the buffers' rows per (batch, head) are a multiple
+    # of it; the preprocess covers every padding row (LSE +inf, delta 0, dq_accum zeroed), since
+    # an 80-row query tile reads past the last 64-row block
+    row_pad: int = ROWS_PER_CTA
 
     @property
     def has_post(self) -> bool:
@@ -201,7 +218,8 @@ class _Preprocess:
                  dq_ptr: Optional[cute.Pointer], smin_ptr: Optional[cute.Pointer],
                  smax_ptr: Optional[cute.Pointer], b: Int32, sq: Int32, h: Int32, sk: Int32,
                  hm: Int32, stream):
-        n_blk = cute.ceil_div(sq, ROWS_PER_CTA)
+        # every 64-row block of the padded rows (row_pad > 64: more than Sq needs)
+        n_blk = cute.ceil_div(sq, self.cfg.row_pad) * (self.cfg.row_pad // ROWS_PER_CTA)
         sqp = n_blk * ROWS_PER_CTA
         mO = vector_rows(o_ptr, (b, sq, h), self.cfg.head_dim_v, _VEC_IN)
         mdO = vector_rows(do_ptr, (b, sq, h), self.cfg.head_dim_v, _VEC_IN)
@@ -369,7 +387,9 @@ class _Postprocess:
                  stream, flags_ptr: Optional[cute.Pointer] = None):
         d, dv = self.cfg.head_dim, self.cfg.head_dim_v
         n_blk = cute.ceil_div(sq, ROWS_PER_CTA)
-        mdQacc = vector_rows(dqacc_ptr, (b, h * self.cfg.dq_chains, n_blk), ROWS_PER_CTA * d,
+        # the accumulator's blocks per (batch, head): its rows are padded to row_pad
+        n_blk_pad = cute.ceil_div(sq, self.cfg.row_pad) * (self.cfg.row_pad // ROWS_PER_CTA)
+        mdQacc = vector_rows(dqacc_ptr, (b, h * self.cfg.dq_chains, n_blk_pad), ROWS_PER_CTA * d,
                              _VEC_ACC)
         if const_expr(not self.cfg.fused_dq):  # else the main kernel wrote dq
             mdQ = vector_rows(dq_ptr, (b, sq, h), d, _VEC_ACC)

@@ -66,8 +66,8 @@ from paddle_flashmask import semantics
 from . import bwd_claim_list as claims
 from . import bwd_tiles
 from . import mask as fm_mask
-from .flash_bwd_prepost import (ROWS_PER_CTA, _dsl_dtype, column_pairs, head_major, rowmajor,
-                                vector_rows)
+from .flash_bwd_prepost import (ROWS_PER_CTA, _dsl_dtype, column_pairs, head_major, padded_rows,
+                                row_padding, rowmajor, vector_rows)
 from . import tile_scheduler as sched
 from .launch_args import (check_variant_call, float32_arg, gmem_ptr, int32_arg,
                           launch)
@@ -83,6 +83,9 @@ _BAR_DQ_FULL = 4  # consumers -> dQ writer warp: dQ tile staged in smem
 _BAR_DQ_EMPTY = 5  # dQ writer warp -> consumers: smem dQ buffer free again
 _DQ_SYNC_THREADS = 256 + 32
 _DQ_PAD = 8  # fp32 padding per dQ smem row: conflict-free 8-byte stores from the wgmma layout
+# ... and for the transposed dQ's 4-byte stores down columns (lanes 2 rows and 1 column apart):
+# a pitch of D + 4 floats puts a warp's 32 stores in 32 banks (D + 8 would pair them up)
+_DQ_PAD_TRANSPOSED = 4
 _BAR_CONV_BUF = 6  # converter warps: the queue slot / a conversion buffer was read out
 _BAR_DKV_CHAIN = 9  # dkv_chain: the consumers' hand-over of a key tile's GQA-group dK/dV sum
 # dkv_bulk: the dK/dV staging region (sP .. sdQ) free for the consumers (dQ writer warp ->
@@ -97,6 +100,41 @@ _CONV_THREADS = 64  # producer-group warps 2 and 3
 _CONV_QUEUE = 8  # finished query tiles the dQ writer can queue for the converter warps
 _SMEM_BYTES = 227 * 1024  # the H100/H200 opt-in maximum per CTA
 _CONV_VEC = 4  # fp32 elements per 16-byte smem read of the fused dQ conversion
+
+
+# Query rows per tile: 64, or 80 (FlashAttention-4's SM90 tile for bidirectional masks at D = 128:
+# 20 % fewer trips per key tile, dQ computed transposed since its M must be a multiple of 64)
+TILE_M_CHOICES = (ROWS_PER_CTA, 80)
+TILE_M_ENV = "PADDLE_FLASHMASK_BWD_TILE_M"
+
+
+def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], deterministic: bool,
+                   has_sink: bool) -> int:
+    """``BwdConfig.tile_m`` wanted: 64, or with env ``PADDLE_FLASHMASK_BWD_TILE_M=80`` 80 rows for
+    bidirectional masks without columns or with two (full attention, documents) at D = 128,
+    outside the deterministic mode and without a sink (``BwdConfig.tall_tile_applies``).
+    Causal masks keep 64 (FA4 does too: the diagonal's partial tiles grow with the tile); C = 4
+    spills 64 B per thread at 80 rows (compile_check). Off until the H200 A/B."""
+    from .launch_args import env_choice
+
+    wanted = int(env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES)) or ROWS_PER_CTA)
+    if wanted != ROWS_PER_CTA and (head_dim != 128 or causal or num_columns not in (None, 2)
+                                   or deterministic or has_sink):
+        return ROWS_PER_CTA
+    return wanted
+
+
+def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
+    """``cfg`` with ``tile_m`` query rows where that can apply (``BwdConfig.tall_tile_applies``:
+    the options the 80-row tile has no path for are dropped, a second dS^T stage among them),
+    else ``cfg`` unchanged."""
+    if tile_m == cfg.tile_m:
+        return cfg
+    if ((cfg.head_dim, cfg.head_dim_v) != (128, 128) or cfg.tile_n != 128 or not cfg.rs_dkv
+            or cfg.deterministic or cfg.has_sink or cfg.fused_dq):
+        return cfg
+    return replace(cfg, tile_m=tile_m, pds_stages=1, dq_first_store=False, dq_swizzle=False,
+                   dq_per_wg=False)
 
 
 def default_tile_n(head_dim: int) -> int:
@@ -743,6 +781,11 @@ class BwdConfig:
     gqa: bool = False
     has_sink: bool = False
     deterministic: bool = False
+    # Query rows per tile (TILE_M_CHOICES). 80 (``tall_tile_applies``): the S^T / dP^T GEMMs are
+    # 64 x 80 per warpgroup, dV / dK take K = 80, and dQ is computed transposed (dQ^T = K^T dS^T,
+    # M = D over the two warpgroups, N = 80) and staged transposed into the row-major dQ tile.
+    # The per-row buffers are padded to row_padding(tile_m) rows. The host's choice:
+    # default_tile_m.
     tile_m: int = ROWS_PER_CTA
     tile_n: int = 0  # 0 = default_tile_n(head_dim)
     # dV/dK wgmma with P^T/dS^T from registers (tile_n = 128 only); the host API turns it on
@@ -960,12 +1003,23 @@ class BwdConfig:
         _dsl_dtype(self.dtype)
         if self.num_columns is not None:
             semantics.column_names(self.causal, self.num_columns)
-        if self.tile_m != ROWS_PER_CTA:
-            raise ValueError(f"tile_m: expected {ROWS_PER_CTA}, found {self.tile_m}")
+        if self.tile_m not in TILE_M_CHOICES:
+            raise ValueError(f"tile_m: expected one of {TILE_M_CHOICES}, found {self.tile_m}")
         if self.tile_n == 0:
             object.__setattr__(self, "tile_n", default_tile_n(self.head_dim))
         if self.tile_n not in (64, 128):
             raise ValueError(f"tile_n: expected 64 or 128, found {self.tile_n}")
+        if self.tile_m != ROWS_PER_CTA and not self.tall_tile_applies:
+            raise ValueError(
+                f"tile_m={self.tile_m}: expected head dims (128, 128), tile_n=128, rs_dkv=True, "
+                f"pds_stages=1, dQ staged in smem and deterministic, has_sink, fused_dq, "
+                f"dq_first_store, dq_swizzle, dq_per_wg all False, found head dims "
+                f"({self.head_dim}, {self.head_dim_v}), tile_n={self.tile_n}, "
+                f"rs_dkv={self.rs_dkv}, pds_stages={self.pds_stages}, "
+                f"dq_in_smem={self.dq_in_smem}, deterministic={self.deterministic}, "
+                f"has_sink={self.has_sink}, fused_dq={self.fused_dq}, "
+                f"dq_first_store={self.dq_first_store}, dq_swizzle={self.dq_swizzle}, "
+                f"dq_per_wg={self.dq_per_wg}")
         if self.gqa_in_cta and not self.gqa:
             raise ValueError("gqa_in_cta: expected gqa=True (H != Hk), found gqa=False")
         if self.qdo_stages not in (1, 2):
@@ -1053,9 +1107,10 @@ class BwdConfig:
                              f"fused_dq={self.fused_dq}, dq_swizzle={self.dq_swizzle}")
         if self.pds_stages not in (1, 2) or (self.pds_stages == 2
                                               and not self.two_pds_stages_apply):
-            raise ValueError(f"pds_stages: expected 1, or 2 with rs_dkv=True, qdo_stages=2 and "
-                             f"tile_n=128, found {self.pds_stages} (rs_dkv={self.rs_dkv}, "
-                             f"qdo_stages={self.qdo_stages}, tile_n={self.tile_n})")
+            raise ValueError(f"pds_stages: expected 1, or 2 with rs_dkv=True, qdo_stages=2, "
+                             f"tile_n=128 and tile_m=64, found {self.pds_stages} (rs_dkv="
+                             f"{self.rs_dkv}, qdo_stages={self.qdo_stages}, tile_n={self.tile_n}, "
+                             f"tile_m={self.tile_m})")
         if self.dk_early and not self.dv_early:
             raise ValueError("dk_early: expected dv_early=True, found dv_early=False")
         if self.dv_early and not self.rs_dkv:
@@ -1081,10 +1136,37 @@ class BwdConfig:
                              f"dq_in_smem={self.dq_in_smem}, conv_rows={self.conv_rows}")
 
     @property
+    def tall_tile_applies(self) -> bool:
+        """Whether ``tile_m`` 80 can apply to this variant: D = 128, P^T from registers (its smem
+        buffer is then left out), one dS^T stage (two do not fit next to the 80-row operands
+        and the dQ staging buffer), dQ staged in smem in plain padded rows (the transposed
+        hand-off's layout), and none of the paths whose per-query-tile grids (semaphores,
+        first-store flags, pending counts, sink partials) are sized by 64-row blocks."""
+        return ((self.head_dim, self.head_dim_v) == (128, 128) and self.tile_n == 128
+                and self.rs_dkv and self.pds_stages == 1 and self.dq_in_smem
+                and not (self.deterministic or self.has_sink or self.fused_dq
+                         or self.dq_first_store or self.dq_swizzle or self.dq_per_wg))
+
+    @property
+    def dq_transposed(self) -> bool:
+        """dQ computed as dQ^T = K^T dS^T (query rows on wgmma's N): a query tile that is not a
+        multiple of 64 rows cannot be the GEMM's M."""
+        return self.tile_m % 64 != 0
+
+    @property
+    def p_in_smem(self) -> bool:
+        """Whether P^T has a shared-memory buffer: without rs_dkv it feeds the dV GEMM from
+        there; the 64-row variants keep the (then unused) buffer, since dkv_bulk stages in it
+        and the measured smem-based choices (dq_in_smem, conv_rows) were made with it."""
+        return not self.rs_dkv or self.tile_m == ROWS_PER_CTA
+
+    @property
     def two_pds_stages_apply(self) -> bool:
         """Whether ``pds_stages=2`` can apply: P^T from registers (rs_dkv, tile_n 128, so dS^T is
-        the only smem operand) and two Q/dO stages to pick the dS^T buffer by."""
-        return self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128
+        the only smem operand) and two Q/dO stages to pick the dS^T buffer by (64-row tiles:
+        at 80 rows a second dS^T stage does not fit)."""
+        return (self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128
+                and self.tile_m == ROWS_PER_CTA)
 
     @property
     def walk_interleave_applies(self) -> bool:
@@ -1136,8 +1218,8 @@ class BwdConfig:
 
     @property
     def _pds_bytes(self) -> int:
-        """P^T (one stage) and dS^T (``pds_stages``) in the input dtype."""
-        return (1 + self.pds_stages) * self.tile_n * self.tile_m * 2
+        """P^T (one stage, where ``p_in_smem``) and dS^T (``pds_stages``) in the input dtype."""
+        return (int(self.p_in_smem) + self.pds_stages) * self.tile_n * self.tile_m * 2
 
     @property
     def _dq_stage_bytes(self) -> int:
@@ -1148,7 +1230,9 @@ class BwdConfig:
     def dq_row_elems(self) -> int:
         """fp32 elements per staged dQ row (``dq_stage_layout``): padded against bank conflicts,
         or (``dq_swizzle``) not, the chunk swizzle doing that job."""
-        return self.head_dim if self.dq_swizzle else self.head_dim + _DQ_PAD
+        if self.dq_swizzle:
+            return self.head_dim
+        return self.head_dim + (_DQ_PAD_TRANSPOSED if self.dq_transposed else _DQ_PAD)
 
     @property
     def dq_in_smem(self) -> bool:
@@ -1205,6 +1289,8 @@ class BwdConfig:
                          tile_n=self.tile_n)
         if self.dkv_bulk:  # the sums in whole key tiles (fused_dq is off with it)
             extra = dict(dkv_tiles=True, tile_n=self.tile_n)
+        if self.tile_m != ROWS_PER_CTA:  # (the default's key stays as it was)
+            extra["row_pad"] = row_padding(self.tile_m)
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
                              first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,
@@ -1215,8 +1301,8 @@ class BwdConfig:
 # small layout helpers
 # --------------------------------------------------------------------------------------------------
 
-def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False):
-    """Layout of the fp32 dQ staging tile ``[rows, d]``: rows padded by ``_DQ_PAD`` against bank
+def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad: int = _DQ_PAD):
+    """Layout of the fp32 dQ staging tile ``[rows, d]``: rows padded by ``pad`` against bank
     conflicts, or (``swizzle``, d a power of two) a contiguous block whose 16-byte chunks are
     XOR-swizzled by row (chunk ^= row % 8; the postprocess undoes it in dq_accum), or
     (``per_wg``) two such blocks of ``d / 2`` columns, one after the other: columns
@@ -1224,7 +1310,7 @@ def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False):
     if not swizzle:
         if per_wg:
             raise ValueError("dq_stage_layout per_wg: expected swizzle=True")
-        return cute.make_layout((rows, d), stride=(d + _DQ_PAD, 1))
+        return cute.make_layout((rows, d), stride=(d + pad, 1))
     width = d // 2 if per_wg else d
     if width & (width - 1) or width < 32:
         raise ValueError(f"dq_stage_layout d: expected a power of two >= {64 if per_wg else 32}, "
@@ -1301,7 +1387,9 @@ class FlashMaskBwdSm90:
         else:
             self.sdp_atom = (1, 2, 1)  # S^T [64 x 64]: WGs split the query columns
             self.dkv_atom = (1, 2, 1)  # dK/dV [64 x D]: WGs split the head dim
-        self.dq_atom = (1, 2, 1)  # dQ [64 x D]: WGs split the head dim
+        # dQ [64 x D]: the WGs split the head dim; transposed, dQ^T [D x tile_m]: each WG owns
+        # 64 of the head dim's rows
+        self.dq_atom = (2, 1, 1) if cfg.dq_transposed else (1, 2, 1)
         # tile_n = 128: each consumer WG owns the same 64 key rows in S^T/dP^T and in dK/dV, so
         # P^T and dS^T feed the dV/dK wgmma straight from registers (RS); P never touches smem
         self.rs_dkv = cfg.rs_dkv and self.sdp_atom == (2, 1, 1) and self.dkv_atom == (2, 1, 1)
@@ -1331,7 +1419,10 @@ class FlashMaskBwdSm90:
         src = warpgroup.OperandSource.RMEM if self.rs_dkv else warpgroup.OperandSource.SMEM
         dk = mk(dt, dt, K, MN, Float32, self.dkv_atom, (64, self.d // self.dkv_atom[1]), src)
         dv = mk(dt, dt, K, MN, Float32, self.dkv_atom, (64, self.dv // self.dkv_atom[1]), src)
-        dq = mk(dt, dt, MN, MN, Float32, self.dq_atom, (64, self.d // self.dq_atom[1]))
+        # dQ = dS K (A = dS, B = K^T), or transposed dQ^T = K^T dS^T (A = K^T, B = dS): both
+        # operands MN-major either way
+        dq_n = self.tile_m if self.cfg.dq_transposed else self.d // self.dq_atom[1]
+        dq = mk(dt, dt, MN, MN, Float32, self.dq_atom, (64, dq_n))
         return sdp, dk, dv, dq
 
     def _layouts(self):
@@ -1361,7 +1452,8 @@ class FlashMaskBwdSm90:
                  dkv_flag_ptr: Optional[cute.Pointer] = None,
                  order_ptr: Optional[cute.Pointer] = None):
         d, dv, tm, tn = self.d, self.dv, self.tile_m, self.tile_n
-        sqp = cute.ceil_div(sq, tm) * tm
+        pad = row_padding(tm)  # rows padded to whole query tiles and 64-row pre/post blocks
+        sqp = cute.ceil_div(sq, pad) * pad
         mQ = rowmajor(q_ptr, (b, sq, h, d))
         mK = rowmajor(k_ptr, (b, sk, hk, d))
         mV = rowmajor(v_ptr, (b, sk, hk, dv))
@@ -1462,7 +1554,8 @@ class FlashMaskBwdSm90:
             sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdO_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sV_layout)], 1024]
-            sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sP_layout)], 1024]
+            sP: cute.struct.Align[cute.struct.MemRange[
+                self.dtype, cute.cosize(self.sP_layout) if self.cfg.p_in_smem else 0], 1024]
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(self.sdS_layout)], 1024]
             sdQ: cute.struct.Align[cute.struct.MemRange[Float32, self.sdq_elems], 128]
             tile_slot: cute.struct.MemRange[Int32, 1 if self.cfg.persistent else 0]
@@ -1958,7 +2051,9 @@ class FlashMaskBwdSm90:
         sdO = st.sdO.get_tensor(sdO_layout.outer, swizzle=sdO_layout.inner)
         sK = st.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = st.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        sP = st.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
+        sP = None  # P^T from registers only (BwdConfig.p_in_smem)
+        if const_expr(cfg.p_in_smem):
+            sP = st.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
         sdS = st.sdS.get_tensor(sdS_layout.outer, swizzle=sdS_layout.inner)
         sdQ = None
         if const_expr(self.dq_bulk):
@@ -2132,9 +2227,14 @@ class FlashMaskBwdSm90:
         tVrdO = wg_dv.make_fragment_B(wg_dv.partition_B(_transposed(sdO)))
         # dK += dS^T Q
         tKrQ = wg_dk.make_fragment_B(wg_dk.partition_B(_transposed(sQ)))
-        # dQ = dS K : A = dS viewed [queries x keys] (MN-major), B = K viewed [D x keys] (MN-major)
-        tQrdS = wg_dq.make_fragment_A(wg_dq.partition_A(_transposed(sdS)))
-        tQrK = wg_dq.make_fragment_B(wg_dq.partition_B(_transposed(sK)))
+        # dQ = dS K : A = dS viewed [queries x keys] (MN-major), B = K viewed [D x keys] (MN-major);
+        # transposed, dQ^T = K^T dS^T: A = K viewed [D x keys], B = dS viewed [queries x keys]
+        if const_expr(cfg.dq_transposed):
+            tQrK = wg_dq.make_fragment_A(wg_dq.partition_A(_transposed(sK)))
+            tQrdS = wg_dq.make_fragment_B(wg_dq.partition_B(_transposed(sdS)))
+        else:
+            tQrdS = wg_dq.make_fragment_A(wg_dq.partition_A(_transposed(sdS)))
+            tQrK = wg_dq.make_fragment_B(wg_dq.partition_B(_transposed(sK)))
 
         acc_shape_s = wg_sdp.partition_shape_C((self.tile_n, self.tile_m))
         acc_dK = cute.make_rmem_tensor(wg_dk.partition_shape_C((self.tile_n, self.d)), Float32)
@@ -2232,7 +2332,7 @@ class FlashMaskBwdSm90:
         pds_store = cute.make_tiled_copy_C(
             cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.dtype),
             ops.tiled_sdp).get_slice(ctid)
-        tPsP = pds_store.partition_D(ops.sP)
+        tPsP = None if const_expr(ops.sP is None) else pds_store.partition_D(ops.sP)
         two_pds = const_expr(cfg.pds_stages == 2)
         # one dS^T buffer: its partition is built once, outside the query-tile loop (built per
         # tile, as the two-buffer path must, it changes every default variant's SASS)
@@ -2275,9 +2375,13 @@ class FlashMaskBwdSm90:
                 # late_loads (multi-column masks): delta is loaded after the mask and the key's
                 # column values inside it, so neither is live across the exp and the element
                 # rule (d128 spills: causal C=2 108 B, bidirectional C=2 92 B, C=4 120 B -> 0)
+                # 80-row tiles: the staged delta is read after the exp and the mask, not held in
+                # registers across them (d128 documents: 120 B of spills -> see compile_check)
+                late_delta = const_expr(self.stats_bytes and self.tile_m != ROWS_PER_CTA)
                 if const_expr(self.stats_bytes):  # staged with Q / dO: both waits are behind us
                     self._read_column_stats(lse_c, ops.stats.sLSE, stage, tScS)
-                    self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
+                    if const_expr(not late_delta):
+                        self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
                 elif const_expr(prefetch):
                     if stats_m != m_blk:  # not prefetched: the first tile, or after a skipped one
                         self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
@@ -2327,6 +2431,8 @@ class FlashMaskBwdSm90:
                                     S[r, c] = Float32(0.0)
                 if const_expr(self.late_loads):
                     self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
+                if const_expr(late_delta):
+                    self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
                 warpgroup.wait_group(0)
                 dP = _acc_mn(acc_dP)
                 for r in cutlass.range_constexpr(n_rows):
@@ -2369,17 +2475,17 @@ class FlashMaskBwdSm90:
                 if const_expr(not dv_early):
                     self._wgmma(tiled_dv, acc_dV, tVrP, tVrdO[None, None, None, stage], False)
                 tQrdS_now = tQrdS[None, None, None, stage] if two_pds else tQrdS
-                acc_dQ = cute.make_rmem_tensor(wg_dq.partition_shape_C((self.tile_m, self.d)),
+                acc_dQ = cute.make_rmem_tensor(wg_dq.partition_shape_C(self._dq_tile_shape()),
                                                Float32)
                 if const_expr(dk_early):  # dV, dK | rendezvous | dQ
-                    self._wgmma(tiled_dq, acc_dQ, tQrdS_now, tQrK, True)
+                    self._dq_gemm(tiled_dq, acc_dQ, tQrdS_now, tQrK)
                     warpgroup.commit_group()
                     if const_expr(cfg.dq_early):
                         warpgroup.wait_group(0)
                         self._hand_dq_to_writer(acc_dQ, th_dq, sdQ, ctid)
                 elif const_expr(cfg.dq_early):
                     # dV, dQ | dK: the dQ tile goes to the writer while the dK GEMM runs
-                    self._wgmma(tiled_dq, acc_dQ, tQrdS_now, tQrK, True)
+                    self._dq_gemm(tiled_dq, acc_dQ, tQrdS_now, tQrK)
                     warpgroup.commit_group()
                     self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
                     warpgroup.commit_group()
@@ -2387,7 +2493,7 @@ class FlashMaskBwdSm90:
                     self._hand_dq_to_writer(acc_dQ, th_dq, sdQ, ctid)
                 else:
                     self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
-                    self._wgmma(tiled_dq, acc_dQ, tQrdS_now, tQrK, True)
+                    self._dq_gemm(tiled_dq, acc_dQ, tQrdS_now, tQrK)
                     warpgroup.commit_group()
                 warpgroup.wait_group(0)
                 pipe_q.consumer_release(state)
@@ -2422,6 +2528,18 @@ class FlashMaskBwdSm90:
                                       number_of_threads=self.num_consumer_threads)
         return state
 
+    def _dq_tile_shape(self) -> tuple:
+        """The dQ GEMM's (M, N): (query rows, D), or transposed (D, query rows)."""
+        return (self.d, self.tile_m) if self.cfg.dq_transposed else (self.tile_m, self.d)
+
+    def _dq_gemm(self, tiled_dq: cute.TiledMma, acc_dQ: cute.Tensor, tQrdS: cute.Tensor,
+                 tQrK: cute.Tensor):
+        """dQ = dS K into a fresh accumulator, or dQ^T = K^T dS^T (the operands swap roles)."""
+        if const_expr(self.cfg.dq_transposed):
+            self._wgmma(tiled_dq, acc_dQ, tQrK, tQrdS, True)
+        else:
+            self._wgmma(tiled_dq, acc_dQ, tQrdS, tQrK, True)
+
     @cute.jit
     def _hand_dq_to_writer(self, acc_dQ: cute.Tensor, th_dq, sdQ: cute.Tensor, ctid):
         """This consumer thread's part of the fp32 dQ tile into the staging buffer, for the dQ
@@ -2432,7 +2550,11 @@ class FlashMaskBwdSm90:
             step = cute.arch.make_warp_uniform(ctid // 128) * _BAR_DQ_WG_STEP
             empty, full = empty + step, full + step
         cute.arch.barrier(barrier_id=empty, number_of_threads=self.dq_sync_threads)
-        cute.autovec_copy(acc_dQ, th_dq.partition_C(sdQ))
+        # transposed: the accumulator's (D, query) elements into the row-major tile (padded
+        # rows keep the column-wise stores conflict-free: lanes differ in row by 2 and in D by
+        # 1, and the row pitch of D + 8 floats puts those in 32 different banks)
+        cute.autovec_copy(acc_dQ, th_dq.partition_C(
+            _transposed(sdQ) if const_expr(self.cfg.dq_transposed) else sdQ))
         cute.arch.fence_proxy("async.shared", space="cta")
         cute.arch.barrier_arrive(barrier_id=full, number_of_threads=self.dq_sync_threads)
 
@@ -2520,8 +2642,11 @@ class FlashMaskBwdSm90:
                 if const_expr(self.cfg.dq_uniform_rows or self.cfg.dq_per_wg):
                     # its index in dq_accum's tile order, warp-uniform: the bulk ops' addresses
                     # stay in uniform registers
-                    tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc_it) * num_m
-                                                       + m_blk)
+                    tiles_per_head = num_m  # (64-row tiles: the padded rows are whole tiles)
+                    if const_expr(self.tile_m != ROWS_PER_CTA):  # rows padded beyond the last
+                        tiles_per_head = mdQacc.shape[2] // self.tile_m
+                    tile = cute.arch.make_warp_uniform((b * mdQacc.shape[1] + hc_it)
+                                                       * tiles_per_head + m_blk)
                 for w in cutlass.range_constexpr(self.dq_blocks):
                     # each block as soon as its warpgroup(s) staged it
                     cute.arch.barrier(barrier_id=_BAR_DQ_FULL + _BAR_DQ_WG_STEP * w,
@@ -2570,8 +2695,9 @@ class FlashMaskBwdSm90:
 
     def _sdq_tensor(self, ptr):
         """The staged dQ tile ``[tile_m, d]`` fp32 in smem (``dq_stage_layout``)."""
-        return cute.make_tensor(ptr, dq_stage_layout(self.tile_m, self.d, self.cfg.dq_swizzle,
-                                                     self.cfg.dq_per_wg))
+        return cute.make_tensor(ptr, dq_stage_layout(
+            self.tile_m, self.d, self.cfg.dq_swizzle, self.cfg.dq_per_wg,
+            pad=self.cfg.dq_row_elems - self.d))
 
     @cute.jit
     def _bulk_rows(self, gdQ, sdQ, lane, mdQacc, tile, block: cutlass.Constexpr[int],
@@ -2603,11 +2729,15 @@ class FlashMaskBwdSm90:
             if lane == 0:
                 self._bulk_op(gdQ.iterator, sdQ.iterator, self.tile_m * self.d * 4, store)
         else:
-            for r in cutlass.range_constexpr(self.tile_m // 32):
+            row_op = lambda row: self._bulk_op(  # noqa: E731
+                gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
+                sdQ.iterator + cute.crd2idx((row, 0), sdQ.layout), self.d * 4, store)
+            for r in cutlass.range_constexpr(-(-self.tile_m // 32)):
                 row = lane + 32 * r
-                self._bulk_op(gdQ.iterator + cute.crd2idx((row, 0), gdQ.layout),
-                              sdQ.iterator + cute.crd2idx((row, 0), sdQ.layout), self.d * 4,
-                              store)
+                if const_expr(32 * (r + 1) <= self.tile_m):
+                    row_op(row)
+                elif row < self.tile_m:  # 80 rows: the third trip's first 16 lanes
+                    row_op(row)
 
     @staticmethod
     def _bulk_op(dst, src, nbytes: int, store: bool):
@@ -3119,7 +3249,7 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
                      num_kv_heads: int) -> dict:
     """Shapes/dtypes of the scratch tensors the host allocates for one backward call.
 
-    ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]``, ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
+    ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]`` (``Sq_pad``: ``padded_rows``), ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
     preprocess), ``dk_part``/``dv_part`` fp32 ``[B, H, Sk, D]`` only for GQA (per-query-head
     partials, head-major; ``dkv_last``'s are ``[B, Sk, H, D]``), ``semaphores`` int32
     ``[B, H, Sq_pad/64]`` only when deterministic, ``tile_classes`` int32
@@ -3133,7 +3263,7 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
     the summary kernel with ``tile_n = cfg.tile_n``).
     """
     nm = -(-seqlen_q // cfg.tile_m)
-    sqp = nm * cfg.tile_m
+    sqp = padded_rows(seqlen_q, cfg.tile_m)
     out = {
         "lse2": ((batch, num_heads, sqp), "float32"),
         "delta": ((batch, num_heads, sqp), "float32"),

@@ -353,7 +353,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_dkv_chain, default_claim_list,
                                  default_det_first_store, default_dkv_last,
                                  default_dkv_red, default_walk_interleave,
-                                 default_dkv_bulk, default_dv_early, default_dk_early)
+                                 default_dkv_bulk, default_dv_early, default_dk_early,
+                                 default_tile_m)
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
@@ -395,7 +396,9 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dkv_last(deterministic, gqa, gqa_in_cta), walk_interleave,
                             default_dkv_red(deterministic, gqa, gqa_in_cta),
                             default_dkv_bulk(deterministic, gqa, gqa_in_cta),
-                            default_dv_early(), default_dk_early())
+                            default_dv_early(), default_dk_early(),
+                            default_tile_m(head_dim, causal, num_columns, deterministic,
+                                           has_sink))
 
 
 @functools.lru_cache(maxsize=256)
@@ -406,8 +409,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
                      dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
                      dkv_chain=False, claim_list=False, dkv_last=False, walk_interleave=False,
-                     dkv_red=False, dkv_bulk=False, dv_early=False, dk_early=False):
-    from .flash_bwd_sm90 import BwdConfig
+                     dkv_red=False, dkv_bulk=False, dv_early=False, dk_early=False, tile_m=64):
+    from .flash_bwd_sm90 import BwdConfig, with_tile_m
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
                     has_sink=has_sink, deterministic=deterministic, row_ranges=row_ranges,
@@ -458,7 +461,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, claim_list=True)
     if walk_interleave and cfg.walk_interleave_applies:
         cfg = replace(cfg, walk_interleave=True)
-    return cfg
+    return with_tile_m(cfg, tile_m)
 
 
 def _lazy_builder(module: str, function: str) -> Callable[[Any], Any]:

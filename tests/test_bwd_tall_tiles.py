@@ -1,0 +1,125 @@
+"""80-row backward query tiles (BwdConfig.tile_m = 80, env PADDLE_FLASHMASK_BWD_TILE_M=80), on the
+CPU: the transposed dQ GEMM (dQ^T = K^T dS^T) gives each consumer warpgroup 64 of the head dim's
+rows and every query column, so the two warpgroups stage disjoint halves of the tile; the
+transposed stores into the staging tile are bank-conflict free and land on the row-major rows
+the dQ writer moves; the per-row buffers are padded to whole 80-row tiles and 64-row pre/post
+blocks; the host rule and its errors. Kernel compiles (wgmma, TMA, no spills) are in
+tests/test_cute_compile.py; the numerics need the H200 (tests/gpu/bwd_check.py with the env)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import cutlass
+import cutlass.cute as cute
+
+from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+from paddle_flashmask.ops.cute import interface
+from paddle_flashmask.ops.cute.flash_bwd_prepost import padded_rows, row_padding
+
+TILE_M, D = 80, 128
+_PLACES: dict = {}
+
+
+def _tall_config(num_columns=None, gqa=False):
+    return bwd.with_tile_m(interface.backward_config("bfloat16", D, False, num_columns, gqa=gqa),
+                           TILE_M)
+
+
+def _probe_dq_places(kernel) -> dict:
+    """thread -> [(element index, (d, q) of the dQ^T accumulator element, staging offset)]."""
+    _PLACES.clear()
+
+    @cute.jit
+    def probe():
+        layout = bwd.dq_stage_layout(TILE_M, D, False, pad=kernel.cfg.dq_row_elems - D)
+        _, _, _, tiled_dq = kernel._mmas()
+        coords = cute.make_identity_tensor((D, TILE_M))
+        for t in cutlass.range_constexpr(256):
+            part = tiled_dq.get_slice(t).partition_C(coords)
+            _PLACES[t] = [(i, (int(part[i][0]), int(part[i][1])),
+                           int(layout((part[i][1], part[i][0]))))
+                          for i in range(cute.size(part))]
+
+    cute.compile(probe)
+    return dict(_PLACES)
+
+
+@pytest.fixture(scope="module")
+def dq_places():
+    cfg = _tall_config()
+    assert cfg.tile_m == TILE_M and cfg.dq_transposed
+    return _probe_dq_places(bwd.FlashMaskBwdSm90(cfg))
+
+
+def test_transposed_dq_covers_the_tile_once_split_by_head_dim(dq_places):
+    seen = [crd for t in range(256) for _, crd, _ in dq_places[t]]
+    assert sorted(seen) == [(d, q) for d in range(D) for q in range(TILE_M)]  # each once
+    for wg in range(2):
+        rows = {crd[0] for t in range(128 * wg, 128 * (wg + 1)) for _, crd, _ in dq_places[t]}
+        assert rows == set(range(64 * wg, 64 * (wg + 1)))  # warpgroup w: head-dim rows of block w
+
+
+def test_transposed_staging_lands_on_row_major_rows_without_bank_conflicts(dq_places):
+    pitch = D + bwd._DQ_PAD_TRANSPOSED
+    for t in range(256):
+        for _, (d, q), offset in dq_places[t]:
+            assert offset == q * pitch + d  # query row q, column d: what the writer's row op reads
+    # one store instruction = element i of the 32 lanes of a warp: 32 different banks
+    for warp in range(8):
+        lanes = range(32 * warp, 32 * warp + 32)
+        for i in range(len(dq_places[32 * warp])):
+            banks = {dq_places[t][i][2] % 32 for t in lanes}
+            assert len(banks) == 32, (warp, i, sorted(banks))
+    assert (pitch * 4) % 16 == 0  # each staged row starts 16-byte aligned (bulk ops)
+
+
+@pytest.mark.parametrize("sq, want", [(1, 320), (320, 320), (321, 640), (8192, 8320)])
+def test_rows_padded_to_tiles_and_blocks(sq, want):
+    assert row_padding(TILE_M) == 320 and row_padding(64) == 64
+    assert padded_rows(sq, TILE_M) == want
+    assert padded_rows(sq, 64) == -(-sq // 64) * 64
+    cfg = _tall_config()
+    shapes = bwd.workspace_shapes(cfg, 2, sq, sq, 4, 4)
+    assert shapes["lse2"][0] == (2, 4, want) and shapes["delta"][0] == (2, 4, want)
+    assert shapes["dq_accum"][0] == (2, 4, want, D)
+    assert cfg.prepost.row_pad == 320
+    assert "dq_flags" not in shapes and "semaphores" not in shapes
+
+
+def test_host_rule(monkeypatch):
+    monkeypatch.delenv(bwd.TILE_M_ENV, raising=False)
+    assert bwd.default_tile_m(128, False, None, False, False) == 64  # off until measured
+    monkeypatch.setenv(bwd.TILE_M_ENV, "80")
+    assert bwd.default_tile_m(128, False, None, False, False) == 80  # full attention
+    assert bwd.default_tile_m(128, False, 2, False, False) == 80  # documents
+    for args in ((128, True, None, False, False), (128, False, 4, False, False),
+                 (64, False, None, False, False), (128, False, None, True, False),
+                 (128, False, None, False, True)):
+        assert bwd.default_tile_m(*args) == 64, args
+    cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=True)
+    assert cfg.tile_m == 80 and cfg.pds_stages == 1 and not cfg.p_in_smem
+    assert not (cfg.dq_first_store or cfg.dq_swizzle or cfg.dq_per_wg)
+    assert interface.backward_config("bfloat16", 128, True, 1).tile_m == 64
+    assert interface.backward_config("bfloat16", 128, False, 2, deterministic=True).tile_m == 64
+    monkeypatch.setenv(bwd.TILE_M_ENV, "96")
+    with pytest.raises(ValueError, match=bwd.TILE_M_ENV):
+        bwd.default_tile_m(128, False, None, False, False)
+
+
+def test_with_tile_m_leaves_what_it_cannot_serve():
+    for cfg in (interface.backward_config("bfloat16", 64, False, None),
+                interface.backward_config("bfloat16", 128, False, 2, deterministic=True),
+                interface.backward_config("bfloat16", 128, False, None, has_sink=True)):
+        assert bwd.with_tile_m(cfg, TILE_M) is cfg
+
+
+@pytest.mark.parametrize("field, value", [("dq_first_store", True), ("pds_stages", 2),
+                                          ("has_sink", True), ("tile_n", 64)])
+def test_invalid_tall_variants_name_tile_m(field, value):
+    cfg = _tall_config(num_columns=2)
+    with pytest.raises(ValueError, match="tile_m=80"):  # (pds_stages' own error names it too)
+        dataclasses.replace(cfg, **{field: value})
+    with pytest.raises(ValueError, match="tile_m: expected one of"):
+        dataclasses.replace(cfg, tile_m=96)
