@@ -1739,7 +1739,29 @@ timeout -s INT -k 10 150 $A --batch 4 --heads 32 --kv-heads 8 --masks full,docum
 '"$(pack_logs 137)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137"
+call138() {
+  emit "call 138 (session 24, fresh staging) - call 137 found 80-row tiles 2.8-7.2 % slower with one dS^T stage and padded dQ rows; now as FA3/FA4 run them: two dS^T stages (fit with the dQ tile swizzled, unpadded; the stats then load from global, delta after the mask): the oracle with PADDLE_FLASHMASK_BWD_TILE_M=80 (stops on failure), then the same A/B as call 137 [<= 9 min]" \
+    nvidia-h200 540 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+R=PADDLE_FLASHMASK_BWD_TILE_M=80
+'"$(bwd_oracle 170 bwd_s24_m80b.json bwd_m80b.log 'env $R ')"'
+grep -o "tile_m=80" $OUT/bwd_s24_m80b.json | wc -l
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant m80:$R"
+timeout -s INT -k 10 150 $A --batch 4 --heads 16 --kv-heads 16 --masks full,document --tag s24_m80b_mha > $OUT/kab_mha.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_mha.log | cut -c1-220
+timeout -s INT -k 10 150 $A --batch 4 --heads 32 --kv-heads 8 --masks full,document --tag s24_m80b_gqa32 > $OUT/kab_gqa.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_gqa.log | cut -c1-220
+'"$(pack_logs 138)"
+}
+
+call139() {
+  emit "call 139 (session 24, on call 138's warm machine carrying only .devtools) - the backward's scratch buffers as slices of one allocation (PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=1; call 136 reached 15 of 34 tests): the whole GPU suite with it [<= 4.5 min]" \
+    nvidia-h200 270 '[".devtools"]' \
+"$PRELUDE"'
+export PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=1
+'"$GPU_SUITE_1GPU"'
+'"$(pack_logs 139)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1915,7 +1937,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -33,7 +33,7 @@ def _probe_dq_places(kernel) -> dict:
 
     @cute.jit
     def probe():
-        layout = bwd.dq_stage_layout(TILE_M, D, False, pad=kernel.cfg.dq_row_elems - D)
+        layout = bwd.dq_stage_layout(TILE_M, D, kernel.cfg.dq_swizzle)
         _, _, _, tiled_dq = kernel._mmas()
         coords = cute.make_identity_tensor((D, TILE_M))
         for t in cutlass.range_constexpr(256):
@@ -61,18 +61,18 @@ def test_transposed_dq_covers_the_tile_once_split_by_head_dim(dq_places):
         assert rows == set(range(64 * wg, 64 * (wg + 1)))  # warpgroup w: head-dim rows of block w
 
 
-def test_transposed_staging_lands_on_row_major_rows_without_bank_conflicts(dq_places):
-    pitch = D + bwd._DQ_PAD_TRANSPOSED
+def test_transposed_staging_lands_on_swizzled_rows_without_bank_conflicts(dq_places):
     for t in range(256):
         for _, (d, q), offset in dq_places[t]:
-            assert offset == q * pitch + d  # query row q, column d: what the writer's row op reads
+            # query row q, its 16-byte chunk d // 4 XOR-swizzled by q % 8: what the writer's one
+            # bulk op copies as is and the postprocess un-swizzles per row
+            assert offset == q * D + 4 * ((d // 4) ^ (q % 8)) + d % 4
     # one store instruction = element i of the 32 lanes of a warp: 32 different banks
     for warp in range(8):
         lanes = range(32 * warp, 32 * warp + 32)
         for i in range(len(dq_places[32 * warp])):
             banks = {dq_places[t][i][2] % 32 for t in lanes}
             assert len(banks) == 32, (warp, i, sorted(banks))
-    assert (pitch * 4) % 16 == 0  # each staged row starts 16-byte aligned (bulk ops)
 
 
 @pytest.mark.parametrize("sq, want", [(1, 320), (320, 320), (321, 640), (8192, 8320)])
@@ -99,8 +99,11 @@ def test_host_rule(monkeypatch):
                  (128, False, None, False, True)):
         assert bwd.default_tile_m(*args) == 64, args
     cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=True)
-    assert cfg.tile_m == 80 and cfg.pds_stages == 1 and not cfg.p_in_smem
-    assert not (cfg.dq_first_store or cfg.dq_swizzle or cfg.dq_per_wg)
+    # documents: two dS^T stages, so the stats load from global (delta late), the tile swizzled
+    assert cfg.tile_m == 80 and cfg.pds_stages == 2 and not cfg.p_in_smem
+    assert not cfg.stage_stats and cfg.late_loads and cfg.dq_swizzle
+    assert not (cfg.dq_first_store or cfg.dq_per_wg or cfg.dq_uniform_rows)
+    assert _tall_config().pds_stages == 2  # full attention
     assert interface.backward_config("bfloat16", 128, True, 1).tile_m == 64
     assert interface.backward_config("bfloat16", 128, False, 2, deterministic=True).tile_m == 64
     monkeypatch.setenv(bwd.TILE_M_ENV, "96")
@@ -115,11 +118,12 @@ def test_with_tile_m_leaves_what_it_cannot_serve():
         assert bwd.with_tile_m(cfg, TILE_M) is cfg
 
 
-@pytest.mark.parametrize("field, value", [("dq_first_store", True), ("pds_stages", 2),
-                                          ("has_sink", True), ("tile_n", 64)])
+@pytest.mark.parametrize("field, value", [("dq_first_store", True), ("stage_stats", True),
+                                          ("dq_swizzle", False), ("has_sink", True),
+                                          ("tile_n", 64)])
 def test_invalid_tall_variants_name_tile_m(field, value):
     cfg = _tall_config(num_columns=2)
-    with pytest.raises(ValueError, match="tile_m=80"):  # (pds_stages' own error names it too)
+    with pytest.raises(ValueError, match="tile_m=80"):  # (stage_stats: smem no longer fits)
         dataclasses.replace(cfg, **{field: value})
     with pytest.raises(ValueError, match="tile_m: expected one of"):
         dataclasses.replace(cfg, tile_m=96)

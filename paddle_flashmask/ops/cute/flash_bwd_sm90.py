@@ -83,9 +83,6 @@ _BAR_DQ_FULL = 4  # consumers -> dQ writer warp: dQ tile staged in smem
 _BAR_DQ_EMPTY = 5  # dQ writer warp -> consumers: smem dQ buffer free again
 _DQ_SYNC_THREADS = 256 + 32
 _DQ_PAD = 8  # fp32 padding per dQ smem row: conflict-free 8-byte stores from the wgmma layout
-# ... and for the transposed dQ's 4-byte stores down columns (lanes 2 rows and 1 column apart):
-# a pitch of D + 4 floats puts a warp's 32 stores in 32 banks (D + 8 would pair them up)
-_DQ_PAD_TRANSPOSED = 4
 _BAR_CONV_BUF = 6  # converter warps: the queue slot / a conversion buffer was read out
 _BAR_DKV_CHAIN = 9  # dkv_chain: the consumers' hand-over of a key tile's GQA-group dK/dV sum
 # dkv_bulk: the dK/dV staging region (sP .. sdQ) free for the consumers (dQ writer warp ->
@@ -99,6 +96,10 @@ _DQ_WG_SYNC_THREADS = 128 + 32
 _CONV_THREADS = 64  # producer-group warps 2 and 3
 _CONV_QUEUE = 8  # finished query tiles the dQ writer can queue for the converter warps
 _SMEM_BYTES = 227 * 1024  # the H100/H200 opt-in maximum per CTA
+# what the kernel's shared memory holds besides the tiles: the mbarriers (the first 1 KB, as sQ
+# is 1 KB-aligned), 1 KB of static smem the DSL adds, the persistent tile slot (16 B aligned)
+_SMEM_OVERHEAD = 2048 + 16
+_CONV_SPARE = 2032  # fused_dq's buffers were sized with a 4 KB overhead: kept as measured
 _CONV_VEC = 4  # fp32 elements per 16-byte smem read of the fused dQ conversion
 
 
@@ -133,8 +134,17 @@ def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
     if ((cfg.head_dim, cfg.head_dim_v) != (128, 128) or cfg.tile_n != 128 or not cfg.rs_dkv
             or cfg.deterministic or cfg.has_sink or cfg.fused_dq):
         return cfg
-    return replace(cfg, tile_m=tile_m, pds_stages=1, dq_first_store=False, dq_swizzle=False,
-                   dq_per_wg=False)
+    # two dS^T stages where they fit (the staged LSE / delta's 1.3 KB do not fit beside them:
+    # those then load from global, delta late for multi-column masks), else one
+    late = cfg.num_columns is not None and cfg.num_columns >= 2
+    for pds, staged in ((2, cfg.stage_stats), (2, False), (1, cfg.stage_stats)):
+        try:
+            return replace(cfg, tile_m=tile_m, pds_stages=pds, dq_first_store=False,
+                           dq_swizzle=True, dq_uniform_rows=False, dq_per_wg=False,
+                           stage_stats=staged, late_loads=not staged and (cfg.late_loads or late))
+        except ValueError:  # (its shared memory does not fit: the next candidate)
+            continue
+    return cfg
 
 
 def default_tile_n(head_dim: int) -> int:
@@ -1012,14 +1022,14 @@ class BwdConfig:
         if self.tile_m != ROWS_PER_CTA and not self.tall_tile_applies:
             raise ValueError(
                 f"tile_m={self.tile_m}: expected head dims (128, 128), tile_n=128, rs_dkv=True, "
-                f"pds_stages=1, dQ staged in smem and deterministic, has_sink, fused_dq, "
-                f"dq_first_store, dq_swizzle, dq_per_wg all False, found head dims "
+                f"dQ staged in smem with dq_swizzle=True, and deterministic, has_sink, "
+                f"fused_dq, dq_first_store, dq_per_wg all False, found head dims "
                 f"({self.head_dim}, {self.head_dim_v}), tile_n={self.tile_n}, "
-                f"rs_dkv={self.rs_dkv}, pds_stages={self.pds_stages}, "
-                f"dq_in_smem={self.dq_in_smem}, deterministic={self.deterministic}, "
+                f"rs_dkv={self.rs_dkv}, dq_in_smem={self.dq_in_smem} (pds_stages="
+                f"{self.pds_stages}, stage_stats={self.stage_stats}), "
+                f"dq_swizzle={self.dq_swizzle}, deterministic={self.deterministic}, "
                 f"has_sink={self.has_sink}, fused_dq={self.fused_dq}, "
-                f"dq_first_store={self.dq_first_store}, dq_swizzle={self.dq_swizzle}, "
-                f"dq_per_wg={self.dq_per_wg}")
+                f"dq_first_store={self.dq_first_store}, dq_per_wg={self.dq_per_wg}")
         if self.gqa_in_cta and not self.gqa:
             raise ValueError("gqa_in_cta: expected gqa=True (H != Hk), found gqa=False")
         if self.qdo_stages not in (1, 2):
@@ -1107,10 +1117,9 @@ class BwdConfig:
                              f"fused_dq={self.fused_dq}, dq_swizzle={self.dq_swizzle}")
         if self.pds_stages not in (1, 2) or (self.pds_stages == 2
                                               and not self.two_pds_stages_apply):
-            raise ValueError(f"pds_stages: expected 1, or 2 with rs_dkv=True, qdo_stages=2, "
-                             f"tile_n=128 and tile_m=64, found {self.pds_stages} (rs_dkv="
-                             f"{self.rs_dkv}, qdo_stages={self.qdo_stages}, tile_n={self.tile_n}, "
-                             f"tile_m={self.tile_m})")
+            raise ValueError(f"pds_stages: expected 1, or 2 with rs_dkv=True, qdo_stages=2 and "
+                             f"tile_n=128, found {self.pds_stages} (rs_dkv={self.rs_dkv}, "
+                             f"qdo_stages={self.qdo_stages}, tile_n={self.tile_n})")
         if self.dk_early and not self.dv_early:
             raise ValueError("dk_early: expected dv_early=True, found dv_early=False")
         if self.dv_early and not self.rs_dkv:
@@ -1138,14 +1147,15 @@ class BwdConfig:
     @property
     def tall_tile_applies(self) -> bool:
         """Whether ``tile_m`` 80 can apply to this variant: D = 128, P^T from registers (its smem
-        buffer is then left out), one dS^T stage (two do not fit next to the 80-row operands
-        and the dQ staging buffer), dQ staged in smem in plain padded rows (the transposed
-        hand-off's layout), and none of the paths whose per-query-tile grids (semaphores,
-        first-store flags, pending counts, sink partials) are sized by 64-row blocks."""
+        buffer is then left out), dQ staged in smem as the swizzled unpadded tile (the
+        transposed hand-off's column stores are conflict-free in it, and a second dS^T stage
+        fits only without the row padding), and none of the paths whose per-query-tile grids
+        (semaphores, first-store flags, pending counts, sink partials) are sized by 64-row
+        blocks."""
         return ((self.head_dim, self.head_dim_v) == (128, 128) and self.tile_n == 128
-                and self.rs_dkv and self.pds_stages == 1 and self.dq_in_smem
+                and self.rs_dkv and self.dq_in_smem and self.dq_swizzle
                 and not (self.deterministic or self.has_sink or self.fused_dq
-                         or self.dq_first_store or self.dq_swizzle or self.dq_per_wg))
+                         or self.dq_first_store or self.dq_per_wg))
 
     @property
     def dq_transposed(self) -> bool:
@@ -1163,10 +1173,8 @@ class BwdConfig:
     @property
     def two_pds_stages_apply(self) -> bool:
         """Whether ``pds_stages=2`` can apply: P^T from registers (rs_dkv, tile_n 128, so dS^T is
-        the only smem operand) and two Q/dO stages to pick the dS^T buffer by (64-row tiles:
-        at 80 rows a second dS^T stage does not fit)."""
-        return (self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128
-                and self.tile_m == ROWS_PER_CTA)
+        the only smem operand) and two Q/dO stages to pick the dS^T buffer by."""
+        return self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128
 
     @property
     def walk_interleave_applies(self) -> bool:
@@ -1207,14 +1215,15 @@ class BwdConfig:
                        dq_chains=1 if self.class_chains else self.dq_chains)
 
     def _staged_bytes(self) -> int:
-        """Shared memory of the operand tiles, the fp32 dQ staging buffer and 4 KB of barriers
-        and alignment."""
+        """Shared memory of the operand tiles, the fp32 dQ staging buffer, the staged stats and
+        ``_SMEM_OVERHEAD`` (the barriers' 1 KB-aligned head, the kernel's 1 KB of static smem,
+        the small trailing fields)."""
         el = 2
         operand_bytes = (self.qdo_stages * self.tile_m * (self.head_dim + self.head_dim_v) * el
                          + self.tile_n * (self.head_dim + self.head_dim_v) * el
                          + self._pds_bytes)
         stats_bytes = 2 * self.qdo_stages * self.tile_m * 4 if self.stage_stats else 0
-        return operand_bytes + self._dq_stage_bytes + stats_bytes + 4096
+        return operand_bytes + self._dq_stage_bytes + stats_bytes + _SMEM_OVERHEAD
 
     @property
     def _pds_bytes(self) -> int:
@@ -1230,9 +1239,7 @@ class BwdConfig:
     def dq_row_elems(self) -> int:
         """fp32 elements per staged dQ row (``dq_stage_layout``): padded against bank conflicts,
         or (``dq_swizzle``) not, the chunk swizzle doing that job."""
-        if self.dq_swizzle:
-            return self.head_dim
-        return self.head_dim + (_DQ_PAD_TRANSPOSED if self.dq_transposed else _DQ_PAD)
+        return self.head_dim if self.dq_swizzle else self.head_dim + _DQ_PAD
 
     @property
     def dq_in_smem(self) -> bool:
@@ -1245,8 +1252,9 @@ class BwdConfig:
         """fp32 rows of each of the two ``fused_dq`` conversion buffers: the most of 16 / 8 / 4
         that fit next to everything else (0: none fits). A query tile is converted in
         ``tile_m / conv_rows`` bulk copies, the next one in flight while one is converted."""
-        for rows in (16, 8, 4):
-            if self._staged_bytes() + 2 * rows * self.head_dim * 4 <= _SMEM_BYTES:
+        for rows in (16, 8, 4):  # (with 2 KB to spare: the measured choices were made so)
+            if (self._staged_bytes() + _CONV_SPARE + 2 * rows * self.head_dim * 4
+                    <= _SMEM_BYTES):
                 return rows
         return 0
 
@@ -1301,8 +1309,8 @@ class BwdConfig:
 # small layout helpers
 # --------------------------------------------------------------------------------------------------
 
-def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad: int = _DQ_PAD):
-    """Layout of the fp32 dQ staging tile ``[rows, d]``: rows padded by ``pad`` against bank
+def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False):
+    """Layout of the fp32 dQ staging tile ``[rows, d]``: rows padded by ``_DQ_PAD`` against bank
     conflicts, or (``swizzle``, d a power of two) a contiguous block whose 16-byte chunks are
     XOR-swizzled by row (chunk ^= row % 8; the postprocess undoes it in dq_accum), or
     (``per_wg``) two such blocks of ``d / 2`` columns, one after the other: columns
@@ -1310,7 +1318,7 @@ def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad:
     if not swizzle:
         if per_wg:
             raise ValueError("dq_stage_layout per_wg: expected swizzle=True")
-        return cute.make_layout((rows, d), stride=(d + pad, 1))
+        return cute.make_layout((rows, d), stride=(d + _DQ_PAD, 1))
     width = d // 2 if per_wg else d
     if width & (width - 1) or width < 32:
         raise ValueError(f"dq_stage_layout d: expected a power of two >= {64 if per_wg else 32}, "
@@ -1408,6 +1416,10 @@ class FlashMaskBwdSm90:
         # late_loads applies to multi-column masks outside deterministic mode (there it spilled more)
         self.late_loads = (cfg.late_loads and cfg.num_columns is not None and cfg.num_columns >= 2
                            and not cfg.deterministic)
+        # delta read after the exp and the mask instead of before (late_loads; and 80-row
+        # tiles, whose 20 query columns per thread of LSE and delta held across the exp spill:
+        # d128 full 36 B, documents 120 B, compile_check)
+        self.late_delta = self.late_loads or cfg.tile_m != ROWS_PER_CTA
 
     # ---- host side -------------------------------------------------------------------------------
     def _mmas(self):
@@ -2375,12 +2387,10 @@ class FlashMaskBwdSm90:
                 # late_loads (multi-column masks): delta is loaded after the mask and the key's
                 # column values inside it, so neither is live across the exp and the element
                 # rule (d128 spills: causal C=2 108 B, bidirectional C=2 92 B, C=4 120 B -> 0)
-                # 80-row tiles: the staged delta is read after the exp and the mask, not held in
-                # registers across them (d128 documents: 120 B of spills -> see compile_check)
-                late_delta = const_expr(self.stats_bytes and self.tile_m != ROWS_PER_CTA)
+                # (self.late_delta: so is delta on 80-row tiles, staged or not)
                 if const_expr(self.stats_bytes):  # staged with Q / dO: both waits are behind us
                     self._read_column_stats(lse_c, ops.stats.sLSE, stage, tScS)
-                    if const_expr(not late_delta):
+                    if const_expr(not self.late_delta):
                         self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
                 elif const_expr(prefetch):
                     if stats_m != m_blk:  # not prefetched: the first tile, or after a skipped one
@@ -2388,7 +2398,7 @@ class FlashMaskBwdSm90:
                         self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
                 else:
                     self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
-                    if const_expr(not self.late_loads):
+                    if const_expr(not self.late_delta):
                         self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
 
                 warpgroup.wait_group(1)
@@ -2429,10 +2439,11 @@ class FlashMaskBwdSm90:
                                                                 rel_bands, cfg.causal, 0)
                                 if dead | beyond:
                                     S[r, c] = Float32(0.0)
-                if const_expr(self.late_loads):
-                    self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
-                if const_expr(late_delta):
-                    self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
+                if const_expr(self.late_delta):
+                    if const_expr(self.stats_bytes):
+                        self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
+                    elif const_expr(not prefetch):
+                        self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
                 warpgroup.wait_group(0)
                 dP = _acc_mn(acc_dP)
                 for r in cutlass.range_constexpr(n_rows):
@@ -2550,9 +2561,9 @@ class FlashMaskBwdSm90:
             step = cute.arch.make_warp_uniform(ctid // 128) * _BAR_DQ_WG_STEP
             empty, full = empty + step, full + step
         cute.arch.barrier(barrier_id=empty, number_of_threads=self.dq_sync_threads)
-        # transposed: the accumulator's (D, query) elements into the row-major tile (padded
-        # rows keep the column-wise stores conflict-free: lanes differ in row by 2 and in D by
-        # 1, and the row pitch of D + 8 floats puts those in 32 different banks)
+        # transposed: the accumulator's (D, query) elements into the row-major tile, one 4-byte
+        # store each; the swizzle keeps a warp's stores in 32 banks (its lanes span 8 columns,
+        # two 16-byte chunks, and 4 rows 2 apart, whose row % 8 XORs the chunk 4 ways)
         cute.autovec_copy(acc_dQ, th_dq.partition_C(
             _transposed(sdQ) if const_expr(self.cfg.dq_transposed) else sdQ))
         cute.arch.fence_proxy("async.shared", space="cta")
@@ -2695,9 +2706,8 @@ class FlashMaskBwdSm90:
 
     def _sdq_tensor(self, ptr):
         """The staged dQ tile ``[tile_m, d]`` fp32 in smem (``dq_stage_layout``)."""
-        return cute.make_tensor(ptr, dq_stage_layout(
-            self.tile_m, self.d, self.cfg.dq_swizzle, self.cfg.dq_per_wg,
-            pad=self.cfg.dq_row_elems - self.d))
+        return cute.make_tensor(ptr, dq_stage_layout(self.tile_m, self.d, self.cfg.dq_swizzle,
+                                                     self.cfg.dq_per_wg))
 
     @cute.jit
     def _bulk_rows(self, gdQ, sdQ, lane, mdQacc, tile, block: cutlass.Constexpr[int],
