@@ -1754,7 +1754,7 @@ timeout -s INT -k 10 150 $A --batch 4 --heads 32 --kv-heads 8 --masks full,docum
 
 call139() {
   emit "call 139 (session 24, on call 138's warm machine carrying only .devtools) - the backward's scratch buffers as slices of one allocation (PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=1; call 136 reached 15 of 34 tests): the whole GPU suite with it [<= 4.5 min]" \
-    nvidia-h200 270 '[".devtools"]' \
+    nvidia-h200 300 '[".devtools"]' \
 "$PRELUDE"'
 export PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=1
 '"$GPU_SUITE_1GPU"'
