@@ -33,7 +33,8 @@ def _probe_dq_places(kernel) -> dict:
 
     @cute.jit
     def probe():
-        layout = bwd.dq_stage_layout(TILE_M, D, kernel.cfg.dq_swizzle)
+        layout = bwd.dq_stage_layout(TILE_M, D, kernel.cfg.dq_swizzle,
+                                     pad=kernel.cfg.dq_row_elems - D)
         _, _, _, tiled_dq = kernel._mmas()
         coords = cute.make_identity_tensor((D, TILE_M))
         for t in cutlass.range_constexpr(256):
@@ -46,14 +47,24 @@ def _probe_dq_places(kernel) -> dict:
     return dict(_PLACES)
 
 
-@pytest.fixture(scope="module")
-def dq_places():
+def _two_stage_form(cfg):
+    """FA3/FA4's 80-row form (compile_check's ``two_pds_swizzled``): two dS^T stages beside the
+    swizzled, unpadded dQ tile."""
+    return dataclasses.replace(cfg, pds_stages=2, dq_swizzle=True, dq_uniform_rows=False,
+                               stage_stats=False)
+
+
+@pytest.fixture(scope="module", params=["padded", "swizzled"])
+def dq_places(request):
     cfg = _tall_config()
+    if request.param == "swizzled":
+        cfg = _two_stage_form(cfg)
     assert cfg.tile_m == TILE_M and cfg.dq_transposed
-    return _probe_dq_places(bwd.FlashMaskBwdSm90(cfg))
+    return cfg.dq_swizzle, _probe_dq_places(bwd.FlashMaskBwdSm90(cfg))
 
 
 def test_transposed_dq_covers_the_tile_once_split_by_head_dim(dq_places):
+    _, dq_places = dq_places
     seen = [crd for t in range(256) for _, crd, _ in dq_places[t]]
     assert sorted(seen) == [(d, q) for d in range(D) for q in range(TILE_M)]  # each once
     for wg in range(2):
@@ -61,12 +72,15 @@ def test_transposed_dq_covers_the_tile_once_split_by_head_dim(dq_places):
         assert rows == set(range(64 * wg, 64 * (wg + 1)))  # warpgroup w: head-dim rows of block w
 
 
-def test_transposed_staging_lands_on_swizzled_rows_without_bank_conflicts(dq_places):
+def test_transposed_staging_lands_on_row_major_rows_without_bank_conflicts(dq_places):
+    swizzled, dq_places = dq_places
     for t in range(256):
         for _, (d, q), offset in dq_places[t]:
-            # query row q, its 16-byte chunk d // 4 XOR-swizzled by q % 8: what the writer's one
-            # bulk op copies as is and the postprocess un-swizzles per row
-            assert offset == q * D + 4 * ((d // 4) ^ (q % 8)) + d % 4
+            if swizzled:  # query row q, its 16-byte chunk d // 4 XOR-swizzled by q % 8: what the
+                # writer's one bulk op copies as is and the postprocess un-swizzles per row
+                assert offset == q * D + 4 * ((d // 4) ^ (q % 8)) + d % 4
+            else:  # query row q, column d, rows D + 4 floats apart: what the row ops read
+                assert offset == q * (D + bwd._DQ_PAD_TRANSPOSED) + d
     # one store instruction = element i of the 32 lanes of a warp: 32 different banks
     for warp in range(8):
         lanes = range(32 * warp, 32 * warp + 32)
@@ -99,11 +113,10 @@ def test_host_rule(monkeypatch):
                  (128, False, None, False, True)):
         assert bwd.default_tile_m(*args) == 64, args
     cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=True)
-    # documents: two dS^T stages, so the stats load from global (delta late), the tile swizzled
-    assert cfg.tile_m == 80 and cfg.pds_stages == 2 and not cfg.p_in_smem
-    assert not cfg.stage_stats and cfg.late_loads and cfg.dq_swizzle
-    assert not (cfg.dq_first_store or cfg.dq_per_wg or cfg.dq_uniform_rows)
-    assert _tall_config().pds_stages == 2  # full attention
+    # documents: one dS^T stage, padded dQ rows, LSE / delta staged (the measured form)
+    assert cfg.tile_m == 80 and cfg.pds_stages == 1 and not cfg.p_in_smem and cfg.stage_stats
+    assert not (cfg.dq_first_store or cfg.dq_per_wg or cfg.dq_swizzle)
+    assert _two_stage_form(cfg).dq_in_smem  # FA3/FA4's form fits, without the staged stats
     assert interface.backward_config("bfloat16", 128, True, 1).tile_m == 64
     assert interface.backward_config("bfloat16", 128, False, 2, deterministic=True).tile_m == 64
     monkeypatch.setenv(bwd.TILE_M_ENV, "96")
@@ -118,12 +131,12 @@ def test_with_tile_m_leaves_what_it_cannot_serve():
         assert bwd.with_tile_m(cfg, TILE_M) is cfg
 
 
-@pytest.mark.parametrize("field, value", [("dq_first_store", True), ("stage_stats", True),
-                                          ("dq_swizzle", False), ("has_sink", True),
+@pytest.mark.parametrize("field, value", [("dq_first_store", True), ("pds_stages", 2),
+                                          ("dq_per_wg", True), ("has_sink", True),
                                           ("tile_n", 64)])
 def test_invalid_tall_variants_name_tile_m(field, value):
     cfg = _tall_config(num_columns=2)
-    with pytest.raises(ValueError, match="tile_m=80"):  # (stage_stats: smem no longer fits)
+    with pytest.raises(ValueError, match="tile_m=80"):  # (pds_stages: smem no longer fits)
         dataclasses.replace(cfg, **{field: value})
     with pytest.raises(ValueError, match="tile_m: expected one of"):
         dataclasses.replace(cfg, tile_m=96)

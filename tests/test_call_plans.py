@@ -79,8 +79,8 @@ def test_what_a_plan_cannot_vouch_for_still_reaches_the_checks(monkeypatch):
 @pytest.mark.parametrize("one_workspace", ["1", "0"])
 def test_backward_plans_its_scratch_buffers(monkeypatch, one_workspace):
     """The backward's scratch buffers, planned once per signature (the deterministic flag is part
-    of it): with PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=1 aligned, disjoint slices of one allocation
-    per call, else one allocation each (the default)."""
+    of it): aligned, disjoint slices of one allocation per call (the default), or with
+    PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=0 one allocation each."""
     from host_api_harness import HostApiHarness
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
     from paddle_flashmask.ops.cute import interface

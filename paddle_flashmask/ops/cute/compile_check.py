@@ -145,7 +145,8 @@ def variants(full: bool = False) -> list[Variant]:
             class_chains: bool = False, dkv_chain: bool = False,
             claim_list: Optional[bool] = None, dkv_last: Optional[bool] = None,
             interleave: bool = False, dkv_red: bool = False, dkv_bulk: bool = False,
-            dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64):
+            dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64,
+            two_pds_swizzled: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -219,6 +220,11 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = with_tile_m(cfg, tile_m)
             if cfg.tile_m != tile_m:
                 raise ValueError(f"compile_check bwd: tile_m={tile_m} does not apply to {cfg}")
+        if two_pds_swizzled:  # FA3/FA4's 80-row form: two dS^T stages beside the swizzled dQ
+            # tile, stats from global (measured slower, call 138; kept for the A/B)
+            columns = cfg.num_columns or 0
+            cfg = dataclasses.replace(cfg, pds_stages=2, dq_swizzle=True, dq_uniform_rows=False,
+                                      stage_stats=False, late_loads=columns >= 2)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -251,7 +257,8 @@ def variants(full: bool = False) -> list[Variant]:
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
                          " walk-interleave" if interleave else "",
-                         f" m{tile_m}" if tile_m != 64 else ""])
+                         f" m{tile_m}" if tile_m != 64 else "",
+                         " two-pds-swizzled" if two_pds_swizzled else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         if cfg.claim_list:
             add(f"bwd-claims {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd_claims", cfg,
@@ -288,6 +295,8 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, 2, tile_m=80)
     bwd("bfloat16", 128, False, None, gqa=True, tile_m=80)
     bwd("bfloat16", 128, False, 2, gqa=True, tile_m=80)
+    bwd("bfloat16", 128, False, None, tile_m=80, two_pds_swizzled=True)
+    bwd("bfloat16", 128, False, 2, tile_m=80, two_pds_swizzled=True)
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)

@@ -575,9 +575,10 @@ class WorkspaceView(NamedTuple):
 
 
 WORKSPACE_ALIGN = 256  # bytes; above every alignment the kernels assume (TMA: 16)
-# The backward's scratch buffers as slices of one allocation: opt-in until the whole GPU suite has
-# run with it (session 23 reached 15 of its 34 tests, all passed). Slices are neighbours, so a
-# kernel writing past a buffer's declared shape would corrupt the next one instead of pool memory.
+# The backward's scratch buffers as slices of one allocation: the default since the whole GPU suite
+# passed with it (session 24, call 139: 34/34; env PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=0: one
+# allocation per buffer). Slices are neighbours, so a kernel writing past a buffer's declared
+# shape would corrupt the next one instead of pool memory: the suite's oracles would see it.
 ONE_WORKSPACE_ENV = "PADDLE_FLASHMASK_BWD_ONE_WORKSPACE"
 
 
@@ -813,7 +814,7 @@ def _backward_plan(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, ca
     from .flash_bwd_sm90 import workspace_shapes
 
     workspace, workspace_bytes = workspace_layout(workspace_shapes(config, b, sq, sk, h, hk))
-    if not env_flag(ONE_WORKSPACE_ENV, "0"):
+    if not env_flag(ONE_WORKSPACE_ENV, "1"):
         workspace_bytes = 0  # one stream-ordered allocation per buffer
     plan = CallPlan(problem, config, compiled_backward(config), workspace=workspace,
                     workspace_bytes=workspace_bytes, aligns=_aligns(_BWD_TENSORS))
@@ -822,8 +823,8 @@ def _backward_plan(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, ca
 
 def _launch_backward(plan: CallPlan, infos: list, indices: Any, softmax_scale: float,
                      stream: int) -> None:
-    """Enqueue a planned backward: its scratch buffers (stream-ordered allocations: one per buffer,
-    or one for all with ``PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=1``), the tile summary (cached with
+    """Enqueue a planned backward: its scratch buffers (one stream-ordered allocation for all, or
+    with ``PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=0`` one per buffer), the tile summary (cached with
     the index tensor), the kernels, then the scratch buffers' release."""
     problem, config = plan.problem, plan.config
     q, k, v, out, dout, lse, dq, dk, dv, indices_info, sink, dsink = infos
