@@ -45,6 +45,30 @@ def test_forward_retire_launches_one_cta_per_work_tile(monkeypatch):
                                 retire=1)
 
 
+def test_forward_grid_env_gives_one_cta_per_work_tile(monkeypatch):
+    """PADDLE_FLASHMASK_FWD_GRID=tiles: the retire launches' grid for every forward call (an A/B
+    switch, flipped between calls: the plan is keyed on it); anything else names the variable."""
+    torch = pytest.importorskip("torch")
+    from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
+    from paddle_flashmask.ops.cute import interface
+
+    api, seen = _harness_seeing(monkeypatch, "compiled_forward")
+    t = api.tensor
+    b, s, h, d = 2, 4000, 4, 128
+    q, k, v, out, _, lse = api.attention_tensors(b, s, h, h, d)
+    idx = t(b, 1, s, 1, dtype=torch.int32)
+    for grid in ("persistent", "tiles", ""):
+        monkeypatch.setenv(fwd.GRID_ENV, grid)
+        interface.flashmask_fwd(q, k, v, out, lse, idx, causal=True, softmax_scale=0.1, stream=0)
+    grids = [int(args[-2]) for name, args in api.launch_args if name == "flash_fwd_sm90"]
+    tiles = b * h * -(-s // seen[1].tile_m)
+    assert grids == [132, tiles, 132]
+    assert seen[0].dynamic_schedule and not seen[1].dynamic_schedule
+    monkeypatch.setenv(fwd.GRID_ENV, "all")
+    with pytest.raises(ValueError, match=fwd.GRID_ENV):
+        interface.flashmask_fwd(q, k, v, out, lse, idx, causal=True, softmax_scale=0.1, stream=0)
+
+
 def test_backward_retire_is_one_cta_per_key_tile(monkeypatch):
     pytest.importorskip("torch")
     from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd

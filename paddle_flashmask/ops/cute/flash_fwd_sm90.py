@@ -208,6 +208,7 @@ DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 UNIFORM_Q_ENV = "PADDLE_FLASHMASK_FWD_UNIFORM_Q"
 RESCALE_THRESHOLD_ENV = "PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD"
 EARLY_SCAN_ENV = "PADDLE_FLASHMASK_FWD_EARLY_SCAN"
+GRID_ENV = "PADDLE_FLASHMASK_FWD_GRID"  # "tiles": one CTA per work tile (default "persistent")
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
 D256_TILE_ENV = "PADDLE_FLASHMASK_FWD_D256_TILE_N"  # default "80": 128x80 where it fits; "64"
 D64_TILE_M_ENV = "PADDLE_FLASHMASK_FWD_D64_TILE_M"  # default "192": three consumer WGs; "128"
@@ -257,6 +258,15 @@ FwdConfig.shared_memory_bytes = _shared_memory_bytes
 # every environment switch default_config reads: the host keys its cached choice of variant on
 # their values (interface.forward_config), so a switch flipped between calls counts
 ENV_SWITCHES = tuple(value for name, value in list(globals().items()) if name.endswith("_ENV"))
+
+
+def default_one_tile_per_cta() -> bool:
+    """Whether the forward runs one CTA per work tile (the grid the ``retire`` launches use: a
+    static schedule, each CTA takes its tile and ends, the hardware hands SMs to the next CTAs
+    as they free) instead of the persistent grid of one CTA per SM. FA4's grid: Nsight Compute
+    had our persistent grid's SMs idle 17 % of the e2e shape's forward at its tail, FA4's 4 %
+    (session 13). Env ``PADDLE_FLASHMASK_FWD_GRID=tiles``; off until the H200 A/B."""
+    return env_choice(GRID_ENV, ("persistent", "tiles")) == "tiles"
 
 
 def default_work_order(work_items: Optional[int] = None, grid_ctas: Optional[int] = None,

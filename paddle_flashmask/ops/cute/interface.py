@@ -693,7 +693,10 @@ def _forward_plan(q, k, v, out, lse, startend_row_indices, causal, softmax_scale
                             problem.has_sink)
     grid_ctas = sms - reserved_sms
     work_items = b * h * -(-sq // config.tile_m)
-    if retire:  # static schedule over a grid of every work tile: each CTA takes one and ends
+    from .flash_fwd_sm90 import default_one_tile_per_cta
+
+    if retire or default_one_tile_per_cta():
+        # static schedule over a grid of every work tile: each CTA takes one and ends
         config = replace(config, dynamic_schedule=False, work_order=False, claim_passes=1)
         grid_ctas = work_items
     elif (config.dynamic_schedule and config.claim_passes == 1
