@@ -1772,14 +1772,24 @@ timeout -s INT -k 10 130 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads
 }
 
 call141() {
-  emit "call 141 (session 24, fresh staging) - what the one-allocation backward workspace (default since call 139's suite) buys on the host: the frontend's forward+backward time and host time per call on the e2e shape, PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=0 / default, interleaved twice in one call [<= 4 min]" \
+  emit "call 141 (session 24, fresh staging; as run: its first attempt lacked the PYTHONPATH that bench/frontend_time.py needs, so this line ran again on the warm machine carrying only .devtools) - what the one-allocation backward workspace (default since call 139's suite) buys on the host: the frontend's forward+backward time and host time per call on the e2e shape, PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=0 / default, interleaved twice in one call [<= 4 min]" \
     nvidia-h200 240 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
+export PYTHONPATH=$PWD:$PYTHONPATH
 i=0; for w in 0 1 0 1; do i=$((i+1)); PADDLE_FLASHMASK_BWD_ONE_WORKSPACE=$w timeout -s INT -k 10 45 python3 bench/frontend_time.py --masks sft_documents,causal_document --rounds 2 > $OUT/ft$i.log 2>&1; echo "one_workspace=$w"; grep "^{" $OUT/ft$i.log | cut -c1-330; done
 '"$(pack_logs 141)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141"
+call142() {
+  emit "call 142 (session 24, fresh staging with the FA4 wheels) - the e2e step (#6 item 4) at this session's defaults (the one-allocation backward workspace: the e2e attention shape's standalone forward+backward 1.32-1.53 -> 1.02-1.29 ms, call 141), both orders (call 133: 1.007x ours first, 0.996x FA4 varlen first) [<= 6 min]" \
+    nvidia-h200 360 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+'"$(e2e_both_orders 150 120 final_a final_b s24)"'
+'"$(pack_logs 142)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1955,7 +1965,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
