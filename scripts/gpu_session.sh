@@ -1726,30 +1726,29 @@ timeout -s INT -k 5 45 python3 tests/gpu/precompile.py --jobs 14 > $OUT/precompi
 '
 }
 
+# tall_tile_ab NAME N: calls 137-138's body: the backward oracle with 80-row tiles (stops on failure), how
+# many of its cases ran on them, then their whole-backward A/B against the 64-row default
+tall_tile_ab() {
+  printf '%s\n' "$PRELUDE"
+  printf '%s' 'R=PADDLE_FLASHMASK_BWD_TILE_M=80
+'"$(bwd_oracle 170 bwd_s24_$1.json bwd_$1.log 'env $R ')"'
+grep -o "tile_m=80" $OUT/bwd_s24_'"$1"'.json | wc -l
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant m80:$R"
+timeout -s INT -k 10 150 $A --batch 4 --heads 16 --kv-heads 16 --masks full,document --tag s24_'"$1"'_mha > $OUT/kab_mha.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_mha.log | cut -c1-220
+timeout -s INT -k 10 150 $A --batch 4 --heads 32 --kv-heads 8 --masks full,document --tag s24_'"$1"'_gqa32 > $OUT/kab_gqa.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_gqa.log | cut -c1-220
+'"$(pack_logs $2)"
+}
+
 call137() {
   emit "call 137 (session 24, fresh staging) - 80-row backward query tiles for bidirectional masks at D=128 (PADDLE_FLASHMASK_BWD_TILE_M=80: dQ computed transposed, one dS^T stage, no first store; CPU-compiled only): the backward oracle with it (stops on failure; two new bidirectional GQA cases with partial tiles), then its whole-backward A/B against the 64-row default, MHA B=4 S=8K H=16 and GQA 32/8 B=4 on full attention and documents [<= 9 min]" \
     nvidia-h200 540 '[".cutedsl/b", ".devtools"]' \
-"$PRELUDE"'
-R=PADDLE_FLASHMASK_BWD_TILE_M=80
-'"$(bwd_oracle 170 bwd_s24_m80.json bwd_m80.log 'env $R ')"'
-grep -o "tile_m=80" $OUT/bwd_s24_m80.json | wc -l
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant m80:$R"
-timeout -s INT -k 10 150 $A --batch 4 --heads 16 --kv-heads 16 --masks full,document --tag s24_m80_mha > $OUT/kab_mha.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_mha.log | cut -c1-220
-timeout -s INT -k 10 150 $A --batch 4 --heads 32 --kv-heads 8 --masks full,document --tag s24_m80_gqa32 > $OUT/kab_gqa.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_gqa.log | cut -c1-220
-'"$(pack_logs 137)"
+"$(tall_tile_ab m80 137)"
 }
 
 call138() {
   emit "call 138 (session 24, fresh staging) - call 137 found 80-row tiles 2.8-7.2 % slower with one dS^T stage and padded dQ rows; now as FA3/FA4 run them: two dS^T stages (fit with the dQ tile swizzled, unpadded; the stats then load from global, delta after the mask): the oracle with PADDLE_FLASHMASK_BWD_TILE_M=80 (stops on failure), then the same A/B as call 137 [<= 9 min]" \
     nvidia-h200 540 '[".cutedsl/b", ".devtools"]' \
-"$PRELUDE"'
-R=PADDLE_FLASHMASK_BWD_TILE_M=80
-'"$(bwd_oracle 170 bwd_s24_m80b.json bwd_m80b.log 'env $R ')"'
-grep -o "tile_m=80" $OUT/bwd_s24_m80b.json | wc -l
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant m80:$R"
-timeout -s INT -k 10 150 $A --batch 4 --heads 16 --kv-heads 16 --masks full,document --tag s24_m80b_mha > $OUT/kab_mha.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_mha.log | cut -c1-220
-timeout -s INT -k 10 150 $A --batch 4 --heads 32 --kv-heads 8 --masks full,document --tag s24_m80b_gqa32 > $OUT/kab_gqa.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_gqa.log | cut -c1-220
-'"$(pack_logs 138)"
+"$(tall_tile_ab m80b 138)"
 }
 
 call139() {

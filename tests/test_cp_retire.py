@@ -21,20 +21,26 @@ def _harness_seeing(monkeypatch, compiled: str):
     return api, seen
 
 
-def test_forward_retire_launches_one_cta_per_work_tile(monkeypatch):
+def _forward_problem(monkeypatch):
+    """The harness (seeing the forward variants asked for), a causal C=1 problem's tensors
+    (B=2 S=4000 H=4 D=128: 256 query tiles, more than the 132-SM grid) and (B*H, S)."""
     torch = pytest.importorskip("torch")
-    from paddle_flashmask.ops.cute import interface
-
     api, seen = _harness_seeing(monkeypatch, "compiled_forward")
-    t = api.tensor
     b, s, h, d = 2, 4000, 4, 128
     q, k, v, out, _, lse = api.attention_tensors(b, s, h, h, d)
-    idx = t(b, 1, s, 1, dtype=torch.int32)
+    idx = api.tensor(b, 1, s, 1, dtype=torch.int32)
+    return api, seen, (q, k, v, out, lse, idx), (b * h, s)
+
+
+def test_forward_retire_launches_one_cta_per_work_tile(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    api, seen, (q, k, v, out, lse, idx), (heads, s) = _forward_problem(monkeypatch)
     for retire in (False, True):
         interface.flashmask_fwd(q, k, v, out, lse, idx, causal=True, softmax_scale=0.1, stream=0,
                                 retire=retire)
     grids = [int(args[-2]) for name, args in api.launch_args if name == "flash_fwd_sm90"]
-    tiles = b * h * -(-s // seen[1].tile_m)
+    tiles = heads * -(-s // seen[1].tile_m)
     assert grids == [min(132, tiles), tiles] and tiles > 132
     assert not seen[1].dynamic_schedule and not seen[1].work_order  # static: one tile per CTA
     with pytest.raises(ValueError, match="reserved_sms"):
@@ -48,20 +54,15 @@ def test_forward_retire_launches_one_cta_per_work_tile(monkeypatch):
 def test_forward_grid_env_gives_one_cta_per_work_tile(monkeypatch):
     """PADDLE_FLASHMASK_FWD_GRID=tiles: the retire launches' grid for every forward call (an A/B
     switch, flipped between calls: the plan is keyed on it); anything else names the variable."""
-    torch = pytest.importorskip("torch")
     from paddle_flashmask.ops.cute import flash_fwd_sm90 as fwd
     from paddle_flashmask.ops.cute import interface
 
-    api, seen = _harness_seeing(monkeypatch, "compiled_forward")
-    t = api.tensor
-    b, s, h, d = 2, 4000, 4, 128
-    q, k, v, out, _, lse = api.attention_tensors(b, s, h, h, d)
-    idx = t(b, 1, s, 1, dtype=torch.int32)
+    api, seen, (q, k, v, out, lse, idx), (heads, s) = _forward_problem(monkeypatch)
     for grid in ("persistent", "tiles", ""):
         monkeypatch.setenv(fwd.GRID_ENV, grid)
         interface.flashmask_fwd(q, k, v, out, lse, idx, causal=True, softmax_scale=0.1, stream=0)
     grids = [int(args[-2]) for name, args in api.launch_args if name == "flash_fwd_sm90"]
-    tiles = b * h * -(-s // seen[1].tile_m)
+    tiles = heads * -(-s // seen[1].tile_m)
     assert grids == [132, tiles, 132]
     assert seen[0].dynamic_schedule and not seen[1].dynamic_schedule
     monkeypatch.setenv(fwd.GRID_ENV, "all")
