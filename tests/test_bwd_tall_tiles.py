@@ -140,3 +140,16 @@ def test_invalid_tall_variants_name_tile_m(field, value):
         dataclasses.replace(cfg, **{field: value})
     with pytest.raises(ValueError, match="tile_m: expected one of"):
         dataclasses.replace(cfg, tile_m=96)
+
+
+def test_prepost_rejects_64_row_grids_with_other_padding():
+    from paddle_flashmask.ops.cute.flash_bwd_prepost import PrePostConfig
+
+    base = _tall_config().prepost
+    assert base.row_pad == 320
+    for field in ("deterministic", "first_store", "has_sink"):
+        with pytest.raises(ValueError, match="row_pad=320"):
+            dataclasses.replace(base, **{field: True})
+    with pytest.raises(ValueError, match="row_pad: expected a multiple of 64"):
+        PrePostConfig("bfloat16", 128, 128, False, False, False, row_pad=80)
+

@@ -200,6 +200,17 @@ class PrePostConfig:
     # an 80-row query tile reads past the last 64-row block
     row_pad: int = ROWS_PER_CTA
 
+    def __post_init__(self):
+        if self.row_pad % ROWS_PER_CTA:
+            raise ValueError(f"row_pad: expected a multiple of {ROWS_PER_CTA}, found {self.row_pad}")
+        # the per-query-tile grids (semaphores, first-store flags, pending counts, sink partials)
+        # are sized by 64-row blocks, which only match the main kernel's tiles at row_pad 64
+        if self.row_pad != ROWS_PER_CTA and (self.deterministic or self.first_store
+                                              or self.fused_dq or self.has_sink):
+            raise ValueError(f"row_pad={self.row_pad}: expected deterministic, first_store, "
+                             f"fused_dq and has_sink all False, found {self.deterministic}, "
+                             f"{self.first_store}, {self.fused_dq}, {self.has_sink}")
+
     @property
     def has_post(self) -> bool:
         """Whether the postprocess has anything to do (dq, GQA dk/dv partials or sums, dsink)."""
