@@ -47,18 +47,11 @@ def _probe_dq_places(kernel) -> dict:
     return dict(_PLACES)
 
 
-def _two_stage_form(cfg):
-    """FA3/FA4's 80-row form (compile_check's ``two_pds_swizzled``): two dS^T stages beside the
-    swizzled, unpadded dQ tile."""
-    return dataclasses.replace(cfg, pds_stages=2, dq_swizzle=True, dq_uniform_rows=False,
-                               stage_stats=False)
-
-
 @pytest.fixture(scope="module", params=["padded", "swizzled"])
 def dq_places(request):
     cfg = _tall_config()
     if request.param == "swizzled":
-        cfg = _two_stage_form(cfg)
+        cfg = bwd.with_two_pds_stages(cfg)
     assert cfg.tile_m == TILE_M and cfg.dq_transposed
     return cfg.dq_swizzle, _probe_dq_places(bwd.FlashMaskBwdSm90(cfg))
 
@@ -116,7 +109,7 @@ def test_host_rule(monkeypatch):
     # documents: one dS^T stage, padded dQ rows, LSE / delta staged (the measured form)
     assert cfg.tile_m == 80 and cfg.pds_stages == 1 and not cfg.p_in_smem and cfg.stage_stats
     assert not (cfg.dq_first_store or cfg.dq_per_wg or cfg.dq_swizzle)
-    assert _two_stage_form(cfg).dq_in_smem  # FA3/FA4's form fits, without the staged stats
+    assert bwd.with_two_pds_stages(cfg).dq_in_smem  # FA3/FA4's form fits, without the staged stats
     assert interface.backward_config("bfloat16", 128, True, 1).tile_m == 64
     assert interface.backward_config("bfloat16", 128, False, 2, deterministic=True).tile_m == 64
     monkeypatch.setenv(bwd.TILE_M_ENV, "96")

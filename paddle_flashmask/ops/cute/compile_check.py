@@ -65,7 +65,7 @@ def _form_label(causal: bool, c: Optional[int]) -> str:
 def variants(full: bool = False) -> list[Variant]:
     """The variants to compile: configs come from ``interface``, i.e. exactly what runs."""
     from . import interface
-    from .flash_bwd_sm90 import with_tile_m
+    from .flash_bwd_sm90 import with_tile_m, with_two_pds_stages
     from .summary_kernel import SummaryConfig
 
     out: list[Variant] = []
@@ -220,11 +220,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = with_tile_m(cfg, tile_m)
             if cfg.tile_m != tile_m:
                 raise ValueError(f"compile_check bwd: tile_m={tile_m} does not apply to {cfg}")
-        if two_pds_swizzled:  # FA3/FA4's 80-row form: two dS^T stages beside the swizzled dQ
-            # tile, stats from global (measured slower, call 138; kept for the A/B)
-            columns = cfg.num_columns or 0
-            cfg = dataclasses.replace(cfg, pds_stages=2, dq_swizzle=True, dq_uniform_rows=False,
-                                      stage_stats=False, late_loads=columns >= 2)
+        if two_pds_swizzled:  # FA3/FA4's 80-row form (measured slower, call 138)
+            cfg = with_two_pds_stages(cfg)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",

@@ -145,6 +145,11 @@ def padded_rows(seqlen_q: int, tile_m: int) -> int:
     return -(-seqlen_q // pad) * pad
 
 
+def padded_blocks(sq, row_pad: int):
+    """64-row pre/post blocks per (batch, head) of the buffers padded to ``row_pad`` rows (DSL)."""
+    return cute.ceil_div(sq, row_pad) * (row_pad // ROWS_PER_CTA)
+
+
 def _pairwise_sum(terms: list):
     """Tree sum (trace-time Python): a dependency chain of log2(n) adds instead of n."""
     while len(terms) > 1:
@@ -230,7 +235,7 @@ class _Preprocess:
                  smax_ptr: Optional[cute.Pointer], b: Int32, sq: Int32, h: Int32, sk: Int32,
                  hm: Int32, stream):
         # every 64-row block of the padded rows (row_pad > 64: more than Sq needs)
-        n_blk = cute.ceil_div(sq, self.cfg.row_pad) * (self.cfg.row_pad // ROWS_PER_CTA)
+        n_blk = padded_blocks(sq, self.cfg.row_pad)
         sqp = n_blk * ROWS_PER_CTA
         mO = vector_rows(o_ptr, (b, sq, h), self.cfg.head_dim_v, _VEC_IN)
         mdO = vector_rows(do_ptr, (b, sq, h), self.cfg.head_dim_v, _VEC_IN)
@@ -399,7 +404,7 @@ class _Postprocess:
         d, dv = self.cfg.head_dim, self.cfg.head_dim_v
         n_blk = cute.ceil_div(sq, ROWS_PER_CTA)
         # the accumulator's blocks per (batch, head): its rows are padded to row_pad
-        n_blk_pad = cute.ceil_div(sq, self.cfg.row_pad) * (self.cfg.row_pad // ROWS_PER_CTA)
+        n_blk_pad = padded_blocks(sq, self.cfg.row_pad)
         mdQacc = vector_rows(dqacc_ptr, (b, h * self.cfg.dq_chains, n_blk_pad), ROWS_PER_CTA * d,
                              _VEC_ACC)
         if const_expr(not self.cfg.fused_dq):  # else the main kernel wrote dq

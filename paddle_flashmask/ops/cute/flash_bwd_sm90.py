@@ -102,7 +102,7 @@ _SMEM_BYTES = 227 * 1024  # the H100/H200 opt-in maximum per CTA
 # what the kernel's shared memory holds besides the tiles: the mbarriers (the first 1 KB, as sQ
 # is 1 KB-aligned), 1 KB of static smem the DSL adds, the persistent tile slot (16 B aligned)
 _SMEM_OVERHEAD = 2048 + 16
-_CONV_SPARE = 2032  # fused_dq's buffers were sized with a 4 KB overhead: kept as measured
+_CONV_SPARE = 4096 - _SMEM_OVERHEAD  # fused_dq's buffers were sized with a 4 KB overhead: kept
 _CONV_VEC = 4  # fp32 elements per 16-byte smem read of the fused dQ conversion
 
 
@@ -132,16 +132,22 @@ def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
     """``cfg`` with ``tile_m`` query rows where that can apply (``BwdConfig.tall_tile_applies``:
     the options the 80-row tile has no path for are dropped, a second dS^T stage among them),
     else ``cfg`` unchanged."""
-    if tile_m == cfg.tile_m:
-        return cfg
-    if ((cfg.head_dim, cfg.head_dim_v) != (128, 128) or cfg.tile_n != 128 or not cfg.rs_dkv
-            or cfg.deterministic or cfg.has_sink or cfg.fused_dq):
+    if tile_m == cfg.tile_m or not cfg.tall_tile_form:
         return cfg
     # H200 (calls 137-138): one dS^T stage with padded dQ rows measured faster than FA3/FA4's
     # form (two stages, which fit only beside the swizzled unpadded tile and without staged
     # stats): 1.03-1.07x against 1.12-1.16x of the 64-row default's time
     return replace(cfg, tile_m=tile_m, pds_stages=1, dq_first_store=False, dq_swizzle=False,
                    dq_per_wg=False)
+
+
+def with_two_pds_stages(cfg: "BwdConfig") -> "BwdConfig":
+    """An 80-row variant in FA3/FA4's form: two dS^T stages, which fit only beside the swizzled,
+    unpadded dQ tile and without staged LSE / delta (those load from global, delta after the
+    mask for multi-column masks). Measured slower than ``with_tile_m``'s form (call 138); kept
+    for the A/B (compile_check's ``two_pds_swizzled``)."""
+    return replace(cfg, pds_stages=2, dq_swizzle=True, dq_uniform_rows=False, stage_stats=False,
+                   late_loads=(cfg.num_columns or 0) >= 2)
 
 
 def default_tile_n(head_dim: int) -> int:
@@ -1148,10 +1154,16 @@ class BwdConfig:
         only beside the unpadded one), and none of the paths whose per-query-tile grids
         (semaphores, first-store flags, pending counts, sink partials) are sized by 64-row
         blocks or that split the tile by warpgroup columns (dq_per_wg)."""
+        return (self.tall_tile_form and self.dq_in_smem
+                and not (self.dq_first_store or self.dq_per_wg))
+
+    @property
+    def tall_tile_form(self) -> bool:
+        """The part of ``tall_tile_applies`` that ``with_tile_m`` cannot switch off: D = 128,
+        tile_n 128, P^T from registers, and not deterministic, with a sink or fused dQ."""
         return ((self.head_dim, self.head_dim_v) == (128, 128) and self.tile_n == 128
-                and self.rs_dkv and self.dq_in_smem
-                and not (self.deterministic or self.has_sink or self.fused_dq
-                         or self.dq_first_store or self.dq_per_wg))
+                and self.rs_dkv
+                and not (self.deterministic or self.has_sink or self.fused_dq))
 
     @property
     def dq_transposed(self) -> bool:
