@@ -1798,7 +1798,72 @@ nc bwd_sm90F paddle_flashmask bwd_full_s24; nc BackwardSm90 fa4 fa4_bwd_full_s24
 '"$(pack_logs 143 'ncu_*.txt')"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143"
+call144() {
+  emit "call 144 (session 25, fresh staging with the FA4 wheels) - #6 item 3's lead from call 143 (our full backward 9.07 ms at a tensor-pipe busy share of 62.6 %, FA4's 7.76 ms at 77.4 %): Nsight Compute's full set with per-instruction warp-state sampling (SourceCounters) of both full-attention backwards, exported per SASS instruction as CSV, to find the consumer waits FA4 does not have [<= 9 min]" \
+    nvidia-h200 540 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+nc() { timeout 150 ncu --clock-control none -k regex:$1 --launch-skip 1 --launch-count 1 --set full --import-source yes -o $OUT/rep_$3 python3 bench/ncu_target.py --system $2 --mask full > $OUT/ncu_$3.log 2>&1; tail -n 3 $OUT/ncu_$3.log; timeout 40 ncu -i $OUT/rep_$3.ncu-rep --page source --csv --print-source sass > $OUT/sass_$3.csv 2> $OUT/sass_$3.log; timeout 40 ncu -i $OUT/rep_$3.ncu-rep --page details > $OUT/details_$3.log 2>&1; wc -l $OUT/sass_$3.csv; head -c 600 $OUT/sass_$3.csv; gzip -f $OUT/sass_$3.csv; rm -f $OUT/rep_$3.ncu-rep; }
+nc bwd_sm90F paddle_flashmask bwd_full_s25; nc BackwardSm90 fa4 fa4_bwd_full_s25
+'"$(pack_logs 144)"
+}
+
+call145() {
+  emit "call 145 (session 25, fresh staging) - call 144's stall sampling of the full-attention backward put 16 % of our consumer warps' samples on two waits FA4 does not have: the LSE global load after the S GEMM (FA4 reads LSE from shared memory) and the two consumer warpgroups meeting at the shared dQ buffer's barrier (FA4 hands each warpgroup's dQ half over alone). stage_stats and dq_per_wg remove exactly these; causal masks run both since session 21 (-3 %), bidirectional masks neither (each alone was within noise). Whole-backward A/B, base / stage_stats / both, MHA B=4 S=8K H=16 and GQA 32/8 B=4 [<= 8 min]" \
+    nvidia-h200 480 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 4 --calls 3 --variant base: --variant ss:${K}_STAGE_STATS=1 --variant sspw:${K}_STAGE_STATS=1,${K}_DQ_PER_WG=1"
+timeout -s INT -k 10 230 $A --batch 4 --heads 16 --kv-heads 16 --masks full,document,prefix_lm_causal --tag s25_sspw_mha > $OUT/kab_mha.log 2>&1; grep -E "^[a-z_]+ (base|ss|sspw)" $OUT/kab_mha.log | cut -c1-220
+timeout -s INT -k 10 200 $A --batch 4 --heads 32 --kv-heads 8 --masks full,document --tag s25_sspw_gqa32 > $OUT/kab_gqa.log 2>&1; grep -E "^[a-z_]+ (base|ss|sspw)" $OUT/kab_gqa.log | cut -c1-220
+'"$(pack_logs 145)"
+}
+
+call146() {
+  emit "call 146 (session 25, on call 145's warm machine carrying only .devtools) - call 145: stage_stats + dq_per_wg 0.956x (MHA) / 0.975x (GQA 32/8) on full attention, slower on documents and prefix-LM: full attention again with more rounds, dq_per_wg alone beside them, MHA B=4 S=8K, GQA 16/8 B=2 and MHA B=1 S=32K [<= 8 min]" \
+    nvidia-h200 480 '[".devtools"]' \
+'export PYTHONUNBUFFERED=1; set -o pipefail
+source .devtools/cutedsl-env.sh || exit $?
+K=PADDLE_FLASHMASK_BWD
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 6 --calls 3 --variant base: --variant pw:${K}_DQ_PER_WG=1 --variant sspw:${K}_STAGE_STATS=1,${K}_DQ_PER_WG=1"
+timeout -s INT -k 10 140 $A --batch 4 --heads 16 --kv-heads 16 --masks full --tag s25_sspw_full_mha > $OUT/kab_mha.log 2>&1; grep -E "^[a-z_]+ (base|ss|sspw)" $OUT/kab_mha.log | cut -c1-220
+timeout -s INT -k 10 140 $A --batch 2 --heads 16 --kv-heads 8 --masks full --tag s25_sspw_full_gqa16 > $OUT/kab_g16.log 2>&1; grep -E "^[a-z_]+ (base|ss|sspw)" $OUT/kab_g16.log | cut -c1-220
+timeout -s INT -k 10 140 $A --batch 1 --seqlen 32768 --heads 16 --kv-heads 16 --masks full --tag s25_sspw_full_32k > $OUT/kab_32k.log 2>&1; grep -E "^[a-z_]+ (base|ss|sspw)" $OUT/kab_32k.log | cut -c1-220
+'"$(pack_logs 146)"
+}
+
+call147() {
+  emit "call 147 (session 25, on call 146's warm machine carrying only .devtools) - the backward oracle with determinism, stage_stats and dq_per_wg forced on every case (before making both the full-attention default) [<= 5 min]" \
+    nvidia-h200 300 '[".devtools"]' \
+'export PYTHONUNBUFFERED=1; set -o pipefail
+source .devtools/cutedsl-env.sh || exit $?
+export PADDLE_FLASHMASK_BWD_STAGE_STATS=1 PADDLE_FLASHMASK_BWD_DQ_PER_WG=1
+timeout -s INT -k 10 240 python3 tests/gpu/bwd_check.py --json-name bwd_s25_sspw.json > $OUT/bwd_sspw.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_sspw.log | cut -c1-400; echo rc=$rc
+'"$(pack_logs 147)"
+}
+
+call148() {
+  emit "call 148 (session 25, fresh staging with the FA4 wheels) - after full attention took stage_stats + dq_per_wg as its backward default: #6 item 1 there (deterministic / default, MHA B=4 S=8K H=16 and GQA 32/8 B=4; the deterministic MHA variant takes both too), the same-run forward+backward of full attention next to FA4 and cuDNN at 8K and 32K (#6 item 3) [<= 8 min]" \
+    nvidia-h200 480 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
+timeout -s INT -k 10 90 $A --batch 4 --heads 16 --kv-heads 16 --masks full --tag s25_det_full_mha > $OUT/kab_det_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_det_m.log | cut -c1-200
+timeout -s INT -k 10 90 $A --batch 4 --heads 32 --kv-heads 8 --masks full --tag s25_det_full_gqa32 > $OUT/kab_det_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_det_g.log | cut -c1-200
+timeout -s INT -k 10 150 python3 bench/bench_attention.py --cases 0,1 --masks full --systems paddle_flashmask,fa4,sdpa_cudnn --tag s25_full > $OUT/bench_s25_full.log 2>&1; tail -n 12 $OUT/bench_s25_full.log | cut -c1-200
+'"$(pack_logs 148)"
+}
+
+call149() {
+  emit "call 149 (session 25, on call 148's warm machine carrying .devtools and .whl) - the e2e step (#6 item 4) at the session's final defaults, both orders (call 142: 1.014x ours first, 1.005x FA4 varlen first) [<= 6 min]" \
+    nvidia-h200 360 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+'"$(e2e_both_orders 140 115 final_a final_b s25)"'
+'"$(pack_logs 149)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -1974,7 +2039,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

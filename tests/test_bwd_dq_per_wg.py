@@ -84,11 +84,13 @@ def _dq_columns(kernel, d: int) -> dict:
 def test_no_loop_around_the_bulk_ops():
     """d128 full attention with it on: no loop holds a bulk reduce or copy (one elected lane,
     addresses from the tile's warp-uniform index: no per-lane ELECT / R2UR loop, no per-row
-    ops). tests/test_cute_compile.py checks that the kernel has exactly two of each."""
+    ops). tests/test_cute_compile.py checks that the kernel has exactly two of each. Staged
+    stats (on with it for full attention since session 25) are pinned off: their producer-side
+    bulk copies of LSE / delta belong in the producer's query-tile loop."""
     from sass_harness import sass_loop_mix
 
     _, report = sass_loop_mix("bwd", "--head-dim", "128", "--all-loops",
-                              **{bwd.DQ_PER_WG_ENV: "1"})
+                              **{bwd.DQ_PER_WG_ENV: "1", bwd.STAGE_STATS_ENV: "0"})
     listing = report.split(": all loops", 1)[1]
     assert listing.strip(), report[-2000:]
     assert not [line for line in listing.splitlines() if "UBLK" in line], listing
@@ -102,15 +104,18 @@ def test_config_rule(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     for d, causal, columns, gqa in ((64, True, 1, False), (64, True, 1, True),
                                     (256, True, None, True), (128, False, 2, True),
-                                    (128, False, None, False), (128, False, 2, False),
+                                    (128, False, 2, False), (64, False, None, False),
                                     (128, True, 2, False), (128, True, 2, True)):
         cfg = interface.backward_config("bfloat16", d, causal, columns, gqa=gqa)
-        # off: D != 128, bidirectional, or causal C = 2 (not measured)
+        # off: D != 128, bidirectional with columns, or causal C = 2 (not measured)
         assert not cfg.dq_per_wg, (d, causal, columns, gqa)
-    for columns in (None, 1):  # on for causal masks at D = 128, MHA and the GQA head walk
+    # on at D = 128, with staged stats, for causal masks without columns or with one and for
+    # full attention (session 25), MHA and the GQA head walk
+    for causal, columns in ((True, None), (True, 1), (False, None)):
         for gqa in (False, True):
-            cfg = interface.backward_config("bfloat16", 128, True, columns, gqa=gqa)
+            cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=gqa)
             assert cfg.dq_per_wg and cfg.dq_swizzle and cfg.prepost.dq_per_wg, (columns, gqa)
+            assert cfg.stage_stats, (causal, columns, gqa)
     # deterministic: on for MHA (call 124: -4 %), off for GQA (+1..2 % on three of four masks)
     assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True,
                                          deterministic=True).dq_per_wg

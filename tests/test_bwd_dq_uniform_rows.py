@@ -68,11 +68,14 @@ def _innermost(loops: list[str]) -> list[str]:
 
 def test_no_per_lane_loop_around_the_bulk_reduce():
     pytest.importorskip("cutlass")
-    # default (D = 128): every lane issues its rows; ptxas wraps each op in a loop over the
-    # lanes that elects one, moves its addresses to uniform registers and issues (the waterfall)
-    [waterfall] = _innermost(_loops_with("UBLKRED", {bwd.DQ_UNIFORM_ROWS_ENV: "0"}))
+    # the row-wise hand-off of full attention before session 25 (now per-warpgroup blocks with
+    # staged stats, pinned off here): every lane issues its rows; ptxas wraps each op in a loop
+    # over the lanes that elects one, moves its addresses to uniform registers and issues (the
+    # waterfall)
+    rowwise = {bwd.DQ_PER_WG_ENV: "0", bwd.STAGE_STATS_ENV: "0"}
+    [waterfall] = _innermost(_loops_with("UBLKRED", {bwd.DQ_UNIFORM_ROWS_ENV: "0", **rowwise}))
     assert "ELECT=" in waterfall and "R2UR=" in waterfall and "UBLKRED=1 " in waterfall + " "
     # uniform rows: one elected lane runs a rolled loop of 4 ops per trip, addresses already
     # uniform: no election and no register moves inside it
-    [rows] = _innermost(_loops_with("UBLKRED", {bwd.DQ_UNIFORM_ROWS_ENV: "1"}))
+    [rows] = _innermost(_loops_with("UBLKRED", {bwd.DQ_UNIFORM_ROWS_ENV: "1", **rowwise}))
     assert "UBLKRED=4" in rows and "ELECT=" not in rows and "R2UR=" not in rows

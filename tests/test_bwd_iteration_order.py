@@ -6,6 +6,8 @@ The config rules, the host's choice, and a real sm_90a compile whose main loop i
 The numbers are checked on the H200 (tests/gpu/bwd_check.py, scripts/gpu_session.sh)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
@@ -88,20 +90,19 @@ def test_prefetch_stats_rules(monkeypatch):
 
 def test_stage_stats_rules(monkeypatch):
     """LSE/delta staged with Q/dO: by default at D = 128 for causal masks with at most one column
-    (session 21's A/B at dv_early), masks with columns under the GQA head walk (session 15) or
-    bidirectional C = 2 with per-query-head CTAs (session 16); off for full attention, causal
-    C = 2 and bidirectional C = 4 without the walk; on through the env for every head dim, where
+    (session 21's A/B at dv_early) and full attention (session 25, with dq_per_wg), masks with
+    columns under the GQA head walk (session 15) or bidirectional C = 2 with per-query-head CTAs
+    (session 16); off for causal C = 2 and bidirectional C = 4 without the walk; on through the env for every head dim, where
     it replaces the D=64 prefetch and late_loads; shared memory grows by the two staged runs."""
     from paddle_flashmask.ops.cute import interface
 
     for name in (bwd.STAGE_STATS_ENV, bwd.PREFETCH_STATS_ENV, bwd.LATE_LOADS_ENV,
                  bwd.GQA_IN_CTA_ENV):
         monkeypatch.delenv(name, raising=False)
-    base = interface.backward_config("bfloat16", 128, False, None)  # full attention
-    assert not base.stage_stats
-    for columns in (None, 1):  # causal, with or without a column
-        cfg = interface.backward_config("bfloat16", 128, True, columns)
-        assert cfg.stage_stats, columns
+    for causal, columns in ((True, None), (True, 1), (False, None)):  # causal C <= 1, full
+        for gqa in (False, True):
+            cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=gqa)
+            assert cfg.stage_stats, (causal, columns, gqa)
     assert not interface.backward_config("bfloat16", 128, True, 2).stage_stats  # not measured
     for causal, columns in ((True, 1), (False, 2), (False, 4)):
         cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=True)
@@ -111,7 +112,7 @@ def test_stage_stats_rules(monkeypatch):
     assert cfg.gqa_in_cta and cfg.stage_stats
     monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
     assert interface.backward_config("bfloat16", 128, False, 2).stage_stats  # MHA documents
-    for d, causal, columns, gqa in ((128, False, None, True), (128, False, None, False),
+    for d, causal, columns, gqa in ((64, False, None, True), (256, False, None, False),
                                     (64, True, 1, False), (64, True, None, True),
                                     (64, False, 2, True), (64, False, 2, False),
                                     (256, True, 1, True), (256, False, 4, False),
@@ -134,7 +135,8 @@ def test_stage_stats_rules(monkeypatch):
         cfg = interface.backward_config("bfloat16", d, False, 2, gqa=True)
         assert cfg.stage_stats and not cfg.prefetch_stats and not cfg.late_loads
     staged = interface.backward_config("bfloat16", 128, False, None)
-    assert staged._staged_bytes() - base._staged_bytes() == 2 * base.qdo_stages * 64 * 4
+    unstaged = dataclasses.replace(staged, stage_stats=False)
+    assert staged._staged_bytes() - unstaged._staged_bytes() == 2 * staged.qdo_stages * 64 * 4
     for other in ({"prefetch_stats": True}, {"late_loads": True}):
         with pytest.raises(ValueError, match="stage_stats"):
             bwd.BwdConfig("bfloat16", 64, 64, True, 2, stage_stats=True, **other)

@@ -247,20 +247,31 @@ def default_dq_swizzle(head_dim: int) -> bool:
 DQ_PER_WG_ENV = "PADDLE_FLASHMASK_BWD_DQ_PER_WG"
 
 
-def _measured_causal_form(head_dim: int, causal: bool, num_columns: Optional[int]) -> bool:
-    """The causal forms session 21's A/Bs covered at D = 128, where ``stage_stats`` and
-    ``dq_per_wg`` are defaults: no columns or one (every causal mask of the zoo). Causal C = 2 was
-    not measured, and with both options its MHA kernel spills 4 B."""
-    return head_dim == 128 and causal and num_columns in (None, 1)
+def _measured_two_option_form(head_dim: int, causal: bool, num_columns: Optional[int]) -> bool:
+    """The forms where ``stage_stats`` and ``dq_per_wg`` are defaults together, at D = 128: causal
+    masks without columns or with one (every causal mask of the zoo; session 21's A/Bs) and full
+    attention (no mask, not causal; session 25). Together they remove the two consumer waits that
+    Nsight Compute's stall sampling of the full backward found and FA4's kernel lacks (H200 call
+    144: 16 % of our consumer warps' samples; the LSE global load behind the S GEMM, and the two
+    warpgroups meeting at the shared dQ buffer's barrier); each alone was within noise. Full
+    attention, whole backward, both / default (calls 145-146): MHA B=4 S=8K H=16 0.956x, 0.926x;
+    GQA 32/8 B=4 0.975x, 16/8 B=2 0.975x; MHA B=1 S=32K 0.985x; stage_stats alone 0.984-0.986x,
+    dq_per_wg alone 0.993-1.041x. Bidirectional masks with columns lose with both (documents
+    1.007x / 1.015x at 32/8, prefix-LM 1.013x), and causal C = 2 was not measured (its MHA kernel
+    spills 4 B with both)."""
+    if head_dim != 128:
+        return False
+    return num_columns in (None, 1) if causal else num_columns is None
 
 
 def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
                       deterministic: bool = False, gqa: bool = False) -> bool:
     """``BwdConfig.dq_per_wg`` wanted where it applies (with dq_swizzle, which it turns on: dQ
     staged in smem, no fused_dq): at D = 128 for causal masks without columns or with one (every
-    causal mask of the zoo; MHA and the GQA head walk; the deterministic mode on MHA only); off
-    for bidirectional masks, causal C = 2 (not measured; with staged stats its MHA kernel spills
-    4 B), other head dims and deterministic GQA. Deterministic, session 22 (call 124, oracle 29/29
+    causal mask of the zoo) and, since session 25, full attention, both together with
+    ``stage_stats`` (``_measured_two_option_form``; MHA and the GQA head walk; the deterministic
+    mode on MHA only); off for bidirectional masks with columns, causal C = 2 (not measured; with
+    staged stats its MHA kernel spills 4 B), other head dims and deterministic GQA. Deterministic, session 22 (call 124, oracle 29/29
     and bit-identical reruns 8/8 with it forced; deterministic / default, the default already
     with it): MHA B=4 S=8K H=16 causal 1.082 -> 1.046, causal documents 1.147 -> 1.098,
     sliding window 1.139 -> 1.094, shared question 1.159 -> 1.113, global + sliding window
@@ -287,7 +298,8 @@ def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
     if (env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1")) == "1"
             or env_choice(DQ_SWIZZLE_ENV, ("0", "1"))):
         return False
-    return _measured_causal_form(head_dim, causal, num_columns) and not (deterministic and gqa)
+    return (_measured_two_option_form(head_dim, causal, num_columns)
+            and not (deterministic and gqa))
 
 
 MASK_BITS_ENV = "PADDLE_FLASHMASK_BWD_MASK_BITS"
@@ -560,17 +572,19 @@ STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int],
                         causal: bool = True) -> bool:
     """``BwdConfig.stage_stats`` wanted: at D = 128 for causal masks without columns or with one
-    (every causal mask of the zoo), for masks with columns under the GQA head walk, and for the
-    bidirectional C = 2 form (documents) with per-query-head CTAs; off for full attention, for
-    causal C = 2 and bidirectional C = 4 without the walk (not measured; C = 4 would spill 8 B
-    per thread, causal C = 2 spills 4 B together with ``dq_per_wg``) and at other head dims.
+    (every causal mask of the zoo) and full attention (both with ``dq_per_wg``:
+    ``_measured_two_option_form``), for masks with columns under the GQA head walk, and for the
+    bidirectional C = 2 form (documents) with per-query-head CTAs; off for causal C = 2 and
+    bidirectional C = 4 without the walk (not measured; C = 4 would spill 8 B per thread, causal
+    C = 2 spills 4 B together with ``dq_per_wg``) and at other head dims.
     Interleaved whole-backward times (``bench/kernel_ab.py``): session 15, B=2 S=8K GQA 16/8:
     documents 2,248 -> 1,992 us, causal documents -0.8 %, packed documents -1.3 %, sliding window
     -0.8 %; B=4 S=8K H=16 (MHA): documents -1.5 % (session 15), -1.7 % (session 16). With the dV
     GEMM before the rendezvous (``dv_early``, session 21, call 115, MHA B=4 S=8K H=16): causal
     -1.7 %, causal documents -1.3 %, sliding window -1.8 %, shared question -1.5 %, global +
     sliding window -1.3 % (the old order had them within -0.8 / +1.1 %), full +1.2 % (its spread
-    is 5 %; +0.8 % in session 15), so full stays off; GQA 16/8 B=2 causal (no columns) -2.0 %.
+    is 5 %; +0.8 % in session 15; with dq_per_wg -4 .. -7 %, session 25, so both are on there);
+    GQA 16/8 B=2 causal (no columns) -2.0 %.
     Env ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1``/``0`` forces it: each query tile's LSE/delta staged
     in shared memory with its Q/dO (every head dim; it then replaces the D = 64 prefetch)."""
     from .launch_args import env_choice
@@ -580,7 +594,7 @@ def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[i
         return forced == "1"
     if head_dim != 128:
         return False
-    if _measured_causal_form(head_dim, causal, num_columns):
+    if _measured_two_option_form(head_dim, causal, num_columns):
         return True
     return num_columns is not None and (gqa_in_cta or (not causal and num_columns == 2))
 
