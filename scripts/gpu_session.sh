@@ -1863,7 +1863,25 @@ $PEERS"'
 '"$(pack_logs 149)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149"
+call150() {
+  emit "call 150 (session 25, fresh staging with the FA4 wheels) - call 144's method on the e2e step's attention (#6 item 4: B=2 S=8K GQA 16/8, packed SFT documents; our backward ~10 % behind FA4 varlen's there): Nsight Compute's full set with per-instruction warp-state sampling of both backwards, exported per SASS instruction as CSV [<= 9 min]" \
+    nvidia-h200 540 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+nc() { timeout 150 ncu --clock-control none -k regex:$1 --launch-skip 1 --launch-count 1 --set full --import-source yes -o $OUT/rep_$3 python3 bench/ncu_target.py --system $2 --batch 2 --heads 16 --kv-heads 8 --mask sft_documents > $OUT/ncu_$3.log 2>&1; tail -n 3 $OUT/ncu_$3.log; timeout 40 ncu -i $OUT/rep_$3.ncu-rep --page source --csv --print-source sass > $OUT/sass_$3.csv 2> $OUT/sass_$3.log; timeout 40 ncu -i $OUT/rep_$3.ncu-rep --page details > $OUT/details_$3.log 2>&1; wc -l $OUT/sass_$3.csv; gzip -f $OUT/sass_$3.csv; rm -f $OUT/rep_$3.ncu-rep; }
+nc bwd_sm90F paddle_flashmask bwd_sft_s25; nc BackwardSm90 fa4 fa4_bwd_sft_s25
+'"$(pack_logs 150)"
+}
+
+call151() {
+  emit "call 151 (session 25, fresh staging) - the whole GPU suite at the session's final defaults (full attention's backward with staged stats and per-warpgroup dQ blocks, ce4b30d) [<= 5 min]" \
+    nvidia-h200 300 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+'"$GPU_SUITE_1GPU"'
+'"$(pack_logs 151)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2039,7 +2057,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Where a kernel's warps wait, from Nsight Compute's per-instruction warp-state sampling.
+
+Input: the CSV that ``ncu -i REPORT --page source --csv --print-source sass`` writes for a report
+taken with ``--set full`` (plain or gzipped; ``scripts/gpu_session.sh call144`` / ``call150``).
+Output: the samples per stall reason, split by how often an instruction ran (a loop body's
+instructions share one count: ``--loop-count`` picks e.g. the consumer warps' per-tile count),
+and the instructions holding the most samples with their three largest reasons::
+
+    scripts/ncu_stall_sites.py bench/results/profile/sass_bwd_full_s25.csv.gz --top 20
+    scripts/ncu_stall_sites.py A.csv.gz B.csv.gz --loop-count 4194304 3375104
+
+Samples are attributed to the instruction a warp is waiting to issue, so a barrier's wait shows
+on the instruction after it. Samples with no named reason are kept as ``unattributed``.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import gzip
+import io
+from typing import Iterable, Optional
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def read_rows(path: str) -> list[dict]:
+    """The CSV's instruction rows (its first line names the kernel, the second the columns)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
+        lines = f.read().splitlines()
+    header_at = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), None)
+    if header_at is None:
+        raise ValueError(f"{path}: expected a column header starting with \"Address\" "
+                         "(ncu --page source --csv --print-source sass)")
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[header_at:]))))
+    if not rows or SAMPLES not in rows[0]:
+        raise ValueError(f"{path}: expected a column {SAMPLES!r} (a report taken with --set full)")
+    return rows
+
+
+def stall_columns(row: dict) -> list[str]:
+    """The per-reason sample columns (all samples, not the not-issued subset)."""
+    return [k for k in row if k.startswith("stall_") and "Not Issued" not in k]
+
+
+def reasons(rows: Iterable[dict]) -> collections.Counter:
+    """Samples per stall reason over ``rows``, plus ``total`` and ``unattributed``."""
+    out: collections.Counter = collections.Counter()
+    for row in rows:
+        total = _number(row[SAMPLES])
+        named = 0.0
+        for column in stall_columns(row):
+            value = _number(row[column])
+            out[column[len("stall_"):]] += value
+            named += value
+        out["total"] += total
+        out["unattributed"] += max(total - named, 0.0)
+    return out
+
+
+def top_sites(rows: list[dict], count: int) -> list[tuple[int, dict]]:
+    """The ``count`` instructions with the most samples, in program order."""
+    ranked = sorted(range(len(rows)), key=lambda i: -_number(rows[i][SAMPLES]))[:count]
+    return [(i, rows[i]) for i in sorted(ranked)]
+
+
+def summarize(path: str, top: int, loop_count: Optional[float]) -> str:
+    rows = read_rows(path)
+    all_reasons = reasons(rows)
+    total = all_reasons["total"] or 1.0
+    out = [f"{path}: {all_reasons['total']:.0f} samples, "
+           f"{sum(_number(r[EXECUTED]) for r in rows):.0f} instructions executed"]
+
+    def line(label: str, counter: collections.Counter) -> str:
+        parts = [f"{k} {v / total:.1%}" for k, v in counter.most_common()
+                 if k != "total" and v >= 0.005 * total]
+        return f"  {label:<12} {counter['total'] / total:6.1%}  " + ", ".join(parts)
+
+    out.append(line("all", all_reasons))
+    if loop_count is not None:
+        inside = [r for r in rows if _number(r[EXECUTED]) == loop_count]
+        outside = [r for r in rows if _number(r[EXECUTED]) != loop_count]
+        out.append(line(f"ran {loop_count:.0f}x", reasons(inside)))
+        out.append(line("the rest", reasons(outside)))
+    for index, row in top_sites(rows, top):
+        named = sorted(((_number(row[c]), c[len("stall_"):]) for c in stall_columns(row)),
+                       reverse=True)[:3]
+        why = " ".join(f"{name}:{value:.0f}" for value, name in named if value > 0)
+        out.append(f"  {index:5d} {_number(row[SAMPLES]) / total:6.2%} "
+                   f"x{_number(row[EXECUTED]):<10.0f} {row['Source'].strip()[:56]:<56} {why}")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", nargs="+", help="ncu --page source --csv --print-source sass output")
+    parser.add_argument("--top", type=int, default=15, help="instructions to list per kernel")
+    parser.add_argument("--loop-count", type=float, nargs="*", default=None,
+                        help="per file: the execution count that marks one loop's body")
+    args = parser.parse_args()
+    counts = args.loop_count or []
+    if counts and len(counts) != len(args.csv):
+        parser.error(f"--loop-count: expected one count per file ({len(args.csv)}), "
+                     f"found {len(counts)}")
+    for i, path in enumerate(args.csv):
+        print(summarize(path, args.top, counts[i] if counts else None))
+
+
+if __name__ == "__main__":
+    main()
