@@ -123,14 +123,17 @@ def test_no_register_spills_in_the_main_kernels(compile_report):
 
 def test_per_warpgroup_dq_blocks_take_one_bulk_op_each(compile_report):
     """BwdConfig.dq_per_wg: the dQ writer moves each warpgroup's staged block with one bulk
-    reduce (or, for a tile's first writer, one bulk copy): two of each in the kernel, plus the
-    producer's two bulk copies of LSE / delta where they are staged (stage_stats)."""
+    reduce (or, with the first store, one bulk copy for a tile's first writer): two of each in
+    the kernel, plus the producer's two bulk copies of LSE / delta where they are staged
+    (stage_stats). Every variant with the option counts, the d128 full and causal defaults among
+    them."""
     _, report = compile_report
     checked = 0
     for r in report["results"]:
-        if r["kind"] != "bwd" or not r["label"].endswith(" per-wg"):
+        if r["kind"] != "bwd" or "dq_per_wg=True" not in r["config"]:
             continue
-        copies = 2 + (2 if "stage_stats=True" in r["config"] else 0)
+        copies = (2 * ("dq_first_store=True" in r["config"])
+                  + 2 * ("stage_stats=True" in r["config"]))
         for name, k in r["kernels"].items():
             assert k["sass"].get("UBLKRED") == 2 and k["sass"].get("UBLKCP") == copies, (
                 r["label"], k["sass"])
