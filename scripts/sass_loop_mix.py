@@ -68,6 +68,7 @@ class Loop:
     histogram: dict[str, int]
     skip_blocks: list[SkipBlock] = field(default_factory=list)
     exits: list[str] = field(default_factory=list)  # branches leaving the loop (addr -> label)
+    sequence: list[str] = field(default_factory=list)  # the body's instructions, in order
 
 
 def parse_functions(sass: str) -> dict[str, tuple[list[Instr], dict[str, int]]]:
@@ -128,7 +129,8 @@ def hgmma_loops(kernel: str, instrs: list[Instr], labels: dict[str, int]) -> lis
     for lo, hi in sorted(innermost):
         body = instrs[lo:hi + 1]
         loop = Loop(kernel, names.get(lo, "?"), _addr(instrs, lo), _addr(instrs, hi), len(body),
-                    dict(Counter(i.opcode for i in body).most_common()))
+                    dict(Counter(i.opcode for i in body).most_common()),
+                    sequence=[i.text for i in body])
         for ins in body:
             if ins.opcode not in _BRANCHES or ins.target not in labels or ins.index == hi:
                 continue

@@ -194,3 +194,56 @@ def test_dv_early_loop_keeps_its_gemms_and_adds_one_commit():
     assert early["BAR"] == base["BAR"]
     assert early.get("WARPGROUP", 0) >= base.get("WARPGROUP", 0)
     assert early.get("WARPSYNC", 0) == base.get("WARPSYNC", 0)
+
+
+def test_dk_after_dv_rules(monkeypatch):
+    """dK issued only once dV has completed (BwdConfig.dk_after_dv, FA4's order; session 25): off
+    by default, on through the env where dv_early and dq_early hold and dK is not already early,
+    never on the GQA head walk (its variants spill 8-24 B with it); errors name the field."""
+    from paddle_flashmask.ops.cute import interface
+
+    for name in (bwd.DK_AFTER_DV_ENV, bwd.DK_EARLY_ENV, bwd.DV_EARLY_ENV, bwd.DQ_EARLY_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert not interface.backward_config("bfloat16", 128, False, None).dk_after_dv
+    monkeypatch.setenv(bwd.DK_AFTER_DV_ENV, "1")
+    for d, causal, columns in ((128, False, None), (128, True, 1), (128, False, 2), (64, True, 1)):
+        cfg = interface.backward_config("bfloat16", d, causal, columns)
+        assert cfg.dk_after_dv and cfg.dv_early and cfg.dq_early, (d, causal, columns)
+    assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).dk_after_dv
+    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).dk_after_dv
+    monkeypatch.setenv(bwd.DK_EARLY_ENV, "1")  # dK before the rendezvous: nothing to order
+    assert not interface.backward_config("bfloat16", 128, True, 1).dk_after_dv
+    monkeypatch.setenv(bwd.DK_EARLY_ENV, "0")
+    monkeypatch.setenv(bwd.DV_EARLY_ENV, "0")  # dV not in its own earlier group
+    assert not interface.backward_config("bfloat16", 128, True, 1).dk_after_dv
+    with pytest.raises(ValueError, match="dk_after_dv"):
+        bwd.BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=True, dk_after_dv=True)
+    monkeypatch.setenv(bwd.DK_AFTER_DV_ENV, "yes")
+    monkeypatch.delenv(bwd.DV_EARLY_ENV)
+    with pytest.raises(ValueError, match=bwd.DK_AFTER_DV_ENV):
+        interface.backward_config("bfloat16", 128, True, 1)
+
+
+def _dq_to_dk(sequence: list[str]) -> list[str]:
+    """The instructions between the dQ GEMM's last HGMMA (both operands transposed from shared
+    memory) and the dK GEMM's first (A from registers, N = 128) in the main loop."""
+    dq_last = max(i for i, t in enumerate(sequence) if "HGMMA" in t and "tnspA.tnspB" in t)
+    dk_first = next(i for i, t in enumerate(sequence)
+                    if i > dq_last and "HGMMA.64x128x16" in t)
+    return sequence[dq_last + 1:dk_first]
+
+
+def test_dk_after_dv_waits_between_the_dq_and_dk_gemms():
+    """SASS (d128 full attention): the same 32 HGMMA; with the option a wgmma wait sits between
+    dQ's last HGMMA and dK's first (the dV group), without it dK follows dQ with no wait."""
+    from sass_harness import sass_loop_mix
+
+    pytest.importorskip("cutlass")
+    runs = {}
+    for value in ("0", "1"):
+        loops, _ = sass_loop_mix("bwd", "--head-dim", "128", **{bwd.DK_AFTER_DV_ENV: value})
+        assert len(loops) == 1, loops
+        runs[value] = loops[0]
+    assert runs["0"]["histogram"]["HGMMA"] == runs["1"]["histogram"]["HGMMA"] == 32
+    assert not [t for t in _dq_to_dk(runs["0"]["sequence"]) if "WARPGROUP.DEPBAR" in t]
+    assert [t for t in _dq_to_dk(runs["1"]["sequence"]) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in t]

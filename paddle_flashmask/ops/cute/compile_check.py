@@ -146,7 +146,7 @@ def variants(full: bool = False) -> list[Variant]:
             claim_list: Optional[bool] = None, dkv_last: Optional[bool] = None,
             interleave: bool = False, dkv_red: bool = False, dkv_bulk: bool = False,
             dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64,
-            two_pds_swizzled: bool = False):
+            two_pds_swizzled: bool = False, dk_after_dv: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -213,7 +213,10 @@ def variants(full: bool = False) -> list[Variant]:
             # or (False) after it: the order before session 20
             early = dk_early or bool(dv_early)
             cfg = dataclasses.replace(cfg, dv_early=early and cfg.rs_dkv,
-                                      dk_early=dk_early and cfg.rs_dkv)
+                                      dk_early=dk_early and cfg.rs_dkv,
+                                      dk_after_dv=cfg.dk_after_dv and early and not dk_early)
+        if dk_after_dv:  # dK only once dV has completed, after dQ's issue (FA4's order)
+            cfg = dataclasses.replace(cfg, dk_after_dv=True)
         if claim_list is not None:  # class claims from a class-sorted list, or per pass
             cfg = dataclasses.replace(cfg, claim_list=claim_list)
         if tile_m != cfg.tile_m:  # 80-row query tiles, dQ transposed (env ..._BWD_TILE_M=80)
@@ -251,6 +254,7 @@ def variants(full: bool = False) -> list[Variant]:
                          " dkv-bulk" if dkv_bulk else "",
                          {None: "", True: " dv-early", False: " dv-late"}[dv_early],
                          " dk-early" if dk_early else "",
+                         " dk-after-dv" if dk_after_dv else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
                          " walk-interleave" if interleave else "",
@@ -401,6 +405,13 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, True, 1, gqa=True, dk_early=True)
     bwd("bfloat16", 128, True, 2, gqa=True, det=True, dk_early=True)
     bwd("bfloat16", 64, False, 2, dk_early=True)
+    # dK issued once dV has completed, after the dQ GEMM's issue (FA4's SM90 order; env
+    # PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1, session 25, not yet GPU-run; the host keeps it off the
+    # GQA head walk, whose variants spill 8 B (causal C1) and 24 B (causal C2) with it)
+    bwd("bfloat16", 128, False, None, dk_after_dv=True)
+    bwd("bfloat16", 128, True, 1, dk_after_dv=True)
+    bwd("bfloat16", 128, False, 2, dk_after_dv=True)
+    bwd("bfloat16", 64, True, 1, dk_after_dv=True)
     # deterministic GQA dK/dV summed by the dQ writer's bulk ops (BwdConfig.dkv_bulk)
     bwd("bfloat16", 128, True, 1, gqa=True, det=True, dkv_bulk=True)
     bwd("bfloat16", 128, False, 2, gqa=True, det=True, dkv_bulk=True)

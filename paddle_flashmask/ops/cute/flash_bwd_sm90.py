@@ -553,6 +553,21 @@ def default_dk_early() -> bool:
     return env_flag(DK_EARLY_ENV, default="0")
 
 
+DK_AFTER_DV_ENV = "PADDLE_FLASHMASK_BWD_DK_AFTER_DV"
+
+
+def default_dk_after_dv() -> bool:
+    """``BwdConfig.dk_after_dv`` wanted where it applies (``dv_early`` and ``dq_early``, not
+    ``dk_early``): off until its H200 A/B. Why it was built (session 25, call 144's stall
+    sampling of the full backward): our consumers wait 12.4 % of their samples for the dQ GEMM to
+    complete, FA4's ~7 % at its two waits; FA4 issues dK only once dV has completed, so both
+    warpgroups' dQ GEMMs reach the tensor pipe ahead of either dK. Env
+    ``PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1`` turns it on."""
+    from .launch_args import env_choice
+
+    return env_choice(DK_AFTER_DV_ENV, ("0", "1")) == "1"
+
+
 PREFETCH_STATS_ENV = "PADDLE_FLASHMASK_BWD_PREFETCH_STATS"
 
 
@@ -925,6 +940,12 @@ class BwdConfig:
     # longer overlaps a GEMM of this tile). The host's choice: default_dk_early (off: 2-4 %
     # slower, H200 call 111).
     dk_early: bool = False
+    # With dv_early and dq_early: after the rendezvous the dQ GEMM is issued, then the warpgroup
+    # waits for its dV GEMM (issued before the rendezvous) and only then issues dK, then waits
+    # for dQ and hands it to the writer (FA4's SM90 order). Without it dK follows dQ at once, so
+    # one warpgroup's dK can enter the tensor pipe ahead of the other's dQ, whose hand-off waits
+    # for it. The host's choice: default_dk_after_dv (off until measured).
+    dk_after_dv: bool = False
     # Each query tile's LSE and delta are loaded once the previous tile no longer needs them (after
     # its dS^T), so the global loads run under the dV/dK/dQ GEMMs instead of stalling the exp
     # (ncu, d64 full backward: 38 % of issue cycles wait on L1TEX). A tile whose stats were not
@@ -1138,6 +1159,10 @@ class BwdConfig:
                              f"qdo_stages={self.qdo_stages}, tile_n={self.tile_n})")
         if self.dk_early and not self.dv_early:
             raise ValueError("dk_early: expected dv_early=True, found dv_early=False")
+        if self.dk_after_dv and not (self.dv_early and self.dq_early and not self.dk_early):
+            raise ValueError(f"dk_after_dv: expected dv_early=True, dq_early=True and "
+                             f"dk_early=False, found dv_early={self.dv_early}, "
+                             f"dq_early={self.dq_early}, dk_early={self.dk_early}")
         if self.dv_early and not self.rs_dkv:
             raise ValueError("dv_early: expected rs_dkv=True (P^T from registers), found "
                              "rs_dkv=False")
@@ -2522,6 +2547,9 @@ class FlashMaskBwdSm90:
                     # dV, dQ | dK: the dQ tile goes to the writer while the dK GEMM runs
                     self._dq_gemm(tiled_dq, acc_dQ, tQrdS_now, tQrK)
                     warpgroup.commit_group()
+                    if const_expr(cfg.dk_after_dv):  # [dV] [dQ] outstanding: dV done first
+                        warpgroup.wait_group(1)
+                        warpgroup.fence()
                     self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
                     warpgroup.commit_group()
                     warpgroup.wait_group(1)

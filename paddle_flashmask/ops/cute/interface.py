@@ -354,6 +354,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                  default_det_first_store, default_dkv_last,
                                  default_dkv_red, default_walk_interleave,
                                  default_dkv_bulk, default_dv_early, default_dk_early,
+                                 default_dk_after_dv,
                                  default_tile_m)
 
     row_ranges = default_row_ranges(num_columns)
@@ -396,7 +397,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dkv_last(deterministic, gqa, gqa_in_cta), walk_interleave,
                             default_dkv_red(deterministic, gqa, gqa_in_cta),
                             default_dkv_bulk(deterministic, gqa, gqa_in_cta),
-                            default_dv_early(), default_dk_early(),
+                            default_dv_early(), default_dk_early(), default_dk_after_dv(),
                             default_tile_m(head_dim, causal, num_columns, deterministic,
                                            has_sink))
 
@@ -409,7 +410,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
                      dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
                      dkv_chain=False, claim_list=False, dkv_last=False, walk_interleave=False,
-                     dkv_red=False, dkv_bulk=False, dv_early=False, dk_early=False, tile_m=64):
+                     dkv_red=False, dkv_bulk=False, dv_early=False, dk_early=False, dk_after_dv=False,
+                     tile_m=64):
     from .flash_bwd_sm90 import BwdConfig, with_tile_m
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -437,6 +439,9 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, dq_early=True)
     if dv_early and cfg.rs_dkv:  # the dV GEMM (dk_early: and dK) before the dS^T rendezvous
         cfg = replace(cfg, dv_early=True, dk_early=dk_early)
+    # FA4's order; not on the GQA head walk, whose variants spill 8-24 B with it
+    if dk_after_dv and cfg.dv_early and cfg.dq_early and not cfg.dk_early and not gqa_in_cta:
+        cfg = replace(cfg, dk_after_dv=True)
     if prefetch_stats and not cfg.late_loads:
         cfg = replace(cfg, prefetch_stats=True)
     if stage_stats:  # the stats come with Q / dO: neither prefetched nor loaded late
