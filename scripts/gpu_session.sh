@@ -202,6 +202,14 @@ bwd_oracle() {
   printf '%s' "${4:-}timeout -s INT -k 10 $1 python3 tests/gpu/bwd_check.py --json-name $2 > \$OUT/$3 2>&1; rc=\$?; tail -n 1 \$OUT/$3 | cut -c1-300; [ \$rc = 0 ] || exit \$rc"
 }
 
+# sampling_nc PROFILE_S SOURCE_S DETAILS_S TARGET_ARGS: a shell function `nc REGEX SYSTEM TAG` that
+# takes Nsight Compute's full set with per-instruction warp-state samples of one kernel of
+# bench/ncu_target.py and keeps the per-SASS-instruction CSV (gzipped) and the details page
+# (calls 152, 154; read with scripts/ncu_stall_sites.py)
+sampling_nc() {
+  printf '%s' "nc() { timeout $1 ncu --clock-control none -k regex:\$1 --launch-skip 1 --launch-count 1 --set full --import-source yes -o \$OUT/rep_\$3 python3 bench/ncu_target.py --system \$2 $4 > \$OUT/ncu_\$3.log 2>&1; tail -n 2 \$OUT/ncu_\$3.log; timeout $2 ncu -i \$OUT/rep_\$3.ncu-rep --page source --csv --print-source sass > \$OUT/sass_\$3.csv 2> \$OUT/sass_\$3.log; timeout $3 ncu -i \$OUT/rep_\$3.ncu-rep --page details > \$OUT/details_\$3.log 2>&1; gzip -f \$OUT/sass_\$3.csv; rm -f \$OUT/rep_\$3.ncu-rep; }"
+}
+
 pack_logs() {  # pack_logs N [GLOB]: logs, plots (and GLOB's files) into one tarball: <= 8 files return
   local extra=${2:+ $2}
   printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz \$(ls *.log *.png$extra 2>/dev/null) && rm -f *.log *.png$extra && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
@@ -1886,7 +1894,7 @@ call152() {
     nvidia-h200 240 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS_INSTALL"'
-nc() { timeout 60 ncu --clock-control none -k regex:$1 --launch-skip 1 --launch-count 1 --set full --import-source yes -o $OUT/rep_$3 python3 bench/ncu_target.py --system $2 --mask document > $OUT/ncu_$3.log 2>&1; tail -n 2 $OUT/ncu_$3.log; timeout 20 ncu -i $OUT/rep_$3.ncu-rep --page source --csv --print-source sass > $OUT/sass_$3.csv 2> $OUT/sass_$3.log; timeout 15 ncu -i $OUT/rep_$3.ncu-rep --page details > $OUT/details_$3.log 2>&1; gzip -f $OUT/sass_$3.csv; rm -f $OUT/rep_$3.ncu-rep; }
+'"$(sampling_nc 60 20 15 '--mask document')"'
 nc bwd_sm90F paddle_flashmask bwd_doc_s25; nc BackwardSm90 fa4 fa4_bwd_doc_s25
 '"$(pack_logs 152)"
 }
@@ -1900,7 +1908,17 @@ timeout -s INT -k 10 220 python3 bench/kernel_ab.py --pass bwd --kernel bwd --ro
 '"$(pack_logs 153)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153"
+call154() {
+  emit "call 154 (prepared in session 25, not yet run; fresh staging with the FA4 wheels) - call 152's method on the documents forward (528 against FA4 varlen's 617 TFLOP/s in session 23, the forward's lowest row): per-instruction warp-state sampling of both forwards [<= 3 min]" \
+    nvidia-h200 240 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+'"$(sampling_nc 60 20 15 '--mask document')"'
+nc flash_fwd_sm90 paddle_flashmask fwd_doc_s26; nc Forward fa4 fa4_fwd_doc_s26
+'"$(pack_logs 154)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2076,7 +2094,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
