@@ -1900,11 +1900,12 @@ nc bwd_sm90F paddle_flashmask bwd_doc_s25; nc BackwardSm90 fa4 fa4_bwd_doc_s25
 }
 
 call153() {
-  emit "call 153 (prepared in session 25, not yet run; fresh staging) - dK issued only once dV has completed (PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1, FA4's SM90 order; call 144: our consumers wait 12.4 % of their samples for the dQ GEMM, FA4's ~7 %): the backward oracle with it (stops on failure), then its whole-backward A/B against the default, MHA B=4 S=8K H=16 over the eight masks [<= 8 min]" \
-    nvidia-h200 480 '[".cutedsl/b", ".devtools"]' \
+  emit "call 153 (prepared in session 25, not yet run; fresh staging) - dK issued only once dV has completed (PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1, FA4's SM90 order; call 144: our consumers wait 12.4 % of their samples for the dQ GEMM, FA4's ~7 %): the backward oracle with it (stops on failure), then its whole-backward A/B against the default, MHA B=4 S=8K H=16 over the eight masks and the e2e shape (GQA 16/8 B=2, the head walk) [<= 10 min]" \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 '"$(bwd_oracle 200 bwd_s26_dk_after_dv.json bwd_dkad.log 'PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1 ')"'
-timeout -s INT -k 10 220 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 4 --calls 3 --variant base: --variant dkad:PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1 --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window --tag s26_dk_after_dv > $OUT/kab.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab.log | cut -c1-200
+timeout -s INT -k 10 200 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 4 --calls 3 --variant base: --variant dkad:PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1 --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window --tag s26_dk_after_dv > $OUT/kab.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab.log | cut -c1-200
+timeout -s INT -k 10 120 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 4 --calls 6 --variant base: --variant dkad:PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1 --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document --tag s26_dk_after_dv_gqa16 > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-200
 '"$(pack_logs 153)"
 }
 

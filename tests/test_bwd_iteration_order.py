@@ -198,8 +198,8 @@ def test_dv_early_loop_keeps_its_gemms_and_adds_one_commit():
 
 def test_dk_after_dv_rules(monkeypatch):
     """dK issued only once dV has completed (BwdConfig.dk_after_dv, FA4's order; session 25): off
-    by default, on through the env where dv_early and dq_early hold and dK is not already early,
-    never on the GQA head walk (its variants spill 8-24 B with it); errors name the field."""
+    by default, on through the env where dv_early and dq_early hold and dK is not already early
+    (MHA and the GQA head walk), never in the deterministic mode; errors name the field."""
     from paddle_flashmask.ops.cute import interface
 
     for name in (bwd.DK_AFTER_DV_ENV, bwd.DK_EARLY_ENV, bwd.DV_EARLY_ENV, bwd.DQ_EARLY_ENV):
@@ -209,7 +209,8 @@ def test_dk_after_dv_rules(monkeypatch):
     for d, causal, columns in ((128, False, None), (128, True, 1), (128, False, 2), (64, True, 1)):
         cfg = interface.backward_config("bfloat16", d, causal, columns)
         assert cfg.dk_after_dv and cfg.dv_early and cfg.dq_early, (d, causal, columns)
-    assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).dk_after_dv
+    cfg = interface.backward_config("bfloat16", 128, True, 1, gqa=True)
+    assert cfg.dk_after_dv and cfg.gqa_in_cta
     assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).dk_after_dv
     monkeypatch.setenv(bwd.DK_EARLY_ENV, "1")  # dK before the rendezvous: nothing to order
     assert not interface.backward_config("bfloat16", 128, True, 1).dk_after_dv

@@ -439,8 +439,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, dq_early=True)
     if dv_early and cfg.rs_dkv:  # the dV GEMM (dk_early: and dK) before the dS^T rendezvous
         cfg = replace(cfg, dv_early=True, dk_early=dk_early)
-    # FA4's order; not on the GQA head walk, whose variants spill 8-24 B with it
-    if dk_after_dv and cfg.dv_early and cfg.dq_early and not cfg.dk_early and not gqa_in_cta:
+    if dk_after_dv and cfg.dv_early and cfg.dq_early and not cfg.dk_early:  # FA4's order
         cfg = replace(cfg, dk_after_dv=True)
     if prefetch_stats and not cfg.late_loads:
         cfg = replace(cfg, prefetch_stats=True)
