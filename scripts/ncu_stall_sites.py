@@ -56,10 +56,12 @@ def stall_columns(row: dict) -> list[str]:
 def reasons(rows: Iterable[dict]) -> collections.Counter:
     """Samples per stall reason over ``rows``, plus ``total`` and ``unattributed``."""
     out: collections.Counter = collections.Counter()
+    rows = list(rows)
+    columns = stall_columns(rows[0]) if rows else []  # one header for every row
     for row in rows:
         total = _number(row[SAMPLES])
         named = 0.0
-        for column in stall_columns(row):
+        for column in columns:
             value = _number(row[column])
             out[column[len("stall_"):]] += value
             named += value
@@ -92,9 +94,9 @@ def summarize(path: str, top: int, loop_count: Optional[float]) -> str:
         outside = [r for r in rows if _number(r[EXECUTED]) != loop_count]
         out.append(line(f"ran {loop_count:.0f}x", reasons(inside)))
         out.append(line("the rest", reasons(outside)))
+    columns = stall_columns(rows[0])
     for index, row in top_sites(rows, top):
-        named = sorted(((_number(row[c]), c[len("stall_"):]) for c in stall_columns(row)),
-                       reverse=True)[:3]
+        named = sorted(((_number(row[c]), c[len("stall_"):]) for c in columns), reverse=True)[:3]
         why = " ".join(f"{name}:{value:.0f}" for value, name in named if value > 0)
         out.append(f"  {index:5d} {_number(row[SAMPLES]) / total:6.2%} "
                    f"x{_number(row[EXECUTED]):<10.0f} {row['Source'].strip()[:56]:<56} {why}")

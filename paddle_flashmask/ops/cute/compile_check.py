@@ -150,6 +150,10 @@ def variants(full: bool = False) -> list[Variant]:
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
+        # the host's dK-after-dV order (env) is set again last, where the forced options leave
+        # its conditions (dv_early, dq_early, no dk_early) standing
+        host_dk_after_dv = cfg.dk_after_dv
+        cfg = dataclasses.replace(cfg, dk_after_dv=False)
         if two_stages or fused_dq:  # both need the zeroed, row-major dQ accumulator
             cfg = dataclasses.replace(cfg, dq_first_store=False, dq_swizzle=False,
                                       dq_uniform_rows=False, dq_per_wg=False)
@@ -213,9 +217,9 @@ def variants(full: bool = False) -> list[Variant]:
             # or (False) after it: the order before session 20
             early = dk_early or bool(dv_early)
             cfg = dataclasses.replace(cfg, dv_early=early and cfg.rs_dkv,
-                                      dk_early=dk_early and cfg.rs_dkv,
-                                      dk_after_dv=cfg.dk_after_dv and early and not dk_early)
-        if dk_after_dv:  # dK only once dV has completed, after dQ's issue (FA4's order)
+                                      dk_early=dk_early and cfg.rs_dkv)
+        if dk_after_dv or (host_dk_after_dv and cfg.dk_after_dv_applies):
+            # dK only once dV has completed, after dQ's issue (FA4's order)
             cfg = dataclasses.replace(cfg, dk_after_dv=True)
         if claim_list is not None:  # class claims from a class-sorted list, or per pass
             cfg = dataclasses.replace(cfg, claim_list=claim_list)

@@ -1159,7 +1159,7 @@ class BwdConfig:
                              f"qdo_stages={self.qdo_stages}, tile_n={self.tile_n})")
         if self.dk_early and not self.dv_early:
             raise ValueError("dk_early: expected dv_early=True, found dv_early=False")
-        if self.dk_after_dv and not (self.dv_early and self.dq_early and not self.dk_early):
+        if self.dk_after_dv and not self.dk_after_dv_applies:
             raise ValueError(f"dk_after_dv: expected dv_early=True, dq_early=True and "
                              f"dk_early=False, found dv_early={self.dv_early}, "
                              f"dq_early={self.dq_early}, dk_early={self.dk_early}")
@@ -1222,6 +1222,13 @@ class BwdConfig:
         """Whether ``pds_stages=2`` can apply: P^T from registers (rs_dkv, tile_n 128, so dS^T is
         the only smem operand) and two Q/dO stages to pick the dS^T buffer by."""
         return self.rs_dkv and self.qdo_stages == 2 and self.tile_n == 128
+
+    @property
+    def dk_after_dv_applies(self) -> bool:
+        """Whether ``dk_after_dv`` can apply: dV in its own commit group before the rendezvous
+        (``dv_early``), dQ handed over while dK runs (``dq_early``), and dK not already issued
+        with dV (``dk_early``)."""
+        return self.dv_early and self.dq_early and not self.dk_early
 
     @property
     def walk_interleave_applies(self) -> bool:

@@ -410,8 +410,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      dq_early, prefetch_stats, stage_stats, dq_uniform_rows=False,
                      dq_per_wg=False, mask_bits=False, class_chains=False, class_ratio=4,
                      dkv_chain=False, claim_list=False, dkv_last=False, walk_interleave=False,
-                     dkv_red=False, dkv_bulk=False, dv_early=False, dk_early=False, dk_after_dv=False,
-                     tile_m=64):
+                     dkv_red=False, dkv_bulk=False, dv_early=False, dk_early=False,
+                     dk_after_dv=False, tile_m=64):
     from .flash_bwd_sm90 import BwdConfig, with_tile_m
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
@@ -439,7 +439,7 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
         cfg = replace(cfg, dq_early=True)
     if dv_early and cfg.rs_dkv:  # the dV GEMM (dk_early: and dK) before the dS^T rendezvous
         cfg = replace(cfg, dv_early=True, dk_early=dk_early)
-    if dk_after_dv and cfg.dv_early and cfg.dq_early and not cfg.dk_early:  # FA4's order
+    if dk_after_dv and cfg.dk_after_dv_applies:  # FA4's order: dK once dV has completed
         cfg = replace(cfg, dk_after_dv=True)
     if prefetch_stats and not cfg.late_loads:
         cfg = replace(cfg, prefetch_stats=True)
