@@ -1068,7 +1068,7 @@ $(pack_logs 79 'ncu_*.txt')"
 
 call80() {
   emit "call 80 (session 16: stage parts a and b on nvidia-h200 first) - the final defaults of session 16 (staged stats for MHA documents at D=128, key-major claims for the GQA head walk over causal masks at D=128, on top of session 15's): the backward oracle with determinism and the deterministic-vs-default bench rows (#6 item 1: <= 1.15x), then the GPU suite (last run at 04bea28) [<= 9 min]" \
-    nvidia-h200 560 '[".cutedsl/b", ".devtools"]' \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 timeout -s INT -k 10 230 python3 tests/gpu/bwd_check.py --bench --json-name bwd_s16_bench.json > $OUT/bwd_bench.log 2>&1; tail -n 12 $OUT/bwd_bench.log | cut -c1-300
 '"$GPU_SUITE_1GPU
@@ -1158,7 +1158,7 @@ $(pack_logs 86)"
 
 call87() {
   emit "call 87 (session 17; nvidia-h200, warm or staged) - deterministic dQ chains by work class (PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS=1, built in session 17): the backward oracle and determinism with it on, a global + window mask and a 32K one added (stops on failure), then whole-backward times base / deterministic / deterministic by class over the zoo, MHA and GQA 16/8, B=2 S=8K (#6 item 1) [<= 8.5 min]" \
-    nvidia-h200 560 '[".cutedsl/b", ".devtools"]' \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
 env ${K}_DET_CLASS_CHAINS=1 timeout -s INT -k 10 220 python3 tests/gpu/bwd_check.py --json-name bwd_class_chains.json > $OUT/bwd_cc.log 2>&1; rc=$?; tail -n 2 $OUT/bwd_cc.log | cut -c1-400; [ $rc = 0 ] || exit $rc
@@ -1464,7 +1464,7 @@ timeout -s INT -k 10 80 $A --variant det:deterministic=1 --variant det_dv:determ
 
 call111() {
   emit "call 111 (session 20; nvidia-h200: stage parts a and b first) - the GPU suite at the session's new default (dv_early on, call 110), then dK before the rendezvous too (BwdConfig.dk_early, env PADDLE_FLASHMASK_BWD_DK_EARLY=1): its backward oracle with determinism (stops on failure) and its A/B against dv_early alone, MHA B=4 and GQA 16/8 B=2 [<= 9.5 min]" \
-    nvidia-h200 560 '[".cutedsl/b", ".devtools"]' \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 '"$GPU_SUITE_1GPU"'
 R=PADDLE_FLASHMASK_BWD_DK_EARLY=1
@@ -1517,7 +1517,7 @@ timeout -s INT -k 10 100 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_docume
 
 call116() {
   emit "call 116 (session 21, run on call 115's warm machine carrying only .devtools, 164 s) - with LSE/delta staged everywhere (PADDLE_FLASHMASK_BWD_STAGE_STATS=1, call 115's candidate default): the GPU suite (only the skipping test had run after its busy-time change), then #6 item 1 after dv_early: deterministic / default whole-backward times at B=4 S=8K H=16 over the eight zoo masks [<= 9.5 min]" \
-    nvidia-h200 560 '[".cutedsl/b", ".devtools"]' \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 export PADDLE_FLASHMASK_BWD_STAGE_STATS=1
 '"$GPU_SUITE_1GPU"'
@@ -1552,7 +1552,7 @@ timeout -s INT -k 10 130 $A --batch 4 --heads 32 --kv-heads 8 --masks causal_doc
 
 call119() {
   emit "call 119 (session 21, run on a fresh staging with the FA4 wheels, 320 s) - the README's same-run benchmark at B=4 S=8K with every peer at the session's new backward defaults (stage_stats on causal masks, call 115; dq_per_wg on the GQA head walk's causal masks, call 118), then the compiled-model e2e step next to FA4 varlen, ours first (#6 items 3-4) [<= 9.5 min]" \
-    nvidia-h200 560 '[".cutedsl/b", ".devtools", ".whl"]' \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
 timeout -s INT -k 10 300 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s21_cases0 > $OUT/bench_s21_cases0.log 2>&1; tail -n 14 $OUT/bench_s21_cases0.log | cut -c1-300
@@ -1624,7 +1624,7 @@ timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 2 --systems pa
 
 call126() {
   emit "call 126 (prepared in session 21 for the next one, not yet run; on a warm machine carrying .devtools and .whl, or staged afresh with the FA4 wheels) - the README's same-run table at B=4 S=8K with every peer at dq_per_wg on every causal mask, then the e2e step ours first (#6 items 3-4) [<= 9.5 min]" \
-    nvidia-h200 560 '[".cutedsl/b", ".devtools", ".whl"]' \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
 timeout -s INT -k 10 300 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s22_cases0 > $OUT/bench_s22_cases0.log 2>&1; tail -n 14 $OUT/bench_s22_cases0.log | cut -c1-300
@@ -1919,7 +1919,21 @@ nc flash_fwd_sm90 paddle_flashmask fwd_doc_s26; nc Forward fa4 fa4_fwd_doc_s26
 '"$(pack_logs 154)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154"
+call155() {
+  emit "call 155 (session 26, fresh staging) - K released after the exponentials (PADDLE_FLASHMASK_FWD_LATE_RELEASE=1; call 154's sampling of the documents forward: ptxas hoists the P.V wait to the start of the row max, 10 % of the consumers' samples): the forward oracle with it (stops on failure), its forward A/B against the default on the MHA zoo and the e2e shape, then a second A/B of dk_after_dv on the GQA head walk (call 153: 0.980-0.987x there) at 16/8 B=2 and 32/8 B=4 [<= 9 min]" \
+    nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+PADDLE_FLASHMASK_FWD_LATE_RELEASE=1 timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_s26_late_release.json > $OUT/fwd_lr.log 2>&1; rc=$?; tail -n 1 $OUT/fwd_lr.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+V="--variant base: --variant lr:PADDLE_FLASHMASK_FWD_LATE_RELEASE=1"
+timeout -s INT -k 10 110 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window $V --rounds 4 --calls 4 --tag s26_fwd_lr_mha > $OUT/kab_fm.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_fm.log | cut -c1-200
+timeout -s INT -k 10 80 python3 bench/kernel_ab.py --pass fwd --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,causal,sliding_window $V --rounds 5 --calls 10 --tag s26_fwd_lr_gqa > $OUT/kab_fg.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_fg.log | cut -c1-200
+V="--variant base: --variant dkad:PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1"
+timeout -s INT -k 10 90 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 4 --calls 6 $V --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,causal,sliding_window --tag s26_dkad_gqa16b > $OUT/kab_g16.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g16.log | cut -c1-200
+timeout -s INT -k 10 90 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 $V --batch 4 --heads 32 --kv-heads 8 --masks full,causal_document,document --tag s26_dkad_gqa32 > $OUT/kab_g32.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g32.log | cut -c1-200
+'"$(pack_logs 155)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2095,7 +2109,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
