@@ -1920,7 +1920,7 @@ nc flash_fwd_sm90 paddle_flashmask fwd_doc_s26; nc Forward fa4 fa4_fwd_doc_s26
 }
 
 call155() {
-  emit "call 155 (session 26, fresh staging) - K released after the exponentials (PADDLE_FLASHMASK_FWD_LATE_RELEASE=1; call 154's sampling of the documents forward: ptxas hoists the P.V wait to the start of the row max, 10 % of the consumers' samples): the forward oracle with it (stops on failure), its forward A/B against the default on the MHA zoo and the e2e shape, then a second A/B of dk_after_dv on the GQA head walk (call 153: 0.980-0.987x there) at 16/8 B=2 and 32/8 B=4 [<= 9 min]" \
+  emit "call 155 (session 26, fresh staging; as run at da6846b, whose opt-in PADDLE_FLASHMASK_FWD_LATE_RELEASE was removed after this A/B found it 6-11 % slower everywhere; staged as call 155 printed it, part b carried twice after a first attempt named a /tmp script the device does not have) - K released after the exponentials (PADDLE_FLASHMASK_FWD_LATE_RELEASE=1; call 154's sampling of the documents forward: ptxas hoists the P.V wait to the start of the row max, 10 % of the consumers' samples): the forward oracle with it (stops on failure), its forward A/B against the default on the MHA zoo and the e2e shape, then a second A/B of dk_after_dv on the GQA head walk (call 153: 0.980-0.987x there) at 16/8 B=2 and 32/8 B=4 [<= 9 min]" \
     nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 PADDLE_FLASHMASK_FWD_LATE_RELEASE=1 timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_s26_late_release.json > $OUT/fwd_lr.log 2>&1; rc=$?; tail -n 1 $OUT/fwd_lr.log | cut -c1-300; [ $rc = 0 ] || exit $rc
@@ -1933,7 +1933,27 @@ timeout -s INT -k 10 90 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rou
 '"$(pack_logs 155)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155"
+call156() {
+  emit "call 156 (session 26, fresh staging with the FA4 wheels) - at the session's final defaults (dk_after_dv on the GQA head walk with columns): the GPU suite, then #6 item 1 on GQA (deterministic / default, 16/8 B=2 on the e2e shape's masks) [<= 9 min]" \
+    nvidia-h200 540 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+'"$GPU_SUITE_1GPU"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 4 --variant base: --variant det:deterministic=1"
+timeout -s INT -k 10 120 $A --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,causal,sliding_window --tag s26_det_gqa16 > $OUT/kab_det_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_det_g.log | cut -c1-200
+'"$(pack_logs 156)"
+}
+
+call157() {
+  emit "call 157 (session 26, on call 156's warm machine carrying .devtools and .whl) - the e2e step (#6 item 4) at the session's final defaults, both orders (call 149: 1.007x ours first, 0.998x FA4 varlen first) [<= 6 min]" \
+    nvidia-h200 360 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+'"$(e2e_both_orders 140 115 final_a final_b s26)"'
+'"$(pack_logs 157)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2109,7 +2129,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

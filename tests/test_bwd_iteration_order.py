@@ -197,14 +197,26 @@ def test_dv_early_loop_keeps_its_gemms_and_adds_one_commit():
 
 
 def test_dk_after_dv_rules(monkeypatch):
-    """dK issued only once dV has completed (BwdConfig.dk_after_dv, FA4's order; session 25): off
-    by default, on through the env where dv_early and dq_early hold and dK is not already early
-    (MHA and the GQA head walk), never in the deterministic mode; errors name the field."""
+    """dK issued only once dV has completed (BwdConfig.dk_after_dv, FA4's order; session 25): by
+    default on the GQA head walk at D = 128 for masks with columns only (the H200 A/B of session 26), on
+    through the env where dv_early and dq_early hold and dK is not already early (MHA and the
+    GQA head walk), off through it everywhere, never in the deterministic mode; errors name
+    the field."""
     from paddle_flashmask.ops.cute import interface
 
     for name in (bwd.DK_AFTER_DV_ENV, bwd.DK_EARLY_ENV, bwd.DV_EARLY_ENV, bwd.DQ_EARLY_ENV):
         monkeypatch.delenv(name, raising=False)
-    assert not interface.backward_config("bfloat16", 128, False, None).dk_after_dv
+    for d, causal, columns in ((128, False, None), (128, True, 1), (128, False, 2)):
+        assert not interface.backward_config("bfloat16", d, causal, columns).dk_after_dv
+    for causal, columns in ((True, 1), (True, 2), (False, 2)):
+        cfg = interface.backward_config("bfloat16", 128, causal, columns, gqa=True)
+        assert cfg.gqa_in_cta and cfg.dk_after_dv, (causal, columns)
+    assert not interface.backward_config("bfloat16", 128, True, None, gqa=True).dk_after_dv
+    assert not interface.backward_config("bfloat16", 64, True, 1, gqa=True).dk_after_dv
+    assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True,
+                                         deterministic=True).dk_after_dv
+    monkeypatch.setenv(bwd.DK_AFTER_DV_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1, gqa=True).dk_after_dv
     monkeypatch.setenv(bwd.DK_AFTER_DV_ENV, "1")
     for d, causal, columns in ((128, False, None), (128, True, 1), (128, False, 2), (64, True, 1)):
         cfg = interface.backward_config("bfloat16", d, causal, columns)

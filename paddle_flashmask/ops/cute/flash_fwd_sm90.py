@@ -135,14 +135,6 @@ class FwdConfig:
     # same max; P can reach 2^t (t = 8: 256, far inside fp16 / bf16). 0 = rescale every tile,
     # as FA4 does on SM90 (FA4's SM100 forward uses 8). Off until the H200 A/B.
     rescale_threshold: float = 0.0
-    # Overlapped loop: release K_j after S_j's exponentials (the release predicated on the last
-    # row's running sum, which ptxas cannot prove, so it stays behind them) instead of before
-    # them, and wait for P_{j-1}·V_{j-1} after that release. ptxas keeps the wgmma wait after
-    # the release, and otherwise hoists both to the start of the row max when nothing in the
-    # block reads O (the lazy rescale's branch): the Nsight sampling of the documents forward
-    # (call 154) put 10 % of the consumers' samples on that early wait, which FA4's loop reaches
-    # after its first exponentials. Off until the H200 A/B.
-    late_release: bool = False
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -215,7 +207,6 @@ CLAIM_BLOCK_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_BLOCK"
 DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 UNIFORM_Q_ENV = "PADDLE_FLASHMASK_FWD_UNIFORM_Q"
 RESCALE_THRESHOLD_ENV = "PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD"
-LATE_RELEASE_ENV = "PADDLE_FLASHMASK_FWD_LATE_RELEASE"
 EARLY_SCAN_ENV = "PADDLE_FLASHMASK_FWD_EARLY_SCAN"
 GRID_ENV = "PADDLE_FLASHMASK_FWD_GRID"  # "tiles": one CTA per work tile (default "persistent")
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
@@ -367,8 +358,6 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                               or default_rescale_threshold(head_dim, causal, mask_columns))
     # the scan before the Q wait: on since the H200 A/B of session 14 (env ..._EARLY_SCAN=0: after)
     early_scan = env_choice(EARLY_SCAN_ENV, ("0", "1")) != "0"
-    # K released after the exponentials: off until the H200 A/B (env ..._LATE_RELEASE=1)
-    late_release = env_choice(LATE_RELEASE_ENV, ("0", "1")) == "1"
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -378,7 +367,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
                          uniform_q=uniform_q, rescale_threshold=rescale_threshold,
-                         early_scan=early_scan, late_release=late_release)
+                         early_scan=early_scan)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
@@ -391,7 +380,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                        claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
                        uniform_q=uniform_q, rescale_threshold=rescale_threshold,
-                       early_scan=early_scan, late_release=late_release)
+                       early_scan=early_scan)
     # FA4's tile shapes at d256 (128x80) and d64 (192x128): on since the H200 A/B of session 10
     # (forward 1-10 % faster on every mask of the zoo); env "64" / "128" restores the old shapes
     if head_dim == 256 and (env_choice(D256_TILE_ENV, ("64", "80")) or "80") == "80":
@@ -1118,13 +1107,14 @@ class FlashFwdSm90:
                                              row_base, n_block, seqlen_q, seqlen_k, diag_offset)
                         else:
                             warpgroup.wait_group(1)
-                        if cutlass.const_expr(not self.cfg.late_release):
-                            pipe_k.consumer_release(k_state)
+                        pipe_k.consumer_release(k_state)
+                        k_state.advance()
                         moved = fm_softmax.online_update(acc_S, row_max, row_sum, row_scale,
                                                          scale_log2, self.cfg.rescale_threshold)
-                        if cutlass.const_expr(self.cfg.late_release):
-                            self.release_after(pipe_k, k_state, row_sum[cute.size(row_sum) - 1])
-                        k_state.advance()
+                        # ptxas hoists this wait (with K's release) to the start of the row max
+                        # when the lazy rescale's branch is the first reader of O. Keeping both
+                        # behind the exponentials (K's release made data-dependent on the sum)
+                        # was 6-11 % slower on every mask (H200 call 155): keep the early wait.
                         warpgroup.wait_group(0)
                         pipe_v.consumer_release(v_state)
                         v_state.advance()
@@ -1172,15 +1162,6 @@ class FlashFwdSm90:
                 fm_softmax.rescale_o(acc_O, row_scale)
         else:
             fm_softmax.rescale_o(acc_O, row_scale)
-
-    @cute.jit
-    def release_after(self, pipe, state, after: Float32):
-        """``pipe.consumer_release(state)`` once ``after`` is computed: the arrive is predicated
-        on ``after != -1`` as well (a running sum is never -1; NaN compares unequal too), a data
-        dependence that keeps ptxas from hoisting the release, and the wgmma wait behind it,
-        above the code that computes ``after``."""
-        if pipe.is_signaling_thread & (after != Float32(-1.0)):
-            pipe.sync_object_empty.arrive(state.index, pipe.consumer_mask)
 
     @cute.jit
     def turn_wait(self, cwg: Int32):

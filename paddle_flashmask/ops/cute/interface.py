@@ -397,7 +397,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dkv_last(deterministic, gqa, gqa_in_cta), walk_interleave,
                             default_dkv_red(deterministic, gqa, gqa_in_cta),
                             default_dkv_bulk(deterministic, gqa, gqa_in_cta),
-                            default_dv_early(), default_dk_early(), default_dk_after_dv(),
+                            default_dv_early(), default_dk_early(),
+                            default_dk_after_dv(head_dim, gqa_in_cta, num_columns),
                             default_tile_m(head_dim, causal, num_columns, deterministic,
                                            has_sink))
 
