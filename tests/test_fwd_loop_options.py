@@ -5,7 +5,9 @@ D = 128 since session 15):
 * FwdConfig.uniform_q: Q's wgmma descriptors from the warpgroup's warp-uniform slice -- no
   vector-to-uniform register moves before the Q·Kᵀ wgmmas;
 * FwdConfig.rescale_threshold: the lazy O rescale -- O's 64 multiplies in a block a warp skips
-  when none of its rows moved its max.
+  when none of its rows moved its max;
+* FwdConfig.edge_pass: a partial tile's sequence-edge compares and selects in a block of their
+  own, run only on a tile that reaches past Sk.
 """
 from __future__ import annotations
 
@@ -26,11 +28,12 @@ def test_uniform_q_config_rule(monkeypatch):
         interface.forward_config("bfloat16", 128, True, 1, False)
 
 
-def _main_loop(env: dict) -> dict:
-    """The forward's main loop (d128, causal) under ``env``: its opcode histogram and skip blocks."""
+def _main_loop(env: dict, *form: str) -> dict:
+    """The forward's main loop (d128, causal unless ``form`` says otherwise) under ``env``: its
+    opcode histogram and skip blocks."""
     from sass_harness import sass_loop_mix
 
-    loops, _ = sass_loop_mix("fwd", "--head-dim", "128", "--causal", **env)
+    loops, _ = sass_loop_mix("fwd", "--head-dim", "128", *(form or ("--causal",)), **env)
     assert len(loops) == 1, loops
     return loops[0]
 
@@ -87,3 +90,42 @@ def test_lazy_rescale_puts_o_rescale_in_a_skippable_block():
     assert block["mix"] == {"FMUL": 64} and lazy["histogram"].get("VOTE", 0) >= 1
     assert lazy["histogram"]["HGMMA"] == base["histogram"]["HGMMA"]
     assert lazy["histogram"]["MUFU"] == base["histogram"]["MUFU"]
+
+
+def test_edge_pass_config_rule(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(fwd.EDGE_PASS_ENV, raising=False)
+    assert not interface.forward_config("bfloat16", 128, False, 2, False).edge_pass
+    monkeypatch.setenv(fwd.EDGE_PASS_ENV, "1")
+    for d, causal, columns in ((128, False, 2), (128, True, 1), (128, True, None), (256, False, 2)):
+        assert interface.forward_config("bfloat16", d, causal, columns, False).edge_pass, d
+    # d64's three consumer warpgroups (160 registers each) would spill with it
+    assert not interface.forward_config("bfloat16", 64, True, 2, False).edge_pass
+    monkeypatch.setenv(fwd.EDGE_PASS_ENV, "yes")
+    with pytest.raises(ValueError, match=fwd.EDGE_PASS_ENV):
+        interface.forward_config("bfloat16", 128, False, 2, False)
+
+
+def test_edge_pass_moves_the_sequence_edge_out_of_the_partial_tile_mask():
+    pytest.importorskip("cutlass")
+    base = _main_loop({fwd.EDGE_PASS_ENV: "0"}, "--columns", "2")
+    edge = _main_loop({fwd.EDGE_PASS_ENV: "1"}, "--columns", "2")
+
+    def mask_block(loop):  # the partial tiles' element mask: the block with the most selects
+        return max(loop["skip_blocks"], key=lambda b: b["mix"].get("FSEL", 0))
+
+    # one select per element (64 per thread) and one compare per column (32) ...
+    edge_blocks = [b for b in edge["skip_blocks"]
+                   if b["mix"].get("FSEL") == 64 and b["mix"].get("ISETP") == 32]
+    assert len(edge_blocks) == 1, edge["skip_blocks"]
+    # ... nested inside the mask block, which is as long as before: interior partial tiles run
+    # the mask without them
+    outer, inner = mask_block(edge), edge_blocks[0]
+    assert int(outer["first_addr"], 16) <= int(inner["first_addr"], 16)
+    assert int(inner["last_addr"], 16) <= int(outer["last_addr"], 16)
+    assert abs(outer["instructions"] - mask_block(base)["instructions"]) <= 8
+    assert not [b for b in base["skip_blocks"]
+                if b["mix"].get("FSEL") == 64 and b["mix"].get("ISETP") == 32]
+    for op in ("HGMMA", "MUFU", "FFMA", "FMNMX"):
+        assert edge["histogram"][op] == base["histogram"][op], op

@@ -80,7 +80,8 @@ def variants(full: bool = False) -> list[Variant]:
             partial_overlap=False, claim_passes=1, diagonal_partials=False, uniform_q=False,
             claimed_order=False, claim_block=1,
             rescale_threshold: float = 0.0, early_scan: Optional[bool] = None,
-            tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None):
+            tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None,
+            edge_pass: bool = False):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
         if consumer_wgs is not None:  # d64: 192 rows on three WGs (default) or 128 on two (env)
@@ -97,6 +98,9 @@ def variants(full: bool = False) -> list[Variant]:
         if early_scan is not None:  # the producer's scan before / after the Q wait (early_scan)
             cfg = dataclasses.replace(cfg, early_scan=early_scan)
             extra += " early-scan" if early_scan else " late-scan"
+        if edge_pass:  # the sequence edge as its own pass (FwdConfig.edge_pass)
+            cfg = dataclasses.replace(cfg, edge_pass=True)
+            extra += " edge-pass"
         if uniform_q:  # Q descriptors from the warpgroup's uniform slice (FwdConfig.uniform_q)
             cfg = dataclasses.replace(cfg, uniform_q=True)
             extra += " uniform-q"
@@ -335,6 +339,10 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("float16", 128, False, 4, sink=True, rescale_threshold=8.0)
     fwd("bfloat16", 64, True, 2, rescale_threshold=8.0)  # three consumer warpgroups
     fwd("bfloat16", 256, True, 1, rescale_threshold=8.0)  # O rescaled before the P·V GEMM?
+    # the sequence edge outside the partial tiles' element mask (env PADDLE_FLASHMASK_FWD_EDGE_PASS)
+    fwd("bfloat16", 128, False, 2, edge_pass=True)
+    fwd("bfloat16", 128, True, 2, edge_pass=True)
+    fwd("float16", 256, False, 4, sink=True, edge_pass=True)
     fwd("bfloat16", 128, False, 4, diagonal_partials=True)
     fwd("bfloat16", 256, True, 1, tile_n=80, tile_ranges=True)  # 230,400 B of smem
     fwd("bfloat16", 256, True, 1, tile_n=64)  # the pre-session-10 shape (env D256_TILE_N=64)

@@ -135,6 +135,13 @@ class FwdConfig:
     # same max; P can reach 2^t (t = 8: 256, far inside fp16 / bf16). 0 = rescale every tile,
     # as FA4 does on SM90 (FA4's SM100 forward uses 8). Off until the H200 A/B.
     rescale_threshold: float = 0.0
+    # Partial tiles: the sequence edge (col >= Sk) as a separate pass run only on a tile that
+    # reaches past Sk, not a compare per column and a select per element in every partial tile
+    # (mask.apply_element_mask's edge_tile_n): 96 of the d128 C=2 mask block's 407 instructions
+    # per warp. The Nsight sampling of the documents forward (call 154) put 6.8 % of all samples
+    # in that block (811 partial tiles of 5,706, FA4 varlen has none inside a document). Off
+    # until the H200 A/B.
+    edge_pass: bool = False
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -207,6 +214,7 @@ CLAIM_BLOCK_ENV = "PADDLE_FLASHMASK_FWD_CLAIM_BLOCK"
 DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 UNIFORM_Q_ENV = "PADDLE_FLASHMASK_FWD_UNIFORM_Q"
 RESCALE_THRESHOLD_ENV = "PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD"
+EDGE_PASS_ENV = "PADDLE_FLASHMASK_FWD_EDGE_PASS"
 EARLY_SCAN_ENV = "PADDLE_FLASHMASK_FWD_EARLY_SCAN"
 GRID_ENV = "PADDLE_FLASHMASK_FWD_GRID"  # "tiles": one CTA per work tile (default "persistent")
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
@@ -358,6 +366,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                               or default_rescale_threshold(head_dim, causal, mask_columns))
     # the scan before the Q wait: on since the H200 A/B of session 14 (env ..._EARLY_SCAN=0: after)
     early_scan = env_choice(EARLY_SCAN_ENV, ("0", "1")) != "0"
+    # the sequence edge as its own pass: off until the H200 A/B (env ..._EDGE_PASS=1)
+    edge_pass = env_choice(EDGE_PASS_ENV, ("0", "1")) == "1"
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -367,7 +377,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
                          uniform_q=uniform_q, rescale_threshold=rescale_threshold,
-                         early_scan=early_scan)
+                         early_scan=early_scan, edge_pass=edge_pass)
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
@@ -380,13 +390,15 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                        claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
                        uniform_q=uniform_q, rescale_threshold=rescale_threshold,
-                       early_scan=early_scan)
+                       early_scan=early_scan, edge_pass=edge_pass)
     # FA4's tile shapes at d256 (128x80) and d64 (192x128): on since the H200 A/B of session 10
     # (forward 1-10 % faster on every mask of the zoo); env "64" / "128" restores the old shapes
     if head_dim == 256 and (env_choice(D256_TILE_ENV, ("64", "80")) or "80") == "80":
         config = _widest_fitting_tile(config, 80)
     if head_dim == 64 and (env_choice(D64_TILE_M_ENV, ("128", "192")) or "192") == "192":
         config = with_consumer_warpgroups(config, 3)
+    if config.edge_pass and config.consumer_regs < 232:  # d64's three warpgroups: it spills
+        config = dataclasses.replace(config, edge_pass=False)
     return config
 
 
@@ -456,6 +468,7 @@ class FlashFwdSm90:
         self.causal = config.causal
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
+        self.edge_tile_n = config.tile_n if config.edge_pass else 0  # mask.apply_element_mask
         self.has_sink = config.has_sink
         self.num_consumer_wg = config.tile_m // 64
         self.num_threads = self.threads_per_wg * (1 + self.num_consumer_wg)
@@ -1212,7 +1225,7 @@ class FlashFwdSm90:
                 fm_mask.apply_element_mask(acc_mn_view(acc_S), tScS_mn,
                                            s_bounds[None, None, stage], row_base, col_base,
                                            seqlen_q, seqlen_k, diag_offset, self.causal,
-                                           self.ncols)
+                                           self.ncols, False, self.edge_tile_n)
             elif is_partial == 2:  # no column values: one column limit per row
                 fm_mask.apply_element_mask(acc_mn_view(acc_S), tScS_mn, None, row_base,
                                            col_base, seqlen_q, seqlen_k, diag_offset, self.causal,
@@ -1223,7 +1236,7 @@ class FlashFwdSm90:
                 bounds = s_bounds[None, None, stage]
             fm_mask.apply_element_mask(
                 acc_mn_view(acc_S), tScS_mn, bounds, row_base, n_block * self.tile_n, seqlen_q,
-                seqlen_k, diag_offset, self.causal, self.ncols)
+                seqlen_k, diag_offset, self.causal, self.ncols, False, self.edge_tile_n)
 
     @cute.jit
     def store_output_tma(self, acc_O, thr_pv_wg, sO, tma_o, tma_mO, cwg, m_block, head, batch):

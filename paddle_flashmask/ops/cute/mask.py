@@ -183,6 +183,7 @@ def apply_element_mask(
     causal: cutlass.Constexpr[bool],
     num_columns: cutlass.Constexpr[int],
     diagonal_only: cutlass.Constexpr[bool] = False,
+    edge_tile_n: cutlass.Constexpr[int] = 0,
 ):
     """Set masked scores of one partial tile to -inf, in registers.
 
@@ -191,7 +192,10 @@ def apply_element_mask(
     ``(tile_n, C)`` int32, or None for plain attention (constant bands). ``diagonal_only``: a
     tile no band touches (``semantics.tile_band_touched``): the causal diagonal and the sequence
     edge alone, one column limit per row (``semantics.diagonal_col_limit``) and one compare per
-    element; ``s_bounds`` is not read.
+    element; ``s_bounds`` is not read. ``edge_tile_n`` > 0 (the tile's width): the sequence
+    edge is a separate pass over the thread's columns, run only when the tile reaches past
+    ``seqlen_k``, instead of a compare and a select in every element of every partial tile
+    (most partial tiles are inside the sequence: document boundaries, windows, diagonals).
     """
     if cutlass.const_expr(diagonal_only):
         for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
@@ -210,11 +214,25 @@ def apply_element_mask(
         else:
             bands = bands_from_columns(
                 [s_bounds[col_local, k] for k in range(num_columns)], causal)
-        out_of_seq = col >= seqlen_k
         for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
             row = row_base + coords_mn[r, 0][0]
-            masked = semantics.element_masked(row, col, bands, causal, diag_offset) | out_of_seq
+            masked = semantics.element_masked(row, col, bands, causal, diag_offset)
+            if cutlass.const_expr(edge_tile_n == 0):
+                masked = masked | (col >= seqlen_k)
             acc_s_mn[r, c] = -Float32.inf if masked else acc_s_mn[r, c]
+    if cutlass.const_expr(edge_tile_n > 0):
+        if col_base + edge_tile_n > seqlen_k:
+            mask_sequence_edge(acc_s_mn, coords_mn, col_base, seqlen_k)
+
+
+@cute.jit
+def mask_sequence_edge(acc_s_mn: cute.Tensor, coords_mn: cute.Tensor, col_base: Int32,
+                       seqlen_k: Int32):
+    """-inf at the thread's columns at or past ``seqlen_k`` (the last key tile's padding)."""
+    for c in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[1])):
+        out_of_seq = col_base + coords_mn[0, c][1] >= seqlen_k
+        for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
+            acc_s_mn[r, c] = -Float32.inf if out_of_seq else acc_s_mn[r, c]
 
 
 def pair_columns_below(limit, num_cols: int):
