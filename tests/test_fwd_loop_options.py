@@ -40,8 +40,9 @@ def _main_loop(env: dict, *form: str) -> dict:
 
 def test_q_descriptors_stay_in_uniform_registers():
     pytest.importorskip("cutlass")
-    base = _main_loop({fwd.UNIFORM_Q_ENV: "0"})["histogram"]
-    uniform = _main_loop({fwd.UNIFORM_Q_ENV: "1"})["histogram"]
+    # the edge pass off: its own tile-end compare brings one R2UR of its own
+    base = _main_loop({fwd.UNIFORM_Q_ENV: "0", fwd.EDGE_PASS_ENV: "0"})["histogram"]
+    uniform = _main_loop({fwd.UNIFORM_Q_ENV: "1", fwd.EDGE_PASS_ENV: "0"})["histogram"]
     # per-thread slice: each Q·Kᵀ wgmma's descriptor is moved from vector registers (R2UR)
     assert base.get("R2UR", 0) >= 8
     assert "R2UR" not in uniform
@@ -96,6 +97,12 @@ def test_edge_pass_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.EDGE_PASS_ENV, raising=False)
+    # by default at D = 128 only (session 26's A/B), every form
+    for causal, columns in ((False, 2), (True, 1), (True, None), (False, None), (False, 4)):
+        assert interface.forward_config("bfloat16", 128, causal, columns, False).edge_pass
+    for d in (64, 96, 192, 256):
+        assert not interface.forward_config("bfloat16", d, True, 1, False).edge_pass, d
+    monkeypatch.setenv(fwd.EDGE_PASS_ENV, "0")
     assert not interface.forward_config("bfloat16", 128, False, 2, False).edge_pass
     monkeypatch.setenv(fwd.EDGE_PASS_ENV, "1")
     for d, causal, columns in ((128, False, 2), (128, True, 1), (128, True, None), (256, False, 2)):

@@ -139,8 +139,8 @@ class FwdConfig:
     # reaches past Sk, not a compare per column and a select per element in every partial tile
     # (mask.apply_element_mask's edge_tile_n): 96 of the d128 C=2 mask block's 407 instructions
     # per warp. The Nsight sampling of the documents forward (call 154) put 6.8 % of all samples
-    # in that block (811 partial tiles of 5,706, FA4 varlen has none inside a document). Off
-    # until the H200 A/B.
+    # in that block (811 partial tiles of 5,706, FA4 varlen has none inside a document). The
+    # host's choice: default_edge_pass (on at D = 128 since the H200 A/B of session 26).
     edge_pass: bool = False
 
     def __post_init__(self):
@@ -318,6 +318,22 @@ def default_rescale_threshold(head_dim: int, causal: bool, mask_columns: Optiona
     return 0.0
 
 
+def default_edge_pass(head_dim: int) -> bool:
+    """``FwdConfig.edge_pass`` without an env choice: on at D = 128, off elsewhere (not
+    measured). Measured on the H200 (session 26, call 159 and its rerun, ``bench/kernel_ab.py``
+    forward, variants interleaved, B=4 S=8K MHA): causal documents 0.984x / 0.983x, shared
+    question 0.980x / 0.980x, global + sliding window 0.975x / 0.979x, sliding window 0.989x,
+    documents 0.995x / 0.994x, causal 0.998x, full 0.997x / 1.000x, but prefix-LM 1.016x /
+    1.016x; at the e2e shape (B=2 GQA 16/8) packed SFT 0.990x, sliding window 0.988x, the others
+    0.997-0.998x. Oracle 24/24 with it forced at every head dim. Env
+    ``PADDLE_FLASHMASK_FWD_EDGE_PASS=1`` / ``0`` forces it on / off (d64's three consumer
+    warpgroups never take it: it spills there)."""
+    forced = env_choice(EDGE_PASS_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    return head_dim == 128
+
+
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
                    fast: Optional[bool] = None, work_order: Optional[bool] = None,
@@ -366,8 +382,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                               or default_rescale_threshold(head_dim, causal, mask_columns))
     # the scan before the Q wait: on since the H200 A/B of session 14 (env ..._EARLY_SCAN=0: after)
     early_scan = env_choice(EARLY_SCAN_ENV, ("0", "1")) != "0"
-    # the sequence edge as its own pass: off until the H200 A/B (env ..._EDGE_PASS=1)
-    edge_pass = env_choice(EDGE_PASS_ENV, ("0", "1")) == "1"
+    edge_pass = default_edge_pass(head_dim)
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
