@@ -1900,7 +1900,7 @@ nc bwd_sm90F paddle_flashmask bwd_doc_s25; nc BackwardSm90 fa4 fa4_bwd_doc_s25
 }
 
 call153() {
-  emit "call 153 (prepared in session 25, not yet run; fresh staging) - dK issued only once dV has completed (PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1, FA4's SM90 order; call 144: our consumers wait 12.4 % of their samples for the dQ GEMM, FA4's ~7 %): the backward oracle with it (stops on failure), then its whole-backward A/B against the default, MHA B=4 S=8K H=16 over the eight masks and the e2e shape (GQA 16/8 B=2, the head walk) [<= 10 min]" \
+  emit "call 153 (prepared in session 25, run in session 26 at b1a19db; fresh staging) - dK issued only once dV has completed (PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1, FA4's SM90 order; call 144: our consumers wait 12.4 % of their samples for the dQ GEMM, FA4's ~7 %): the backward oracle with it (stops on failure), then its whole-backward A/B against the default, MHA B=4 S=8K H=16 over the eight masks and the e2e shape (GQA 16/8 B=2, the head walk) [<= 10 min]" \
     nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 '"$(bwd_oracle 200 bwd_s26_dk_after_dv.json bwd_dkad.log 'PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1 ')"'
@@ -1910,7 +1910,7 @@ timeout -s INT -k 10 120 python3 bench/kernel_ab.py --pass bwd --kernel bwd --ro
 }
 
 call154() {
-  emit "call 154 (prepared in session 25, not yet run; fresh staging with the FA4 wheels) - call 152's method on the documents forward (528 against FA4 varlen's 617 TFLOP/s in session 23, the forward's lowest row): per-instruction warp-state sampling of both forwards [<= 3 min]" \
+  emit "call 154 (prepared in session 25, run in session 26 on call 153's warm machine carrying .devtools and .whl; planned as a fresh staging with the FA4 wheels) - call 152's method on the documents forward (528 against FA4 varlen's 617 TFLOP/s in session 23, the forward's lowest row): per-instruction warp-state sampling of both forwards [<= 3 min]" \
     nvidia-h200 240 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS_INSTALL"'
