@@ -69,6 +69,30 @@ def test_totals_split_and_top_sites(tmp_path):
     assert f"ran {loop}x" in text and f"{total} samples" in text
 
 
+def test_blocks_group_by_execution_count(tmp_path):
+    rng = random.Random()
+    rows = []
+    for i in range(rng.randint(30, 80)):
+        count = rng.choice((3, 50, 700, 12_000))
+        rows.append({"Address": hex(16 * i), "Source": f"OP{i}", nss.SAMPLES: str(rng.randint(0, 999)),
+                     nss.EXECUTED: str(count), **{f"stall_{r}": "0" for r in REASONS},
+                     **{f"stall_{r} (Not Issued)": "0" for r in REASONS}})
+    path = str(tmp_path / "b.csv.gz")
+    _write_csv(path, rows)
+    groups = nss.count_blocks(nss.read_rows(path))
+    expected = {}
+    for row in rows:
+        g = expected.setdefault(int(row[nss.EXECUTED]), [0, 0])
+        g[0] += 1
+        g[1] += int(row[nss.SAMPLES])
+    assert {int(g["count"]): [g["instructions"], g["samples"]] for g in groups} == expected
+    assert [g["samples"] for g in groups] == sorted((g["samples"] for g in groups), reverse=True)
+    for g in groups:
+        assert g["executed"] == g["count"] * g["instructions"]
+    text = nss.summarize(path, 3, None, blocks=2)
+    assert text.count(" instructions, ") == min(2, len(groups))
+
+
 def test_rejects_a_csv_without_the_source_page(tmp_path):
     path = tmp_path / "other.csv"
     path.write_text('"ID","Kernel Name"\n"1","k"\n')
@@ -80,3 +104,14 @@ def test_committed_profile_parses():
     path = os.path.join(ROOT, "bench", "results", "profile", "sass_bwd_full_s25.csv.gz")
     counted = nss.reasons(nss.read_rows(path))
     assert counted["total"] > 0 and counted["barrier"] > 0
+
+
+def test_documents_forward_blocks():
+    """Session 26's reading of call 154: the forward's main loop (445 instructions) ran 697,600
+    times (8 consumer warps x 87,200 steady-state tiles), the partial tiles' mask block in it
+    78,976 times with ~5 % of the samples (its copy for a work tile's first tile: 1.6 % more)."""
+    path = os.path.join(ROOT, "bench", "results", "profile", "sass_fwd_doc_s26.csv.gz")
+    groups = {g["count"]: g for g in nss.count_blocks(nss.read_rows(path))}
+    total = sum(g["samples"] for g in groups.values())
+    assert groups[697600.0]["instructions"] == 445
+    assert 0.04 < groups[78976.0]["samples"] / total < 0.06
