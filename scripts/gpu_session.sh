@@ -1993,8 +1993,8 @@ call161() {
 }
 
 call162() {
-  emit "call 162 (prepared in session 26, not yet run; fresh staging with the FA4 wheels) - the README's same-run table at B=4 S=8K with every peer at session 26's final defaults (the forward's edge pass, dk_after_dv on the GQA walk; last full run: session 23's call 132) [<= 6 min]" \
-    nvidia-h200 360 '[".cutedsl/b", ".devtools", ".whl"]' \
+  emit "call 162 (prepared in session 26, not yet run; fresh staging with the FA4 wheels) - the README's same-run table at B=4 S=8K with every peer at session 26's final defaults (the forward's edge pass, dk_after_dv on the GQA walk; last full run: session 23's call 132) [<= 7.5 min]" \
+    nvidia-h200 450 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
 timeout -s INT -k 10 290 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s27_cases0 > $OUT/bench_s27_cases0.log 2>&1; tail -n 40 $OUT/bench_s27_cases0.log | cut -c1-200
