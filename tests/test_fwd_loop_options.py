@@ -102,6 +102,7 @@ def test_edge_pass_config_rule(monkeypatch):
         assert interface.forward_config("bfloat16", 128, causal, columns, False).edge_pass
     for d in (64, 96, 192, 256):
         assert not interface.forward_config("bfloat16", d, True, 1, False).edge_pass, d
+    assert not fwd.default_config("bfloat16", 128, None, False, 2, fast=False).edge_pass
     monkeypatch.setenv(fwd.EDGE_PASS_ENV, "0")
     assert not interface.forward_config("bfloat16", 128, False, 2, False).edge_pass
     monkeypatch.setenv(fwd.EDGE_PASS_ENV, "1")

@@ -392,7 +392,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
                          uniform_q=uniform_q, rescale_threshold=rescale_threshold,
-                         early_scan=early_scan, edge_pass=edge_pass)
+                         early_scan=early_scan)  # edge_pass: measured on the fast path only
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
