@@ -1919,14 +1919,21 @@ nc flash_fwd_sm90 paddle_flashmask fwd_doc_s26; nc Forward fa4 fa4_fwd_doc_s26
 '"$(pack_logs 154)"
 }
 
+# fwd_option_ab ENV=VALUE LABEL JSON LOG TAG ORACLE_S MHA_S GQA_S: the forward oracle with one
+# forward option forced (stops on failure), then that option's forward A/B against the default
+# on the MHA zoo (B=4) and the e2e shape (B=2 GQA 16/8), variants interleaved (calls 155, 159)
+fwd_option_ab() {
+  printf '%s' "$1 timeout -s INT -k 10 $6 python3 tests/gpu/fwd_check.py --json-name $3 > \$OUT/$4 2>&1; rc=\$?; tail -n 1 \$OUT/$4 | cut -c1-300; [ \$rc = 0 ] || exit \$rc
+V=\"--variant base: --variant $2:$1\"
+timeout -s INT -k 10 $7 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window \$V --rounds 4 --calls 4 --tag $5_mha > \$OUT/kab_fm.log 2>&1; grep -E \"^[a-z_]+ base\" \$OUT/kab_fm.log | cut -c1-200
+timeout -s INT -k 10 $8 python3 bench/kernel_ab.py --pass fwd --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,causal,sliding_window \$V --rounds 5 --calls 10 --tag $5_gqa > \$OUT/kab_fg.log 2>&1; grep -E \"^[a-z_]+ base\" \$OUT/kab_fg.log | cut -c1-200"
+}
+
 call155() {
   emit "call 155 (session 26, fresh staging; as run at da6846b, whose opt-in PADDLE_FLASHMASK_FWD_LATE_RELEASE was removed after this A/B found it 6-11 % slower everywhere; staged as call 155 printed it, part b carried twice after a first attempt named a /tmp script the device does not have) - K released after the exponentials (PADDLE_FLASHMASK_FWD_LATE_RELEASE=1; call 154's sampling of the documents forward: ptxas hoists the P.V wait to the start of the row max, 10 % of the consumers' samples): the forward oracle with it (stops on failure), its forward A/B against the default on the MHA zoo and the e2e shape, then a second A/B of dk_after_dv on the GQA head walk (call 153: 0.980-0.987x there) at 16/8 B=2 and 32/8 B=4 [<= 9 min]" \
     nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-PADDLE_FLASHMASK_FWD_LATE_RELEASE=1 timeout -s INT -k 10 150 python3 tests/gpu/fwd_check.py --json-name fwd_s26_late_release.json > $OUT/fwd_lr.log 2>&1; rc=$?; tail -n 1 $OUT/fwd_lr.log | cut -c1-300; [ $rc = 0 ] || exit $rc
-V="--variant base: --variant lr:PADDLE_FLASHMASK_FWD_LATE_RELEASE=1"
-timeout -s INT -k 10 110 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window $V --rounds 4 --calls 4 --tag s26_fwd_lr_mha > $OUT/kab_fm.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_fm.log | cut -c1-200
-timeout -s INT -k 10 80 python3 bench/kernel_ab.py --pass fwd --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,causal,sliding_window $V --rounds 5 --calls 10 --tag s26_fwd_lr_gqa > $OUT/kab_fg.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_fg.log | cut -c1-200
+'"$(fwd_option_ab PADDLE_FLASHMASK_FWD_LATE_RELEASE=1 lr fwd_s26_late_release.json fwd_lr.log s26_fwd_lr 150 110 80)"'
 V="--variant base: --variant dkad:PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1"
 timeout -s INT -k 10 90 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 4 --calls 6 $V --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,causal,sliding_window --tag s26_dkad_gqa16b > $OUT/kab_g16.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g16.log | cut -c1-200
 timeout -s INT -k 10 90 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 $V --batch 4 --heads 32 --kv-heads 8 --masks full,causal_document,document --tag s26_dkad_gqa32 > $OUT/kab_g32.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g32.log | cut -c1-200
@@ -1969,10 +1976,7 @@ call159() {
   emit "call 159 (session 26, fresh staging) - the sequence edge as its own pass in the forward's partial-tile mask (PADDLE_FLASHMASK_FWD_EDGE_PASS=1: 96 of the d128 C=2 mask block's 407 instructions per warp run only on a tile past Sk; call 154's sampling put 6.8 % of the documents forward's samples in that block): the forward oracle with it (stops on failure), then its forward A/B against the default on the MHA zoo and the e2e shape [<= 5 min]" \
     nvidia-h200 300 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-PADDLE_FLASHMASK_FWD_EDGE_PASS=1 timeout -s INT -k 10 130 python3 tests/gpu/fwd_check.py --json-name fwd_s26_edge_pass.json > $OUT/fwd_ep.log 2>&1; rc=$?; tail -n 1 $OUT/fwd_ep.log | cut -c1-300; [ $rc = 0 ] || exit $rc
-V="--variant base: --variant edge:PADDLE_FLASHMASK_FWD_EDGE_PASS=1"
-timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window $V --rounds 4 --calls 4 --tag s26_fwd_edge_mha > $OUT/kab_fm.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_fm.log | cut -c1-200
-timeout -s INT -k 10 50 python3 bench/kernel_ab.py --pass fwd --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,causal,sliding_window $V --rounds 5 --calls 10 --tag s26_fwd_edge_gqa > $OUT/kab_fg.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_fg.log | cut -c1-200
+'"$(fwd_option_ab PADDLE_FLASHMASK_FWD_EDGE_PASS=1 edge fwd_s26_edge_pass.json fwd_ep.log s26_fwd_edge 130 70 50)"'
 '"$(pack_logs 159)"
 }
 
