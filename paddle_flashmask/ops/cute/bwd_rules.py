@@ -1,0 +1,728 @@
+"""The SM90 backward's host rules: which ``BwdConfig`` options a call gets (``default_*``), the
+environment switches that force them, and the config transforms the host applies
+(``with_tile_m``, ``with_two_pds_stages``). Each rule's docstring carries the H200 measurement it
+rests on. Host code only: nothing here is traced into a kernel.
+
+``flash_bwd_sm90`` re-exports every name here (interface, compile_check and the tests read them
+there).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Optional
+
+from . import tile_scheduler as sched
+from .flash_bwd_prepost import ROWS_PER_CTA
+
+if TYPE_CHECKING:
+    from .flash_bwd_sm90 import BwdConfig
+
+
+# Query rows per tile: 64, or 80 (FlashAttention-4's SM90 tile for bidirectional masks at D = 128:
+# 20 % fewer trips per key tile, dQ computed transposed since its M must be a multiple of 64)
+TILE_M_CHOICES = (ROWS_PER_CTA, 80)
+TILE_M_ENV = "PADDLE_FLASHMASK_BWD_TILE_M"
+
+
+def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], deterministic: bool,
+                   has_sink: bool) -> int:
+    """``BwdConfig.tile_m`` wanted: 64, or with env ``PADDLE_FLASHMASK_BWD_TILE_M=80`` 80 rows for
+    bidirectional masks without columns or with two (full attention, documents) at D = 128,
+    outside the deterministic mode and without a sink (``BwdConfig.tall_tile_applies``).
+    Causal masks keep 64 (FA4 does too: the diagonal's partial tiles grow with the tile); C = 4
+    spills 64 B per thread at 80 rows (compile_check). Off until the H200 A/B."""
+    from .launch_args import env_choice
+
+    wanted = int(env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES)) or ROWS_PER_CTA)
+    if wanted != ROWS_PER_CTA and (head_dim != 128 or causal or num_columns not in (None, 2)
+                                   or deterministic or has_sink):
+        return ROWS_PER_CTA
+    return wanted
+
+
+def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
+    """``cfg`` with ``tile_m`` query rows where that can apply (``BwdConfig.tall_tile_applies``:
+    the options the 80-row tile has no path for are dropped, a second dS^T stage among them),
+    else ``cfg`` unchanged."""
+    if tile_m == cfg.tile_m or not cfg.tall_tile_form:
+        return cfg
+    # H200 (calls 137-138): one dS^T stage with padded dQ rows measured faster than FA3/FA4's
+    # form (two stages, which fit only beside the swizzled unpadded tile and without staged
+    # stats): 1.03-1.07x against 1.12-1.16x of the 64-row default's time
+    return replace(cfg, tile_m=tile_m, pds_stages=1, dq_first_store=False, dq_swizzle=False,
+                   dq_per_wg=False)
+
+
+def with_two_pds_stages(cfg: "BwdConfig") -> "BwdConfig":
+    """An 80-row variant in FA3/FA4's form: two dS^T stages, which fit only beside the swizzled,
+    unpadded dQ tile and without staged LSE / delta (those load from global, delta after the
+    mask for multi-column masks). Measured slower than ``with_tile_m``'s form (call 138); kept
+    for the A/B (compile_check's ``two_pds_swizzled``)."""
+    return replace(cfg, pds_stages=2, dq_swizzle=True, dq_uniform_rows=False, stage_stats=False,
+                   late_loads=(cfg.num_columns or 0) >= 2)
+
+
+def default_tile_n(head_dim: int) -> int:
+    """Keys per CTA: 128 (each consumer WG owns 64 key rows) up to D = 128, else 64 (the WGs split
+    the head dim of dK/dV so the fp32 accumulators fit in registers)."""
+    return 128 if head_dim <= 128 else 64
+
+
+ROW_RANGES_ENV = "PADDLE_FLASHMASK_BWD_ROW_RANGES"
+
+
+RS_DKV_ENV = "PADDLE_FLASHMASK_BWD_RS_DKV"
+
+
+def default_rs_dkv(head_dim: int) -> bool:
+    """dV/dK wgmma with P^T/dS^T from registers where the tile allows it (tile_n 128, D <= 128):
+    spill-free, and on the H200 6-7 % faster on full/causal, 3 % on causal documents (every check
+    passed); env ``PADDLE_FLASHMASK_BWD_RS_DKV=0`` turns it off."""
+    from .launch_args import env_flag
+
+    return default_tile_n(head_dim) == 128 and env_flag(RS_DKV_ENV, default="1")
+
+
+GQA_IN_CTA_ENV = "PADDLE_FLASHMASK_BWD_GQA_IN_CTA"
+PERSISTENT_ENV = "PADDLE_FLASHMASK_BWD_PERSISTENT"
+D256_STAGES_ENV = "PADDLE_FLASHMASK_BWD_D256_STAGES"
+
+
+def default_qdo_stages(head_dim: int) -> int:
+    """``BwdConfig.qdo_stages``: 2, but 1 for D = 256 (dQ through smem and the bulk reduce instead
+    of per-thread atomics: the fp32 staging buffer only fits next to one Q/dO stage; H200, B=4
+    S=8K: forward+backward 219 -> 428 TFLOP/s on full attention, 178 -> 339 on causal documents).
+    Env ``PADDLE_FLASHMASK_BWD_D256_STAGES=2`` gives D = 256 two stages again (A/B runs)."""
+    from .launch_args import env_choice
+
+    return 2 if head_dim != 256 or env_choice(D256_STAGES_ENV, ("1", "2")) == "2" else 1
+
+
+DET_CHAINS_ENV = "PADDLE_FLASHMASK_BWD_DET_CHAINS"
+LAZY_RELEASE_ENV = "PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE"
+
+
+def default_lazy_release(deterministic: bool) -> bool:
+    """``BwdConfig.lazy_release`` wanted: off until the H200 A/B; env
+    ``PADDLE_FLASHMASK_BWD_DET_LAZY_RELEASE=1`` (used where dQ is staged in smem)."""
+    from .launch_args import env_flag
+
+    return deterministic and env_flag(LAZY_RELEASE_ENV)
+
+
+def default_dq_chains(deterministic: bool, causal: bool = True,
+                      num_columns: Optional[int] = None) -> int:
+    """``BwdConfig.dq_chains`` wanted for a deterministic backward: 2 for bidirectional masks with
+    columns (documents), else 1. Session 16's interleaved whole-backward times
+    (``bench/kernel_ab.py``, B=2 S=8K, deterministic / default): documents 1.225 -> 1.176x
+    (1.233 -> 1.185x in a second run) with two chains; every causal mask slower with them (causal
+    1.12 -> 1.15x, sliding window 1.07 -> 1.16x, shared question 1.19 -> 1.25x, full equal).
+    Env ``PADDLE_FLASHMASK_BWD_DET_CHAINS=1``/``2`` forces it (used where dQ is staged in
+    smem)."""
+    from .launch_args import env_choice
+
+    if not deterministic:
+        return 1
+    forced = env_choice(DET_CHAINS_ENV, ("1", "2"))
+    if forced:
+        return int(forced)
+    return 2 if (not causal and num_columns is not None) else 1
+
+
+FUSED_DQ_ENV = "PADDLE_FLASHMASK_BWD_FUSED_DQ"
+
+
+def default_fused_dq() -> bool:
+    """``BwdConfig.fused_dq`` wanted where it applies (persistent grid, dQ staged in smem): off,
+    since the H200 A/B of session 6 (correct, but the document mask's main kernel ~15 % slower,
+    more than the postprocess it saves); env ``PADDLE_FLASHMASK_BWD_FUSED_DQ=1``."""
+    from .launch_args import env_flag
+
+    return env_flag(FUSED_DQ_ENV)
+
+
+DQ_SWIZZLE_ENV = "PADDLE_FLASHMASK_BWD_DQ_SWIZZLE"
+
+
+def default_dq_swizzle(head_dim: int) -> bool:
+    """``BwdConfig.dq_swizzle`` wanted where it applies (dQ staged in smem, D in {64, 128, 256},
+    no fused_dq): on for D = 64 only. H200, session 8 (same-GPU A/B, with dq_first_store):
+    D = 64 8K backward +3-9 % (full 364 -> 396 TFLOP/s); D = 128 1-4 % slower (its main kernel
+    +3 % on 16 documents at 8K). D = 256 was not measured. Env
+    ``PADDLE_FLASHMASK_BWD_DQ_SWIZZLE=1``/``0`` forces it on/off for every D."""
+    from .launch_args import env_choice
+
+    forced = env_choice(DQ_SWIZZLE_ENV, ("0", "1"))
+    return forced == "1" if forced else head_dim == 64
+
+
+DQ_PER_WG_ENV = "PADDLE_FLASHMASK_BWD_DQ_PER_WG"
+
+
+def _measured_two_option_form(head_dim: int, causal: bool, num_columns: Optional[int]) -> bool:
+    """The forms where ``stage_stats`` and ``dq_per_wg`` are defaults together, at D = 128: causal
+    masks without columns or with one (every causal mask of the zoo; session 21's A/Bs) and full
+    attention (no mask, not causal; session 25). Together they remove the two consumer waits that
+    Nsight Compute's stall sampling of the full backward found and FA4's kernel lacks (H200 call
+    144: 16 % of our consumer warps' samples; the LSE global load behind the S GEMM, and the two
+    warpgroups meeting at the shared dQ buffer's barrier); each alone was within noise. Full
+    attention, whole backward, both / default (calls 145-146): MHA B=4 S=8K H=16 0.956x, 0.926x;
+    GQA 32/8 B=4 0.975x, 16/8 B=2 0.975x; MHA B=1 S=32K 0.985x; stage_stats alone 0.984-0.986x,
+    dq_per_wg alone 0.993-1.041x. Bidirectional masks with columns lose with both (documents
+    1.007x / 1.015x at 32/8, prefix-LM 1.013x), and causal C = 2 was not measured (its MHA kernel
+    spills 4 B with both)."""
+    if head_dim != 128:
+        return False
+    return num_columns in (None, 1) if causal else num_columns is None
+
+
+def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
+                      deterministic: bool = False, gqa: bool = False) -> bool:
+    """``BwdConfig.dq_per_wg`` wanted where it applies (with dq_swizzle, which it turns on: dQ
+    staged in smem, no fused_dq): at D = 128 for causal masks without columns or with one (every
+    causal mask of the zoo) and, since session 25, full attention, both together with
+    ``stage_stats`` (``_measured_two_option_form``; MHA and the GQA head walk; the deterministic
+    mode on MHA only); off for bidirectional masks with columns, causal C = 2 (not measured; with
+    staged stats its MHA kernel spills 4 B), other head dims and deterministic GQA. Deterministic, session 22 (call 124, oracle 29/29
+    and bit-identical reruns 8/8 with it forced; deterministic / default, the default already
+    with it): MHA B=4 S=8K H=16 causal 1.082 -> 1.046, causal documents 1.147 -> 1.098,
+    sliding window 1.139 -> 1.094, shared question 1.159 -> 1.113, global + sliding window
+    1.135 -> 1.091 (-3.5 .. -4 % each); GQA 16/8 B=2 causal 1.127 -> 1.087 but packed SFT
+    1.262 -> 1.280, causal documents 1.217 -> 1.232, sliding window 1.161 -> 1.183, so
+    deterministic GQA keeps the staged-row hand-off. Interleaved whole-backward times
+    (``bench/kernel_ab.py``) against the default with ``dv_early`` and ``stage_stats`` on causal
+    masks, session 21: MHA B=4 S=8K H=16 (calls 122-123) causal -3.1 %, causal documents -2.9 %,
+    sliding window -3.6 %, shared question -2.6 %, global + sliding window -2.3 %; full -0.3 /
+    +0.1 %, documents +0.5 %, prefix-LM +1.0 % (bidirectional: off); GQA head walk (call 118)
+    16/8 B=2 packed SFT -1.7 %, causal documents -2.1 %, sliding window -1.8 %, shared question
+    -2.1 %, global + sliding window -2.2 %, causal -1.8 %, 32/8 B=4 causal documents -2.4 %,
+    sliding window -1.9 %, causal +1.0 % (its base spread 6 %). Before causal masks had staged
+    stats it was slower on most of them (call 115: MHA +0.9 .. +3.7 %, GQA causal +3.7 %;
+    sessions 13 and 15, before ``dv_early``: no gain to +8 %). Env
+    ``PADDLE_FLASHMASK_BWD_DQ_PER_WG=1``/``0`` forces it; unforced, it yields to an explicit
+    choice of the hand-off (``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1`` or
+    ``PADDLE_FLASHMASK_BWD_DQ_SWIZZLE`` set), which then gets exactly what it names."""
+    from .launch_args import env_choice
+
+    forced = env_choice(DQ_PER_WG_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    if (env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1")) == "1"
+            or env_choice(DQ_SWIZZLE_ENV, ("0", "1"))):
+        return False
+    return (_measured_two_option_form(head_dim, causal, num_columns)
+            and not (deterministic and gqa))
+
+
+MASK_BITS_ENV = "PADDLE_FLASHMASK_BWD_MASK_BITS"
+
+
+def default_mask_bits() -> bool:
+    """``BwdConfig.mask_bits`` wanted: on. H200, call 86 (``bench/kernel_ab.py --pass bwd``, S=8K,
+    bits / per-element compares): MHA B=4 0.981-0.993x on six masks with columns, causal 1.002x
+    (noise); GQA 16/8 B=2 0.981-0.993x; deterministic 0.97-0.98x; backward oracle 27/27 and
+    determinism 5/5 with it on. Env ``PADDLE_FLASHMASK_BWD_MASK_BITS=0`` gives the compares."""
+    from .launch_args import env_choice
+
+    return env_choice(MASK_BITS_ENV, ("0", "1")) != "0"
+
+
+DQ_UNIFORM_ROWS_ENV = "PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS"
+
+
+def default_dq_uniform_rows(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int]) -> bool:
+    """``BwdConfig.dq_uniform_rows`` wanted where it applies (dQ staged in smem, one bulk op per
+    row): on at D = 128. Session 11 (B=4 S=8K, forward+backward): document 5.63 -> 5.35 ms,
+    causal documents -1.3 %, causal -0.9 %, full -0.4 %; oracle 27/27 and determinism with it on
+    at every head dim. With the GQA head walk (``gqa_in_cta``) and mask columns the walk's extra
+    state makes the producer's 24 registers spill 8-36 B, so until session 15 it stayed off
+    there; session 15's interleaved kernel times (B=2 S=8K GQA 16/8, ``bench/kernel_ab.py``) have
+    it faster anyway: the end-to-end step's packed documents -3 %, causal documents -2 %,
+    documents -3.5 % (the per-lane waterfall of the row adds costs more than the spill). Off at
+    the other head dims (not measured). Env ``PADDLE_FLASHMASK_BWD_DQ_UNIFORM_ROWS=1``/``0``
+    forces it on/off wherever it applies."""
+    from .launch_args import env_choice
+
+    forced = env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    return head_dim == 128
+
+
+FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_FIRST_STORE"
+
+
+def default_dq_first_store() -> bool:
+    """``BwdConfig.dq_first_store`` wanted where it applies (not deterministic, dQ staged in
+    smem, no fused_dq): on since the H200 check of session 8 (oracle 27/27; the 16-document 8K
+    preprocess 141 -> 72 us, backward B=2 S=8K causal documents 0.847 -> 0.805 ms, GQA 0.847 ->
+    0.795 ms, full unchanged); env ``PADDLE_FLASHMASK_BWD_FIRST_STORE=0`` turns it off."""
+    from .launch_args import env_flag
+
+    return env_flag(FIRST_STORE_ENV, default="1")
+
+
+DET_FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_DET_FIRST_STORE"
+
+
+def default_det_first_store() -> bool:
+    """``BwdConfig.dq_first_store`` in deterministic mode (dQ staged in smem): the first adder
+    of each dQ chain stores instead of adding into a zeroed accumulator, so the preprocess no
+    longer zeroes ``chains x [B, H, Sq_pad, D]`` fp32 (B=2 S=8K H=16 D=128 with two chains:
+    268 MB written). Env ``PADDLE_FLASHMASK_BWD_DET_FIRST_STORE=0`` turns it off."""
+    from .launch_args import env_flag
+
+    return env_flag(DET_FIRST_STORE_ENV, default="1")
+
+
+VECTOR_DKV_ENV = "PADDLE_FLASHMASK_BWD_VECTOR_DKV"
+
+
+def default_vector_dkv() -> bool:
+    """``BwdConfig.vector_dkv``: on; env ``PADDLE_FLASHMASK_BWD_VECTOR_DKV=0`` for the A/B."""
+    from .launch_args import env_flag
+
+    return env_flag(VECTOR_DKV_ENV, default="1")
+
+
+DET_SYNC_ENV = "PADDLE_FLASHMASK_BWD_DET_SYNC"
+# how the deterministic dQ writer waits for its turn and hands the query tile on (BwdConfig.det_sync)
+DET_SYNC_MODES = ("acquire", "fence", "relaxed")
+
+
+def default_det_sync(deterministic: bool) -> str:
+    """``BwdConfig.det_sync`` wanted (used where dQ is staged in smem): "relaxed", the fastest on
+    the H200 (session 7, B=2 S=8K: deterministic / default 1.02-1.12x against 1.24-1.39x with
+    "acquire", bit-exact); env ``PADDLE_FLASHMASK_BWD_DET_SYNC`` picks another mode."""
+    from .launch_args import env_choice
+
+    if not deterministic:
+        return "acquire"
+    return env_choice(DET_SYNC_ENV, DET_SYNC_MODES) or "relaxed"
+
+
+LATE_LOADS_ENV = "PADDLE_FLASHMASK_BWD_LATE_LOADS"
+
+
+def default_late_loads() -> bool:
+    """``BwdConfig.late_loads`` wanted: off until the H200 check (SASS-checked only); env
+    ``PADDLE_FLASHMASK_BWD_LATE_LOADS=1``."""
+    from .launch_args import env_flag
+
+    return env_flag(LATE_LOADS_ENV)
+
+
+DQ_COUNT_LAG_ENV = "PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG"
+
+
+def default_dq_count_lag() -> int:
+    """``BwdConfig.dq_count_lag``: 2; env ``PADDLE_FLASHMASK_BWD_DQ_COUNT_LAG`` = 1, 2 or 3."""
+    from .launch_args import env_choice
+
+    return int(env_choice(DQ_COUNT_LAG_ENV, ("1", "2", "3")) or 2)
+
+
+KEY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_KEY_MAJOR"
+
+
+def default_key_major(num_columns: Optional[int] = None, claim_passes: int = 1,
+                      gqa_in_cta: bool = False, head_dim: int = 128, causal: bool = False,
+                      deterministic: bool = False) -> bool:
+    """``BwdConfig.key_major`` (the persistent grid claims key tile n of every head before n + 1)
+    wanted, for masks with columns only (plain causal and full: +1.1 / +1.2 %):
+
+    * per-query-head CTAs (no GQA head walk): when the list is claimed in one pass. Session 15's
+      interleaved kernel times (``bench/kernel_ab.py``, B=4 S=8K H=16 D=128, 4,096 items):
+      global + sliding window -15 %, shared question -4.6 %, causal documents -3 %, documents
+      -2.3 %, sliding window 0, prefix-LM +1.2 % (within its spread). With claims by work class
+      forced there it loses (session 16: +1.4 to +4.8 % against one pass, head-major).
+    * the GQA head walk (``gqa_in_cta``): at D = 128, causal masks, with claims by work class
+      (:func:`default_claim_passes`, the few-items-per-CTA grids). Session 16, B=2 S=8K GQA 16/8
+      (1,024 items, 3 passes): causal documents -2.6 %, the end-to-end step's packed documents
+      -0.5 %, bidirectional documents +0.8 % (so not there). The walk's per-head state plus the
+      key-major decode spill 16-28 B in the producer's 24 registers at D = 64 / 256; at D = 128
+      it stays within the uniform-row writer's allowance (causal C=1 8 B, C=2 28 B).
+
+    The deterministic mode's persistent grid (``PADDLE_FLASHMASK_BWD_DET_PERSISTENT``) keeps the
+    head-major list unless forced (either order keeps its dQ chains deadlock-free: key tiles are
+    claimed last first per head). Env ``PADDLE_FLASHMASK_BWD_KEY_MAJOR=1``/``0`` forces it."""
+    from .launch_args import env_choice
+
+    forced = env_choice(KEY_MAJOR_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    if num_columns is None or deterministic:
+        return False
+    if gqa_in_cta:
+        return head_dim == 128 and causal and claim_passes > 1
+    return claim_passes == 1
+
+
+CLAIM_PASSES_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_PASSES"
+
+
+def default_claim_passes(work_items: Optional[int] = None, grid_ctas: Optional[int] = None
+                         ) -> int:
+    """``BwdConfig.claim_passes`` wanted for a persistent grid of ``grid_ctas`` CTAs over
+    ``work_items`` key tiles (None: not known yet, the compile-time default).
+
+    3 (claims by work class) when the grid gets fewer than
+    :data:`~paddle_flashmask.ops.cute.tile_scheduler.FEW_ITEMS_PER_CTA` items per CTA,
+    else 1 (the list once, in order). The end-to-end step's backward (B=2 S=8K, GQA 16/8 in the
+    CTA: 1,024 key tiles over 132 CTAs) left the SMs idle 18 % of its time with one pass and
+    3-pass claims took its kernel from 806-809 to 735-739 us (H200, session 13); the schedule
+    model (``bench/schedule_sim.py --backward``) puts that tail at 1.23x -> 1.04x, and at
+    16-31 items per CTA at 1.06-1.12x -> 1.01x, where the extra claims' cost (session 10:
+    B=4 S=8K H=16, 31 per CTA, causal documents 1-5 % slower) eats the gain. Env
+    ``PADDLE_FLASHMASK_BWD_CLAIM_PASSES`` = 1-4 overrides the rule, except in deterministic mode,
+    which always claims in one pass (class passes would reorder its dQ chains' list and could
+    deadlock it: ``default_persistent_ctas``)."""
+    from .launch_args import env_choice
+
+    forced = env_choice(CLAIM_PASSES_ENV, ("1", "2", "3", "4"))
+    if forced:
+        return int(forced)
+    if work_items is None or grid_ctas is None:
+        return 1
+    return 3 if sched.few_items_per_cta(work_items, grid_ctas) else 1
+
+
+CLAIM_LIST_ENV = "PADDLE_FLASHMASK_BWD_CLAIM_LIST"
+
+
+def default_claim_list() -> bool:
+    """``BwdConfig.claim_list`` wanted wherever claims go by work class (``claim_passes`` > 1:
+    the default mode's few-items-per-CTA grids, the deterministic class chains): the class-sorted
+    list built before the main kernel, claimed in one pass. Env
+    ``PADDLE_FLASHMASK_BWD_CLAIM_LIST=0`` gives the per-pass claims."""
+    from .launch_args import env_flag
+
+    return env_flag(CLAIM_LIST_ENV, default="1")
+
+
+def backward_work_items(config, batch: int, seqlen_k: int, num_heads: int,
+                        num_kv_heads: int) -> int:
+    """Key tiles in the persistent backward's work list (``_num_tiles``): per batch and query
+    head, or per KV head when the CTA walks the query heads itself (``gqa_in_cta``)."""
+    heads = num_kv_heads if config.gqa_in_cta else num_heads
+    return -(-seqlen_k // config.tile_n) * heads * batch
+
+
+PDS_STAGES_ENV = "PADDLE_FLASHMASK_BWD_PDS_STAGES"
+
+
+def default_pds_stages() -> int:
+    """``BwdConfig.pds_stages`` wanted where it applies (P^T from registers, two Q/dO stages,
+    tile_n 128: D <= 128): 2 since the H200 A/B of session 10 (with ``dq_early``, backward 2-5 %
+    faster on full, causal and prefix-LM masks): dS^T gets two buffers and the consumer WGs meet
+    once fewer per visited query tile. Env ``PADDLE_FLASHMASK_BWD_PDS_STAGES=1``: one buffer."""
+    from .launch_args import env_choice
+
+    return int(env_choice(PDS_STAGES_ENV, ("1", "2")) or 2)
+
+
+DQ_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DQ_EARLY"
+
+
+def default_dq_early() -> bool:
+    """``BwdConfig.dq_early`` wanted where it applies (dQ staged in smem, not deterministic): on
+    since the H200 A/B of session 10 (see ``default_pds_stages``): the dQ GEMM is issued before
+    dK and its tile handed over while dK runs. Env ``PADDLE_FLASHMASK_BWD_DQ_EARLY=0``: after."""
+    from .launch_args import env_flag
+
+    return env_flag(DQ_EARLY_ENV, default="1")
+
+
+DV_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DV_EARLY"
+
+
+def default_dv_early() -> bool:
+    """``BwdConfig.dv_early`` wanted where it applies (P^T from registers, ``rs_dkv``): on since
+    the H200 A/B of session 20. Why: Nsight Compute of the D=128 backward (session 11) put ours
+    at ~60 % tensor-pipe use against FA4's 77 %, with both consumer warpgroups meeting at the
+    dS^T rendezvous every query tile and the tensor pipe idle through it; FA4 issues its dV GEMM
+    before that rendezvous, ours did after. Measured (call 110, whole backward, interleaved):
+    MHA B=4 S=8K H=16 D=128 0.944-0.981x on all eight masks (full 0.968, causal 0.973, documents
+    0.966, prefix-LM 0.944), GQA 16/8 B=2 0.968-0.975x (packed SFT 0.969), deterministic MHA
+    0.967-0.991x; oracle 29/29 and bit-identical reruns 8/8 with it. Env
+    ``PADDLE_FLASHMASK_BWD_DV_EARLY=0``: the dV GEMM after the rendezvous."""
+    from .launch_args import env_flag
+
+    return env_flag(DV_EARLY_ENV, default="1")
+
+
+DK_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DK_EARLY"
+
+
+def default_dk_early() -> bool:
+    """``BwdConfig.dk_early`` wanted where it applies (with ``dv_early``): off. Measured (call 111,
+    whole backward against ``dv_early`` alone): correct (oracle 29/29, bit-identical 8/8) but
+    slower, MHA B=4 causal 1.040x, causal documents 1.030x, documents 1.017x, GQA 16/8 causal
+    documents 1.031x: the dQ hand-off no longer runs under the dK GEMM. Env
+    ``PADDLE_FLASHMASK_BWD_DK_EARLY=1`` turns it on."""
+    from .launch_args import env_flag
+
+    return env_flag(DK_EARLY_ENV, default="0")
+
+
+DK_AFTER_DV_ENV = "PADDLE_FLASHMASK_BWD_DK_AFTER_DV"
+
+
+def default_dk_after_dv(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int]) -> bool:
+    """``BwdConfig.dk_after_dv`` wanted where it applies (``dv_early`` and ``dq_early``, not
+    ``dk_early``): on the GQA head walk (``gqa_in_cta``) at D = 128 for masks with columns, off
+    elsewhere (D = 64 / 256 on the walk not measured).
+    Why it was built (session 25, call 144's stall sampling of the full backward): our consumers
+    wait 12.4 % of their samples for the dQ GEMM to complete, FA4's ~7 % at its two waits; FA4
+    issues dK only once dV has completed, so both warpgroups' dQ GEMMs reach the tensor pipe
+    ahead of either dK. Measured on the H200 (whole backward against the default, interleaved;
+    calls 153 and 155): on the head walk with columns faster in all seven rows, GQA 16/8 B=2
+    packed SFT 0.987x / 0.988x, causal documents 0.980x / 0.986x, documents 0.999x, sliding
+    window 0.987x, GQA 32/8 B=4 causal documents 0.992x, documents 0.984x; on the walk without
+    columns causal 1.006x, full 1.009x; MHA B=4 0.992-1.002x with columns, full 1.015x. Env
+    ``PADDLE_FLASHMASK_BWD_DK_AFTER_DV=1`` / ``0`` forces it on / off where it applies."""
+    from .launch_args import env_choice
+
+    forced = env_choice(DK_AFTER_DV_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    return head_dim == 128 and gqa_in_cta and num_columns is not None
+
+
+PREFETCH_STATS_ENV = "PADDLE_FLASHMASK_BWD_PREFETCH_STATS"
+
+
+def default_prefetch_stats(head_dim: int) -> bool:
+    """``BwdConfig.prefetch_stats`` wanted: on at D = 64 since the H200 A/B of session 10 (backward
+    6-9 % faster on full and document masks, oracle checks pass), where a query tile's GEMMs are
+    too short to hide the stats' global loads and the registers to hold them ahead are free.
+    Env ``PADDLE_FLASHMASK_BWD_PREFETCH_STATS=0`` turns it off."""
+    from .launch_args import env_flag
+
+    return head_dim == 64 and env_flag(PREFETCH_STATS_ENV, default="1")
+
+
+STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
+
+
+def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int],
+                        causal: bool = True) -> bool:
+    """``BwdConfig.stage_stats`` wanted: at D = 128 for causal masks without columns or with one
+    (every causal mask of the zoo) and full attention (both with ``dq_per_wg``:
+    ``_measured_two_option_form``), for masks with columns under the GQA head walk, and for the
+    bidirectional C = 2 form (documents) with per-query-head CTAs; off for causal C = 2 and
+    bidirectional C = 4 without the walk (not measured; C = 4 would spill 8 B per thread, causal
+    C = 2 spills 4 B together with ``dq_per_wg``) and at other head dims.
+    Interleaved whole-backward times (``bench/kernel_ab.py``): session 15, B=2 S=8K GQA 16/8:
+    documents 2,248 -> 1,992 us, causal documents -0.8 %, packed documents -1.3 %, sliding window
+    -0.8 %; B=4 S=8K H=16 (MHA): documents -1.5 % (session 15), -1.7 % (session 16). With the dV
+    GEMM before the rendezvous (``dv_early``, session 21, call 115, MHA B=4 S=8K H=16): causal
+    -1.7 %, causal documents -1.3 %, sliding window -1.8 %, shared question -1.5 %, global +
+    sliding window -1.3 % (the old order had them within -0.8 / +1.1 %), full +1.2 % (its spread
+    is 5 %; +0.8 % in session 15; with dq_per_wg -4 .. -7 %, session 25, so both are on there);
+    GQA 16/8 B=2 causal (no columns) -2.0 %.
+    Env ``PADDLE_FLASHMASK_BWD_STAGE_STATS=1``/``0`` forces it: each query tile's LSE/delta staged
+    in shared memory with its Q/dO (every head dim; it then replaces the D = 64 prefetch)."""
+    from .launch_args import env_choice
+
+    forced = env_choice(STAGE_STATS_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    if head_dim != 128:
+        return False
+    if _measured_two_option_form(head_dim, causal, num_columns):
+        return True
+    return num_columns is not None and (gqa_in_cta or (not causal and num_columns == 2))
+
+
+DET_PERSISTENT_ENV = "PADDLE_FLASHMASK_BWD_DET_PERSISTENT"
+DET_CLASS_CHAINS_ENV = "PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS"
+DET_CLASS_RATIO_ENV = "PADDLE_FLASHMASK_BWD_DET_CLASS_RATIO"
+DET_DKV_CHAIN_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN"
+
+
+def _dkv_chain_mode() -> str:
+    """``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN``: ``0`` / unset (the partials), ``1`` (the register
+    chain, ``dkv_chain``), ``red`` (the chain through L2, ``dkv_chain`` and ``dkv_red``) or
+    ``bulk`` (the chain through L2 by bulk reduce-adds from shared memory, ``dkv_bulk``)."""
+    from .launch_args import env_choice
+
+    return env_choice(DET_DKV_CHAIN_ENV, ("0", "1", "red", "bulk"))
+
+
+def default_dkv_chain(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
+    """``BwdConfig.dkv_chain`` wanted where it applies (deterministic GQA without the head walk):
+    off. Correct on the H200 (call 92: oracle 28/28, bit-identical reruns 7/7, GPU deterministic
+    tests 2/2 with it on) but slower: whole backward, deterministic / default, GQA 16/8 B=2 S=8K
+    causal documents 1.238 -> 1.263x, packed SFT documents 1.320 -> 1.342x, documents 1.199 ->
+    1.207x, causal 1.129 -> 1.145x; 32/8 B=1 SFT 1.303 -> 1.374x. The partials' traffic is not
+    what the deterministic GQA loses: the epilogue's wait and fp32 reads on the consumers'
+    path cost more than the postprocess they save. Env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=1``
+    turns it on there (``red``: through L2 reduce-adds, ``default_dkv_red``)."""
+    return (_dkv_chain_mode() in ("1", "red", "bulk") and deterministic and gqa
+            and not gqa_in_cta)
+
+
+def default_dkv_red(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
+    """``BwdConfig.dkv_red`` (with ``dkv_chain``) wanted where it applies (deterministic GQA
+    without the head walk): off, env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=red``. Why it was
+    tried (H200 call 103, whole backward split by kernel, deterministic against default): at GQA
+    32/8 B=4 S=8K the per-query-head fp32 partials are most of the gap, the postprocess's
+    reduction 364-366 us (a kernel the default does not run) and the main kernel +248 to +642
+    us, against 3,839 us (causal documents) of default; at 16/8 B=2 the reduction is 107 us of a
+    210 us gap (packed SFT). Measured (call 104): correct (oracle 28/28, bit-identical 7/7, GPU
+    deterministic tests 2/2) and the reduction kernel 362 -> 123 us (106 -> 64 at 16/8), but the
+    main kernel +535 us (32/8 causal documents), +533 (sliding window), +131 (16/8 packed
+    SFT): 128 scalar ``red.global.add.f32`` per consumer thread, issued one query head after
+    the other, each head's behind its predecessor's fence. Deterministic / default without ->
+    with it: 32/8 causal documents 1.180 -> 1.258x, sliding window 1.201 -> 1.301x, documents
+    1.156 -> 1.191x; 16/8 packed SFT 1.274 -> 1.394x."""
+    return (_dkv_chain_mode() in ("red", "bulk") and deterministic and gqa
+            and not gqa_in_cta)
+
+
+def default_dkv_bulk(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
+    """``BwdConfig.dkv_bulk`` (with ``dkv_red``) wanted where it applies (deterministic GQA
+    without the head walk, a variant whose staging region fits: ``BwdConfig.dkv_bulk_fits``):
+    env ``PADDLE_FLASHMASK_BWD_DET_DKV_CHAIN=bulk``; where it does not fit, the host keeps the
+    per-query-head partials. Why (H200 call 107, GQA 32/8 B=4 S=8K, whole backward split by
+    kernel): the partials' reduction kernel alone is 322 us of the deterministic backward, 8-11 %
+    of the default's time (sliding window 2,965 us, causal documents 3,856), and ``dkv_red``'s
+    scalar reduce-adds moved that cost into the consumers (call 104). Here the consumers only
+    stage each tile in shared memory; the dQ writer warp waits for the group's previous head
+    and issues one bulk op per tile, so the adds meet in L2 and the postprocess only converts
+    the Hk-sized sums. Measured (call 109): correct (oracle 29/29, bit-identical 8/8, GPU
+    deterministic tests 2/2), the postprocess 323 -> 128 us, but the main kernel +160 to +314 us
+    (each 64 KB tile read out of shared memory by the TMA before the next is staged): 32/8 B=4
+    deterministic / default causal documents 1.162 -> 1.154x, documents 1.153 -> 1.171x; 16/8
+    B=2 packed SFT 1.252 -> 1.267x. Off."""
+    return _dkv_chain_mode() == "bulk" and deterministic and gqa and not gqa_in_cta
+
+
+DET_WALK_INTERLEAVE_ENV = "PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE"
+
+
+def default_walk_interleave(deterministic: bool, gqa: bool) -> bool:
+    """Deterministic GQA through the head walk with its heads interleaved per query tile
+    (``BwdConfig.walk_interleave``, and ``gqa_in_cta`` with it): off. Why it was tried (H200 calls
+    97, 99): the default mode without its walk is 1.10-1.16x of the default, and the deterministic
+    mode 1.03-1.11x of that; the head-by-head walk stalls on its dQ chains (1.65x on packed SFT).
+    Measured (call 101, GQA 16/8 B=2 S=8K, deterministic / default, whole backward, without ->
+    with it): correct (oracle 28/28, bit-identical 7/7, GPU deterministic tests 2/2), but only the
+    sliding window gains (1.164 -> 1.083x); packed SFT 1.273 -> 1.267, causal 1.096 -> 1.096,
+    causal documents 1.212 -> 1.235, documents 1.156 -> 1.186 (with parity chains 1.15-1.32x).
+    The masks whose key tiles' walks differ in length lose what the walk saves to the longer
+    items' tail. Env ``PADDLE_FLASHMASK_BWD_DET_WALK_INTERLEAVE=1`` turns it on (where the config
+    allows it and, per call, the group's heads share a mask head)."""
+    from .launch_args import env_choice
+
+    return (env_choice(DET_WALK_INTERLEAVE_ENV, ("0", "1")) == "1" and deterministic and gqa)
+
+
+DET_DKV_LAST_ENV = "PADDLE_FLASHMASK_BWD_DET_DKV_LAST"
+
+
+def default_dkv_last(deterministic: bool, gqa: bool, gqa_in_cta: bool) -> bool:
+    """``BwdConfig.dkv_last`` wanted where it applies (deterministic GQA without the head walk,
+    no ``dkv_chain``): off. The postprocess's reduction of the fp32 partials (B=2 S=8K GQA 16/8:
+    268 MB read) is most of what the deterministic GQA backward spends outside its main kernel
+    (Nsight Compute, call 94: main kernel 790 us of a 1,015 us backward, against 688 of 776 in
+    the default mode), but summing them in the main kernel's epilogue was slower (H200 call 96,
+    deterministic / default, GQA 16/8 B=2 S=8K, against the partials: causal documents 1.269 ->
+    1.423x, packed SFT 1.324 -> 1.556x, documents 1.350 -> 1.409x, causal 1.192 -> 1.233x,
+    sliding window 1.214 -> 1.435x): every CTA's consumers wait for their partial stores
+    (the fence before the arrival count) and the last one reads the group's partials with the
+    next tile's K/V waiting. Env ``PADDLE_FLASHMASK_BWD_DET_DKV_LAST=1`` turns it on there."""
+    from .launch_args import env_choice
+
+    return (env_choice(DET_DKV_LAST_ENV, ("0", "1")) == "1" and deterministic and gqa
+            and not gqa_in_cta)
+
+
+def default_class_ratio() -> int:
+    """``BwdConfig.class_ratio``: a key tile is heavy when it visits at least 1/ratio of the
+    query tiles. 4, the claim classes' ratio (2 was slower on every causal mask, H200 call 88);
+    env ``PADDLE_FLASHMASK_BWD_DET_CLASS_RATIO`` = 2/4/8 overrides."""
+    from .launch_args import env_choice
+
+    return int(env_choice(DET_CLASS_RATIO_ENV, ("2", "4", "8")) or sched.CLAIM_CLASS_RATIO)
+
+
+def default_class_chains(deterministic: bool, persistent: bool, gqa_in_cta: bool,
+                         causal: bool = True, num_columns: Optional[int] = None,
+                         gqa: bool = False) -> bool:
+    """``BwdConfig.class_chains`` wanted where it applies (deterministic, persistent grid, no GQA
+    head walk): on for causal masks, except GQA masks with columns. H200 (calls 87-90,
+    ``bench/kernel_ab.py --kernel bwd``, B=2 S=8K, deterministic / default, one chain -> class
+    chains, call 90): MHA global + sliding window 1.355 -> 1.151x, prefix-LM causal 1.143 ->
+    1.132x, shared question 1.155 -> 1.145x, causal 1.113 -> 1.088x, but causal documents 1.139 ->
+    1.151x and sliding window 1.050 -> 1.142x: the worst causal mask goes from 1.36x to 1.15x.
+    GQA 16/8: causal 1.153 -> 1.129x, but causal documents 1.241 -> 1.257x and packed SFT
+    documents 1.317 -> 1.376x, so not there. Bidirectional masks keep parity chains (documents
+    1.161 -> 1.197x with class chains, call 87) or one chain (full 1.097 -> 1.104x). Env
+    ``PADDLE_FLASHMASK_BWD_DET_CLASS_CHAINS=0``/``1`` forces it where it applies; a chain count
+    forced by ``PADDLE_FLASHMASK_BWD_DET_CHAINS`` keeps its own rule (one chain, or parity)."""
+    from .launch_args import env_choice
+
+    forced = env_choice(DET_CLASS_CHAINS_ENV, ("0", "1"))
+    chains = env_choice(DET_CHAINS_ENV, ("1", "2"))
+    if forced == "1" and chains == "1":
+        raise ValueError(f"{DET_CLASS_CHAINS_ENV}=1: expected two dQ chains, found "
+                         f"{DET_CHAINS_ENV}=1")
+    if not (deterministic and persistent and not gqa_in_cta):
+        return False
+    if forced:
+        return forced == "1"
+    if chains:
+        return False
+    return causal and not (gqa and num_columns is not None)
+
+
+def default_persistent_ctas(deterministic: bool, num_sms: int) -> int:
+    """``BwdConfig.persistent_ctas``: one CTA per SM, else 0 (one CTA per key tile). On since the
+    H200 check (bwd_check 27/27; causal documents 0.96 -> 0.89 ms, causal -2 %, full equal); env
+    ``PADDLE_FLASHMASK_BWD_PERSISTENT=0`` turns it off.
+
+    Deterministic too since session 16: the persistent grid claims each (b, head)'s key tiles last
+    first, in one pass (the dQ chain's order, ``_tile_of``), so the lowest claimed unfinished
+    tile never waits on an unclaimed one. Oracle 27/27 and determinism 5/5 with it (H200, call
+    84); whole-backward times (``bench/kernel_ab.py``, B=2 S=8K, deterministic / default) 0.1-1.8 %
+    lower than one CTA per key tile over the MHA zoo, 1-3 % without the GQA head walk. Env
+    ``PADDLE_FLASHMASK_BWD_DET_PERSISTENT=0`` gives one CTA per key tile, launched last first."""
+    from .launch_args import env_flag
+
+    if not env_flag(PERSISTENT_ENV, default="1"):
+        return 0
+    if deterministic and not env_flag(DET_PERSISTENT_ENV, default="1"):
+        return 0
+    return num_sms
+
+
+def default_gqa_in_cta(gqa: bool, deterministic: bool = False) -> bool:
+    """GQA: one CTA per KV head walking its query heads (``BwdConfig.gqa_in_cta``), no fp32 dK/dV
+    partials. On since the H200 check (bwd_check 27/27; causal documents 16/8 heads 0.99 -> 0.90
+    ms), except in deterministic mode: there a walking CTA holds each query tile's dQ chain for
+    its heads one after the other, and per-query-head CTAs were faster on every mask measured
+    (session 16, B=2 S=8K GQA 16/8, deterministic / default: causal documents 1.36 -> 1.26x,
+    documents 1.43 -> 1.28x, causal 1.18 -> 1.16x, packed SFT documents 1.34 -> 1.34x). Env
+    ``PADDLE_FLASHMASK_BWD_GQA_IN_CTA=0``/``1`` forces it."""
+    from .launch_args import env_choice
+
+    forced = env_choice(GQA_IN_CTA_ENV, ("0", "1"))
+    if forced:
+        return gqa and forced == "1"
+    return gqa and not deterministic
+
+
+def default_row_ranges(num_columns: Optional[int]) -> bool:
+    """Query-tile ranges per key tile: on for masks (H200, causal documents 8 % faster, every
+    check passed), off for plain causal / full; env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0`` turns
+    them off."""
+    from .launch_args import env_flag
+
+    return num_columns is not None and env_flag(ROW_RANGES_ENV, default="1")
+
+
+# every environment switch the default_* functions above read: the host keys its cached choice of
+# variant on their values (interface.backward_config), so a switch flipped between calls counts
+ENV_SWITCHES = tuple(value for name, value in list(globals().items()) if name.endswith("_ENV"))
