@@ -50,7 +50,7 @@ _MAX_CLASSES = 4  # BwdConfig.claim_passes <= 4: the entry's class takes two bit
 
 def num_items(config, batch: int, seqlen_k: int, num_heads: int, num_kv_heads: int) -> int:
     """Positions in the claim list: the persistent backward's work items."""
-    from .flash_bwd_sm90 import backward_work_items
+    from .bwd_rules import backward_work_items
     return backward_work_items(config, batch, seqlen_k, num_heads, num_kv_heads)
 
 

@@ -3,8 +3,8 @@ environment switches that force them, and the config transforms the host applies
 (``with_tile_m``, ``with_two_pds_stages``). Each rule's docstring carries the H200 measurement it
 rests on. Host code only: nothing here is traced into a kernel.
 
-``flash_bwd_sm90`` re-exports every name here (interface, compile_check and the tests read them
-there).
+The host (interface, compile_check, the claim list) imports them from here; ``flash_bwd_sm90``
+re-exports the public names for the tests, which read them beside ``BwdConfig``.
 """
 from __future__ import annotations
 

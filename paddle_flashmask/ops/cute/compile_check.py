@@ -65,7 +65,7 @@ def _form_label(causal: bool, c: Optional[int]) -> str:
 def variants(full: bool = False) -> list[Variant]:
     """The variants to compile: configs come from ``interface``, i.e. exactly what runs."""
     from . import interface
-    from .flash_bwd_sm90 import with_tile_m, with_two_pds_stages
+    from .bwd_rules import with_tile_m, with_two_pds_stages
     from .summary_kernel import SummaryConfig
 
     out: list[Variant] = []

@@ -71,10 +71,10 @@ from .flash_bwd_prepost import (ROWS_PER_CTA, _dsl_dtype, column_pairs, head_maj
 from . import tile_scheduler as sched
 from .launch_args import (check_variant_call, float32_arg, gmem_ptr, int32_arg,
                           launch)
-# the host rules and their env switches, re-exported (interface, compile_check and the tests
-# read them here)
+# the host rules: the kernel uses DET_SYNC_MODES, TILE_M_CHOICES and default_tile_n; the other
+# public names are re-exported for the tests, which read them here beside BwdConfig
 from .bwd_rules import (  # noqa: F401
-    _dkv_chain_mode, _measured_two_option_form, backward_work_items, CLAIM_LIST_ENV,
+    backward_work_items, CLAIM_LIST_ENV,
     CLAIM_PASSES_ENV, D256_STAGES_ENV, default_claim_list, default_claim_passes,
     default_class_chains, default_class_ratio, default_det_first_store, default_det_sync,
     default_dk_after_dv, default_dk_early, default_dkv_bulk, default_dkv_chain,

@@ -329,7 +329,7 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
                     num_sms: int = 132):
     """The backward kernel variant used for these compile-time facts (per-key-tile query-tile
     ranges for masks unless env ``PADDLE_FLASHMASK_BWD_ROW_RANGES=0``)."""
-    from .flash_bwd_sm90 import ENV_SWITCHES
+    from .bwd_rules import ENV_SWITCHES
 
     # every env switch the defaults read is part of the key: they may flip between calls
     switches = env_snapshot(ENV_SWITCHES)
@@ -340,22 +340,22 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
 @functools.lru_cache(maxsize=256)
 def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic, num_sms,
                       _env_switches):
-    from .flash_bwd_sm90 import (default_claim_passes, default_det_sync, default_dq_chains,
-                                 default_dq_count_lag, default_dq_early, default_dq_first_store,
-                                 default_dq_per_wg, default_dq_swizzle, default_dq_uniform_rows,
-                                 default_fused_dq,
-                                 default_gqa_in_cta,
-                                 default_key_major, default_late_loads, default_lazy_release,
-                                 default_pds_stages, default_persistent_ctas,
-                                 default_prefetch_stats, default_qdo_stages, default_row_ranges,
-                                 default_mask_bits, default_rs_dkv, default_stage_stats,
-                                 default_vector_dkv, default_class_chains, default_class_ratio,
-                                 default_dkv_chain, default_claim_list,
-                                 default_det_first_store, default_dkv_last,
-                                 default_dkv_red, default_walk_interleave,
-                                 default_dkv_bulk, default_dv_early, default_dk_early,
-                                 default_dk_after_dv,
-                                 default_tile_m)
+    from .bwd_rules import (default_claim_passes, default_det_sync, default_dq_chains,
+                            default_dq_count_lag, default_dq_early, default_dq_first_store,
+                            default_dq_per_wg, default_dq_swizzle, default_dq_uniform_rows,
+                            default_fused_dq,
+                            default_gqa_in_cta,
+                            default_key_major, default_late_loads, default_lazy_release,
+                            default_pds_stages, default_persistent_ctas,
+                            default_prefetch_stats, default_qdo_stages, default_row_ranges,
+                            default_mask_bits, default_rs_dkv, default_stage_stats,
+                            default_vector_dkv, default_class_chains, default_class_ratio,
+                            default_dkv_chain, default_claim_list,
+                            default_det_first_store, default_dkv_last,
+                            default_dkv_red, default_walk_interleave,
+                            default_dkv_bulk, default_dv_early, default_dk_early,
+                            default_dk_after_dv,
+                            default_tile_m)
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
@@ -413,7 +413,8 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
                      dkv_chain=False, claim_list=False, dkv_last=False, walk_interleave=False,
                      dkv_red=False, dkv_bulk=False, dv_early=False, dk_early=False,
                      dk_after_dv=False, tile_m=64):
-    from .flash_bwd_sm90 import BwdConfig, with_tile_m
+    from .bwd_rules import with_tile_m
+    from .flash_bwd_sm90 import BwdConfig
 
     cfg = BwdConfig(dtype, head_dim, SUPPORTED_HEAD_DIMS[head_dim], causal, num_columns, gqa=gqa,
                     has_sink=has_sink, deterministic=deterministic, row_ranges=row_ranges,
@@ -756,7 +757,7 @@ def flashmask_bwd(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any
     parallelism's reduce-scatters), as in :func:`flashmask_fwd`; ``retire``: one CTA per key
     tile instead of the persistent grid, as in :func:`flashmask_fwd`.
     """
-    from .flash_bwd_sm90 import ENV_SWITCHES
+    from .bwd_rules import ENV_SWITCHES
 
     tensors = (q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, learnable_sink, dsink)
     key, infos, plan = _plan_lookup("bwd", _BWD_TENSORS, tensors,
@@ -807,8 +808,8 @@ def _backward_plan(q, k, v, out, dout, lse, dq, dk, dv, startend_row_indices, ca
     elif config.persistent and not config.deterministic:
         # claims by work class where the grid gets few items per CTA (a problem-size rule); the
         # key-major order depends on the passes (default_key_major)
-        from .flash_bwd_sm90 import (backward_work_items, default_claim_list,
-                                     default_claim_passes, default_key_major)
+        from .bwd_rules import (backward_work_items, default_claim_list, default_claim_passes,
+                                default_key_major)
 
         passes = default_claim_passes(backward_work_items(config, b, sk, h, hk),
                                       config.persistent_ctas)
