@@ -214,11 +214,14 @@ def apply_element_mask(
         else:
             bands = bands_from_columns(
                 [s_bounds[col_local, k] for k in range(num_columns)], causal)
+        # without the edge pass the edge is folded into every element's select (d64's three
+        # warpgroups spill with the separate pass)
+        out_of_seq = (col >= seqlen_k) if cutlass.const_expr(edge_tile_n == 0) else None
         for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
             row = row_base + coords_mn[r, 0][0]
             masked = semantics.element_masked(row, col, bands, causal, diag_offset)
-            if cutlass.const_expr(edge_tile_n == 0):
-                masked = masked | (col >= seqlen_k)
+            if cutlass.const_expr(out_of_seq is not None):
+                masked = masked | out_of_seq
             acc_s_mn[r, c] = -Float32.inf if masked else acc_s_mn[r, c]
     if cutlass.const_expr(edge_tile_n > 0):
         if col_base + edge_tile_n > seqlen_k:
