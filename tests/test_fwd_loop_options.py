@@ -1,4 +1,4 @@
-"""Two forward main-loop options, on the CPU (their numbers are for the H200: tests/gpu/fwd_check.py
+"""Forward main-loop options, on the CPU (their numbers are for the H200: tests/gpu/fwd_check.py
 with the env switch, scripts/gpu_session.sh calls 46 and 71-72; the lazy rescale is a default at
 D = 128 since session 15):
 
@@ -7,7 +7,8 @@ D = 128 since session 15):
 * FwdConfig.rescale_threshold: the lazy O rescale -- O's 64 multiplies in a block a warp skips
   when none of its rows moved its max;
 * FwdConfig.edge_pass: a partial tile's sequence-edge compares and selects in a block of their
-  own, run only on a tile that reaches past Sk.
+  own, run only on a tile that reaches past Sk;
+* FwdConfig.mask_pred_chain: one predicate chain and one select per element of a partial tile.
 """
 from __future__ import annotations
 
@@ -137,3 +138,89 @@ def test_edge_pass_moves_the_sequence_edge_out_of_the_partial_tile_mask():
                 if b["mix"].get("FSEL") == 64 and b["mix"].get("ISETP") == 32]
     for op in ("HGMMA", "MUFU", "FFMA", "FMNMX"):
         assert edge["histogram"][op] == base["histogram"][op], op
+
+
+def test_mask_chain_config_rule(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(fwd.MASK_CHAIN_ENV, raising=False)
+    assert fwd.default_mask_pred_chain() is False
+    monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "1")
+    for d, causal, columns in ((64, False, 2), (128, True, 1), (128, False, 4), (256, True, 2)):
+        assert interface.forward_config("bfloat16", d, causal, columns, False).mask_pred_chain, d
+    monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "0")
+    assert not interface.forward_config("bfloat16", 128, False, 2, False).mask_pred_chain
+    monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "yes")
+    with pytest.raises(ValueError, match=fwd.MASK_CHAIN_ENV):
+        interface.forward_config("bfloat16", 128, False, 2, False)
+
+
+def _run_predicate_chain(lines: list, values: list) -> bool:
+    """A small interpreter of mask.predicate_chain_ptx's PTX (setp with an optional boolean
+    operand, or.pred), independent of how the lines were built."""
+    import re
+
+    preds: dict = {}
+    for line in lines:
+        if line.startswith("or.pred"):
+            dst, a, b = re.match(r"or\.pred (\w+), (\w+), (\w+);", line).groups()
+            preds[dst] = preds[a] or preds[b]
+            continue
+        m = re.match(r"setp\.(ge|lt)(?:\.(and|or))?\.s32 (\w+), \$(\d+), \$(\d+)(?:, (\w+))?;",
+                     line)
+        assert m, line
+        op, combine, dst, i, j, src = m.groups()
+        lhs, rhs = values[int(i)], values[int(j)]
+        verdict = lhs >= rhs if op == "ge" else lhs < rhs
+        if combine == "and":
+            verdict = verdict and preds[src]
+        elif combine == "or":
+            verdict = verdict or preds[src]
+        preds[dst] = verdict
+    return preds["m"]
+
+
+@pytest.mark.parametrize("causal,columns", [(True, 1), (True, 2), (False, 2), (False, 4)])
+@pytest.mark.parametrize("with_edge", [False, True])
+def test_predicate_chain_matches_the_element_rule(causal, columns, with_edge):
+    """The chain select_masked emits, run on random bounds, against semantics.element_masked
+    (and the sequence edge where it is folded in)."""
+    import numpy as np
+
+    from paddle_flashmask import semantics
+    from paddle_flashmask.ops.cute import mask
+
+    rng = np.random.default_rng()
+    seqlen_k = 40
+    for _ in range(400):
+        row, col = (int(v) for v in rng.integers(0, 48, size=2))
+        diag_offset = int(rng.integers(-8, 9))
+        bands = semantics.band_bounds([int(v) for v in rng.integers(0, 48, size=columns)], causal)
+        intervals = semantics.masked_row_intervals(bands, causal, col, diag_offset)
+        clauses = mask.interval_clauses(row, intervals)
+        if with_edge:
+            clauses.append([(col, "ge", seqlen_k)])
+        lines, operands = mask.predicate_chain_ptx(clauses, first_operand=2)
+        got = _run_predicate_chain(lines, [None, None, *operands])
+        want = bool(semantics.element_masked(row, col, bands, causal, diag_offset))
+        if with_edge:
+            want = want or col >= seqlen_k
+        assert got == want, (row, col, bands, diag_offset, lines)
+
+
+def test_mask_chain_selects_once_per_element():
+    pytest.importorskip("cutlass")
+    base = _main_loop({fwd.MASK_CHAIN_ENV: "0", fwd.EDGE_PASS_ENV: "1"}, "--columns", "2")
+    chain = _main_loop({fwd.MASK_CHAIN_ENV: "1", fwd.EDGE_PASS_ENV: "1"}, "--columns", "2")
+
+    def runtime_mix(loop):  # the mask block less its nested sequence-edge block
+        blocks = sorted(loop["skip_blocks"], key=lambda b: -b["mix"].get("FSEL", 0))
+        outer, edge = blocks[0]["mix"], blocks[1]["mix"]
+        return {op: outer.get(op, 0) - edge.get(op, 0) for op in ("FSEL", "ISETP")}
+
+    # bidirectional C = 2, 64 elements per thread: two compares and two selects each, then
+    # two compares and one select
+    assert runtime_mix(base) == {"FSEL": 128, "ISETP": 128}
+    assert runtime_mix(chain) == {"FSEL": 64, "ISETP": 128}
+    for op in ("HGMMA", "MUFU", "FFMA", "FMNMX"):
+        assert chain["histogram"][op] == base["histogram"][op], op

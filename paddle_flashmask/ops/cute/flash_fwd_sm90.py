@@ -142,6 +142,11 @@ class FwdConfig:
     # in that block (811 partial tiles of 5,706, FA4 varlen has none inside a document). The
     # host's choice: default_edge_pass (on at D = 128 since the H200 A/B of session 26).
     edge_pass: bool = False
+    # Partial tiles: each element's mask verdict as one chain of predicated compares and one
+    # select (mask.select_masked) instead of ptxas's select per masked row interval: the d128
+    # bidirectional C = 2 block's two compares and two selects per element become three
+    # instructions. The host's choice: default_mask_pred_chain (off until the H200 A/B).
+    mask_pred_chain: bool = False
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -215,6 +220,7 @@ DIAGONAL_PARTIALS_ENV = "PADDLE_FLASHMASK_FWD_DIAGONAL_PARTIALS"
 UNIFORM_Q_ENV = "PADDLE_FLASHMASK_FWD_UNIFORM_Q"
 RESCALE_THRESHOLD_ENV = "PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD"
 EDGE_PASS_ENV = "PADDLE_FLASHMASK_FWD_EDGE_PASS"
+MASK_CHAIN_ENV = "PADDLE_FLASHMASK_FWD_MASK_CHAIN"
 EARLY_SCAN_ENV = "PADDLE_FLASHMASK_FWD_EARLY_SCAN"
 GRID_ENV = "PADDLE_FLASHMASK_FWD_GRID"  # "tiles": one CTA per work tile (default "persistent")
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
@@ -334,6 +340,12 @@ def default_edge_pass(head_dim: int) -> bool:
     return head_dim == 128
 
 
+def default_mask_pred_chain() -> bool:
+    """``FwdConfig.mask_pred_chain`` without an env choice: off (not yet measured on the H200).
+    Env ``PADDLE_FLASHMASK_FWD_MASK_CHAIN=1`` / ``0`` forces it on / off."""
+    return env_choice(MASK_CHAIN_ENV, ("0", "1")) == "1"
+
+
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
                    fast: Optional[bool] = None, work_order: Optional[bool] = None,
@@ -383,6 +395,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     # the scan before the Q wait: on since the H200 A/B of session 14 (env ..._EARLY_SCAN=0: after)
     early_scan = env_choice(EARLY_SCAN_ENV, ("0", "1")) != "0"
     edge_pass = default_edge_pass(head_dim)
+    mask_pred_chain = default_mask_pred_chain()
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -392,7 +405,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
                          uniform_q=uniform_q, rescale_threshold=rescale_threshold,
-                         early_scan=early_scan)  # edge_pass: measured on the fast path only
+                         early_scan=early_scan, mask_pred_chain=mask_pred_chain)
+        # edge_pass: measured on the fast path only
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
@@ -405,7 +419,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                        claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
                        uniform_q=uniform_q, rescale_threshold=rescale_threshold,
-                       early_scan=early_scan, edge_pass=edge_pass)
+                       early_scan=early_scan, edge_pass=edge_pass,
+                       mask_pred_chain=mask_pred_chain)
     # FA4's tile shapes at d256 (128x80) and d64 (192x128): on since the H200 A/B of session 10
     # (forward 1-10 % faster on every mask of the zoo); env "64" / "128" restores the old shapes
     if head_dim == 256 and (env_choice(D256_TILE_ENV, ("64", "80")) or "80") == "80":
@@ -484,6 +499,7 @@ class FlashFwdSm90:
         self.mask_columns = config.mask_columns
         self.ncols = fm_mask.num_mask_columns(config.causal, config.mask_columns)
         self.edge_tile_n = config.tile_n if config.edge_pass else 0  # mask.apply_element_mask
+        self.mask_pred_chain = config.mask_pred_chain  # mask.apply_element_mask's pred_chain
         self.has_sink = config.has_sink
         self.num_consumer_wg = config.tile_m // 64
         self.num_threads = self.threads_per_wg * (1 + self.num_consumer_wg)
@@ -1240,7 +1256,8 @@ class FlashFwdSm90:
                 fm_mask.apply_element_mask(acc_mn_view(acc_S), tScS_mn,
                                            s_bounds[None, None, stage], row_base, col_base,
                                            seqlen_q, seqlen_k, diag_offset, self.causal,
-                                           self.ncols, False, self.edge_tile_n)
+                                           self.ncols, False, self.edge_tile_n,
+                                           self.mask_pred_chain)
             elif is_partial == 2:  # no column values: one column limit per row
                 fm_mask.apply_element_mask(acc_mn_view(acc_S), tScS_mn, None, row_base,
                                            col_base, seqlen_q, seqlen_k, diag_offset, self.causal,
@@ -1251,7 +1268,8 @@ class FlashFwdSm90:
                 bounds = s_bounds[None, None, stage]
             fm_mask.apply_element_mask(
                 acc_mn_view(acc_S), tScS_mn, bounds, row_base, n_block * self.tile_n, seqlen_q,
-                seqlen_k, diag_offset, self.causal, self.ncols, False, self.edge_tile_n)
+                seqlen_k, diag_offset, self.causal, self.ncols, False, self.edge_tile_n,
+                self.mask_pred_chain)
 
     @cute.jit
     def store_output_tma(self, acc_O, thr_pv_wg, sO, tma_o, tma_mO, cwg, m_block, head, batch):

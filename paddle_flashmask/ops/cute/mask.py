@@ -16,6 +16,8 @@ from typing import Optional
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Uint32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 from paddle_flashmask import semantics
 
@@ -184,6 +186,7 @@ def apply_element_mask(
     num_columns: cutlass.Constexpr[int],
     diagonal_only: cutlass.Constexpr[bool] = False,
     edge_tile_n: cutlass.Constexpr[int] = 0,
+    pred_chain: cutlass.Constexpr[bool] = False,
 ):
     """Set masked scores of one partial tile to -inf, in registers.
 
@@ -196,6 +199,10 @@ def apply_element_mask(
     edge is a separate pass over the thread's columns, run only when the tile reaches past
     ``seqlen_k``, instead of a compare and a select in every element of every partial tile
     (most partial tiles are inside the sequence: document boundaries, windows, diagonals).
+    ``pred_chain``: each element's verdict is one chain of predicated compares over the key's
+    masked row intervals (``semantics.masked_row_intervals``) and one select
+    (:func:`select_masked`), where ptxas otherwise selects once per interval (bidirectional
+    C = 2: two compares and two selects per element, three with the chain).
     """
     if cutlass.const_expr(diagonal_only):
         for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
@@ -214,15 +221,26 @@ def apply_element_mask(
         else:
             bands = bands_from_columns(
                 [s_bounds[col_local, k] for k in range(num_columns)], causal)
-        # without the edge pass the edge is folded into every element's select (d64's three
-        # warpgroups spill with the separate pass)
-        out_of_seq = (col >= seqlen_k) if cutlass.const_expr(edge_tile_n == 0) else None
-        for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
-            row = row_base + coords_mn[r, 0][0]
-            masked = semantics.element_masked(row, col, bands, causal, diag_offset)
-            if cutlass.const_expr(out_of_seq is not None):
-                masked = masked | out_of_seq
-            acc_s_mn[r, c] = -Float32.inf if masked else acc_s_mn[r, c]
+        if cutlass.const_expr(pred_chain):
+            # the diagonal's bound is col - diag_offset: from one per-tile base (one add per
+            # column, where col and then the difference cost two)
+            intervals = semantics.masked_row_intervals(
+                bands, causal, (col_base - diag_offset) + col_local, 0)
+            edge = [[(col, "ge", seqlen_k)]] if cutlass.const_expr(edge_tile_n == 0) else []
+            for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
+                row = row_base + coords_mn[r, 0][0]
+                acc_s_mn[r, c] = select_masked(acc_s_mn[r, c],
+                                               interval_clauses(row, intervals) + edge)
+        else:
+            # without the edge pass the edge is folded into every element's select (d64's three
+            # warpgroups spill with the separate pass)
+            out_of_seq = (col >= seqlen_k) if cutlass.const_expr(edge_tile_n == 0) else None
+            for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
+                row = row_base + coords_mn[r, 0][0]
+                masked = semantics.element_masked(row, col, bands, causal, diag_offset)
+                if cutlass.const_expr(out_of_seq is not None):
+                    masked = masked | out_of_seq
+                acc_s_mn[r, c] = -Float32.inf if masked else acc_s_mn[r, c]
     if cutlass.const_expr(edge_tile_n > 0):
         if col_base + edge_tile_n > seqlen_k:
             mask_sequence_edge(acc_s_mn, coords_mn, col_base, seqlen_k)
@@ -236,6 +254,66 @@ def mask_sequence_edge(acc_s_mn: cute.Tensor, coords_mn: cute.Tensor, col_base: 
         out_of_seq = col_base + coords_mn[0, c][1] >= seqlen_k
         for r in cutlass.range_constexpr(cute.size(acc_s_mn, mode=[0])):
             acc_s_mn[r, c] = -Float32.inf if out_of_seq else acc_s_mn[r, c]
+
+
+def interval_clauses(row, intervals) -> list:
+    """``row`` inside one of the half-open ``intervals`` ``(lo, hi)`` (``None``: unbounded), as
+    :func:`select_masked` clauses: one conjunction of compares per interval."""
+    clauses = []
+    for lo, hi in intervals:
+        clause = ([(row, "ge", lo)] if lo is not None else []) + \
+                 ([(row, "lt", hi)] if hi is not None else [])
+        if not clause:
+            raise ValueError("interval_clauses: an interval without bounds masks every row")
+        clauses.append(clause)
+    return clauses
+
+
+def predicate_chain_ptx(clauses: list, first_operand: int) -> tuple[str, list]:
+    """PTX that leaves ``(any clause holds)`` in predicate ``m``: compares chained through
+    ``setp``'s boolean operand (``setp.lt.or.s32 m, a, b, m``), so a clause of one compare costs
+    one ISETP; a second clause of several compares is built in ``t`` and or-ed in. ``clauses``:
+    conjunctions ``[(lhs, "ge" | "lt", rhs), ...]``; operands are numbered from
+    ``first_operand``. Returns the PTX lines and the operands in order."""
+    ordered = sorted(clauses, key=len, reverse=True)  # only the first may chain an AND into m
+    lines, operands = [], []
+
+    def compare(dst, lhs, op, rhs, combine=""):
+        k = first_operand + len(operands)
+        operands.extend((lhs, rhs))
+        tail = f", {combine[1]}" if combine else ""
+        suffix = f".{combine[0]}" if combine else ""
+        lines.append(f"setp.{op}{suffix}.s32 {dst}, ${k}, ${k + 1}{tail};")
+
+    for i, clause in enumerate(ordered):
+        if any(op not in ("ge", "lt") for _, op, _ in clause):
+            raise ValueError(f"predicate_chain_ptx: compares must be 'ge' or 'lt', found {clause}")
+        if i == 0:
+            compare("m", *clause[0])
+            for term in clause[1:]:
+                compare("m", *term, combine=("and", "m"))
+        elif len(clause) == 1:
+            compare("m", *clause[0], combine=("or", "m"))
+        else:
+            compare("t", *clause[0])
+            for term in clause[1:]:
+                compare("t", *term, combine=("and", "t"))
+            lines.append("or.pred m, m, t;")
+    return lines, operands
+
+
+@dsl_user_op
+def select_masked(x: Float32, clauses: list, *, loc=None, ip=None) -> Float32:
+    """``-inf`` where any clause holds, else ``x``: the compares of :func:`predicate_chain_ptx`
+    and one ``selp`` (ptxas keeps a chain it is given; from ``a | b`` it selects twice)."""
+    lines, operands = predicate_chain_ptx(clauses, first_operand=2)
+    body = " ".join(["{ .reg .pred m, t;", *lines, "selp.f32 $0, 0fFF800000, $1, m; }"])
+    return Float32(llvm.inline_asm(
+        T.f32(),
+        [Float32(x).ir_value(loc=loc, ip=ip)]
+        + [Int32(v).ir_value(loc=loc, ip=ip) for v in operands],
+        body, "=f,f" + ",r" * len(operands),
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))
 
 
 def pair_columns_below(limit, num_cols: int):
