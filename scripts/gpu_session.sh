@@ -2018,8 +2018,8 @@ call164() {
   emit "call 164 (session 27, fresh staging) - each partial-tile element's mask verdict as one predicate chain and one select (PADDLE_FLASHMASK_FWD_MASK_CHAIN=1; the d128 bidirectional C=2 block 283 -> 217 instructions per warp on its runtime path, d64's 406 -> 310): the forward oracle with it (stops on failure), its forward A/B on the MHA zoo and the e2e shape, one at D=64, then the GPU suite at the defaults (after 50d215f, not yet GPU-run) [<= 10 min, ~5 expected]" \
     nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-'"$(fwd_option_ab PADDLE_FLASHMASK_FWD_MASK_CHAIN=1 chain fwd_s27_mask_chain.json fwd_mc.log s27_fwd_chain 130 70 50)"'
-timeout -s INT -k 10 40 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 64 --masks document,causal_document,prefix_lm_causal $V --rounds 4 --calls 4 --tag s27_fwd_chain_d64 > $OUT/kab_f64.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_f64.log | cut -c1-200
+'"$(fwd_option_ab PADDLE_FLASHMASK_FWD_MASK_CHAIN=1 chain fwd_s27_mask_chain.json fwd_mc.log s27_fwd_chain 110 60 50)"'
+timeout -s INT -k 10 35 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 64 --masks document,causal_document,prefix_lm_causal $V --rounds 4 --calls 4 --tag s27_fwd_chain_d64 > $OUT/kab_f64.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_f64.log | cut -c1-200
 '"$GPU_SUITE_1GPU"'
 '"$(pack_logs 164)"
 }
