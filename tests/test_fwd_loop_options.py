@@ -118,8 +118,9 @@ def test_edge_pass_config_rule(monkeypatch):
 
 def test_edge_pass_moves_the_sequence_edge_out_of_the_partial_tile_mask():
     pytest.importorskip("cutlass")
-    base = _main_loop({fwd.EDGE_PASS_ENV: "0"}, "--columns", "2")
-    edge = _main_loop({fwd.EDGE_PASS_ENV: "1"}, "--columns", "2")
+    # the element rule of sessions 1-26 (without the predicate chain, whose block differs)
+    base = _main_loop({fwd.EDGE_PASS_ENV: "0", fwd.MASK_CHAIN_ENV: "0"}, "--columns", "2")
+    edge = _main_loop({fwd.EDGE_PASS_ENV: "1", fwd.MASK_CHAIN_ENV: "0"}, "--columns", "2")
 
     def mask_block(loop):  # the partial tiles' element mask: the block with the most selects
         return max(loop["skip_blocks"], key=lambda b: b["mix"].get("FSEL", 0))
@@ -144,10 +145,13 @@ def test_mask_chain_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.MASK_CHAIN_ENV, raising=False)
-    assert fwd.default_mask_pred_chain() is False
-    monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "1")
-    for d, causal, columns in ((64, False, 2), (128, True, 1), (128, False, 4), (256, True, 2)):
+    # by default (session 27's A/B) at D = 64 and 128, every form
+    for d, causal, columns in ((64, False, 2), (128, True, 1), (128, False, 4), (128, True, None)):
         assert interface.forward_config("bfloat16", d, causal, columns, False).mask_pred_chain, d
+    for d in (96, 192, 256):
+        assert not interface.forward_config("bfloat16", d, True, 1, False).mask_pred_chain, d
+    monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "1")
+    assert interface.forward_config("bfloat16", 256, True, 2, False).mask_pred_chain
     monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "0")
     assert not interface.forward_config("bfloat16", 128, False, 2, False).mask_pred_chain
     monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "yes")
