@@ -1997,7 +1997,7 @@ call161() {
 }
 
 call162() {
-  emit "call 162 (prepared in session 26, not yet run; fresh staging with the FA4 wheels) - the README's same-run table at B=4 S=8K with every peer at session 26's final defaults (the forward's edge pass, dk_after_dv on the GQA walk; last full run: session 23's call 132) [<= 7.5 min]" \
+  emit "call 162 (prepared in session 26, run in session 27; fresh staging with the FA4 wheels) - the README's same-run table at B=4 S=8K with every peer at session 27's defaults (session 26's edge pass and dk_after_dv on the GQA walk, session 27's mask predicate chain; last full run: session 23's call 132) [<= 7.5 min]" \
     nvidia-h200 450 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
@@ -2006,7 +2006,7 @@ timeout -s INT -k 10 290 python3 bench/bench_attention.py --cases 0 --systems '"
 }
 
 call163() {
-  emit "call 163 (prepared in session 26, not yet run; on call 162's warm machine carrying .devtools and .whl) - the e2e step (#6 item 4) both orders at session 26's final defaults (session 26's call 157 ran before the edge pass: 0.992x / 1.000x) [<= 6 min]" \
+  emit "call 163 (prepared in session 26, run in session 27 on call 165's warm machine carrying .devtools and .whl) - the e2e step (#6 item 4) both orders at session 27's defaults (session 26's call 157 ran before the edge pass and the mask chain: 0.992x / 1.000x) [<= 6 min]" \
     nvidia-h200 360 '[".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
@@ -2024,7 +2024,18 @@ timeout -s INT -k 10 35 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 
 '"$(pack_logs 164)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164"
+call165() {
+  emit "call 165 (session 27, on call 162's warm machine) - the GPU suite at session 27's defaults (call 164's run hit its 150 s pytest limit on the last test, so the limit is 240 s here), then the mask chain's forward A/B again, default against forced off, on the masks it moved [<= 7.5 min]" \
+    nvidia-h200 450 '[".devtools"]' \
+"$PRELUDE"'
+timeout -s INT -k 10 60 python3 tests/gpu/precompile.py --jobs 12 > $OUT/precompile.log 2>&1; PFM_GPU_REPORT=$OUT/gpu_report.json timeout -s INT -k 20 240 python3 -m pytest -v -rfE -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.log 2>&1
+tail -n 3 $OUT/pytest_gpu.log; timeout 30 python3 scripts/skip_summary.py $OUT/gpu_report.json
+V="--variant nochain:PADDLE_FLASHMASK_FWD_MASK_CHAIN=0 --variant default:"
+timeout -s INT -k 10 50 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --masks causal_document,document,shared_question,prefix_lm_causal,global_sliding_window,sliding_window $V --rounds 4 --calls 4 --tag s27_fwd_chain_mha2 > $OUT/kab_fm2.log 2>&1; grep -E "^[a-z_]+ nochain" $OUT/kab_fm2.log | cut -c1-200
+'"$(pack_logs 165)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2200,7 +2211,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
