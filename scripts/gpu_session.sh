@@ -2036,8 +2036,8 @@ timeout -s INT -k 10 50 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 
 }
 
 call166() {
-  emit "call 166 (session 27, fresh staging with the FA4 wheels) - at session 27's defaults: the GQA row of the same-run table (B=4 S=8K 32/8, ours and FA4; #6 item 3, last measured in session 26 before the edge pass and the mask chain), then the mask chain's forward A/B at D=256 (off there, not measured) [<= 5 min]" \
-    nvidia-h200 300 '[".cutedsl/b", ".devtools", ".whl"]' \
+  emit "call 166 (session 27, fresh staging with the FA4 wheels) - at session 27's defaults: the GQA row of the same-run table (B=4 S=8K 32/8, ours and FA4; #6 item 3, last measured in session 26 before the edge pass and the mask chain), then the mask chain's forward A/B at D=256 (off there, not measured) [<= 6 min]" \
+    nvidia-h200 360 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
 timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 2 --systems paddle_flashmask,fa4 --tag s27_cases2 > $OUT/bench_s27_cases2.log 2>&1; tail -n 12 $OUT/bench_s27_cases2.log | cut -c1-300
