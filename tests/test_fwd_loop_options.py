@@ -145,13 +145,14 @@ def test_mask_chain_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.MASK_CHAIN_ENV, raising=False)
-    # by default (session 27's A/B) at D = 64 and 128, every form
-    for d, causal, columns in ((64, False, 2), (128, True, 1), (128, False, 4), (128, True, None)):
+    # by default (session 27's A/B) at D = 64, 128 and 256, every form
+    for d, causal, columns in ((64, False, 2), (128, True, 1), (128, False, 4), (128, True, None),
+                               (256, True, 2)):
         assert interface.forward_config("bfloat16", d, causal, columns, False).mask_pred_chain, d
-    for d in (96, 192, 256):
+    for d in (96, 192):
         assert not interface.forward_config("bfloat16", d, True, 1, False).mask_pred_chain, d
     monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "1")
-    assert interface.forward_config("bfloat16", 256, True, 2, False).mask_pred_chain
+    assert interface.forward_config("bfloat16", 192, True, 2, False).mask_pred_chain
     monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "0")
     assert not interface.forward_config("bfloat16", 128, False, 2, False).mask_pred_chain
     monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "yes")

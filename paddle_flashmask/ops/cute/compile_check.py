@@ -81,7 +81,7 @@ def variants(full: bool = False) -> list[Variant]:
             claimed_order=False, claim_block=1,
             rescale_threshold: float = 0.0, early_scan: Optional[bool] = None,
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None,
-            edge_pass: bool = False, mask_chain: bool = False):
+            edge_pass: bool = False, mask_chain: Optional[bool] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
         if consumer_wgs is not None:  # d64: 192 rows on three WGs (default) or 128 on two (env)
@@ -101,9 +101,9 @@ def variants(full: bool = False) -> list[Variant]:
         if edge_pass:  # the sequence edge as its own pass (FwdConfig.edge_pass)
             cfg = dataclasses.replace(cfg, edge_pass=True)
             extra += " edge-pass"
-        if mask_chain:  # one predicate chain and one select per element (mask_pred_chain)
-            cfg = dataclasses.replace(cfg, mask_pred_chain=True)
-            extra += " mask-chain"
+        if mask_chain is not None:  # one predicate chain and select per element, or not
+            cfg = dataclasses.replace(cfg, mask_pred_chain=mask_chain)
+            extra += " mask-chain" if mask_chain else " no-mask-chain"
         if uniform_q:  # Q descriptors from the warpgroup's uniform slice (FwdConfig.uniform_q)
             cfg = dataclasses.replace(cfg, uniform_q=True)
             extra += " uniform-q"
@@ -346,14 +346,14 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 128, False, 2, edge_pass=True)
     fwd("bfloat16", 128, True, 2, edge_pass=True)
     fwd("float16", 256, False, 4, sink=True, edge_pass=True)
-    # each element's mask verdict as one predicate chain (env PADDLE_FLASHMASK_FWD_MASK_CHAIN)
-    fwd("bfloat16", 128, False, 2, mask_chain=True)
-    fwd("bfloat16", 128, True, 1, mask_chain=True)
-    fwd("bfloat16", 128, True, 2, mask_chain=True)
-    fwd("bfloat16", 128, False, 4, mask_chain=True)
-    fwd("bfloat16", 64, False, 2, mask_chain=True)  # three consumer warpgroups, edge folded in
-    fwd("float16", 256, True, 1, sink=True, mask_chain=True)
-    fwd("bfloat16", 128, True, None, mask_chain=True)  # constant bands (plain causal)
+    # each element's mask verdict as one predicate chain (env PADDLE_FLASHMASK_FWD_MASK_CHAIN):
+    # the default at D = 64 / 128 / 256, so the variants here are the other element rule there
+    # and the chain where it is off
+    fwd("bfloat16", 128, False, 2, mask_chain=False)
+    fwd("bfloat16", 128, True, 1, mask_chain=False)
+    fwd("bfloat16", 64, False, 2, mask_chain=False)  # three consumer warpgroups, edge folded in
+    fwd("bfloat16", 192, True, 2, mask_chain=True)
+    fwd("float16", 96, False, 4, sink=True, mask_chain=True)
     fwd("bfloat16", 128, False, 4, diagonal_partials=True)
     fwd("bfloat16", 256, True, 1, tile_n=80, tile_ranges=True)  # 230,400 B of smem
     fwd("bfloat16", 256, True, 1, tile_n=64)  # the pre-session-10 shape (env D256_TILE_N=64)

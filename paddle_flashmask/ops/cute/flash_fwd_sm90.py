@@ -145,8 +145,8 @@ class FwdConfig:
     # Partial tiles: each element's mask verdict as one chain of predicated compares and one
     # select (mask.select_masked) instead of ptxas's select per masked row interval: the d128
     # bidirectional C = 2 block's two compares and two selects per element become three
-    # instructions. The host's choice: default_mask_pred_chain (on at D = 64 and 128 since the
-    # H200 A/B of session 27: masked forwards 1-5.5 % faster).
+    # instructions. The host's choice: default_mask_pred_chain (on at D = 64, 128 and 256 since
+    # the H200 A/B of session 27: masked forwards 0.6-5.5 % faster).
     mask_pred_chain: bool = False
 
     def __post_init__(self):
@@ -342,18 +342,19 @@ def default_edge_pass(head_dim: int) -> bool:
 
 
 def default_mask_pred_chain(head_dim: int) -> bool:
-    """``FwdConfig.mask_pred_chain`` without an env choice: on at D = 64 and 128, off elsewhere
-    (not measured). Measured on the H200 (session 27, call 164, ``bench/kernel_ab.py`` forward,
+    """``FwdConfig.mask_pred_chain`` without an env choice: on at D = 64, 128 and 256, off at
+    D = 96 and 192 (not measured). Measured on the H200 (session 27, call 164, ``bench/kernel_ab.py`` forward,
     variants interleaved): MHA B=4 S=8K D=128 sliding window 0.961x, causal documents 0.957x,
     documents 0.983x, shared question 0.958x, prefix-LM 0.987x, global + sliding window 0.957x,
     full 1.003x, causal 1.001x; GQA 16/8 B=2 (the e2e shape) packed SFT 0.974x, causal documents
     0.974x, documents 0.987x, sliding window 0.970x, causal 1.000x; D=64 MHA B=4 documents
-    0.969x, causal documents 0.945x, prefix-LM 1.006x. Oracle 24/24 with it forced at every head
+    0.969x, causal documents 0.945x, prefix-LM 1.006x; D=256 MHA B=4 documents 0.994x, causal
+    documents 0.986x, sliding window 0.986x (call 166). Oracle 24/24 with it forced at every head
     dim. Env ``PADDLE_FLASHMASK_FWD_MASK_CHAIN=1`` / ``0`` forces it on / off."""
     forced = env_choice(MASK_CHAIN_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    return head_dim in (64, 128)
+    return head_dim in (64, 128, 256)
 
 
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
