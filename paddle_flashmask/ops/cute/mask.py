@@ -269,7 +269,7 @@ def interval_clauses(row, intervals) -> list:
     return clauses
 
 
-def predicate_chain_ptx(clauses: list, first_operand: int) -> tuple[str, list]:
+def predicate_chain_ptx(clauses: list, first_operand: int) -> tuple[list[str], list]:
     """PTX that leaves ``(any clause holds)`` in predicate ``m``: compares chained through
     ``setp``'s boolean operand (``setp.lt.or.s32 m, a, b, m``), so a clause of one compare costs
     one ISETP; a second clause of several compares is built in ``t`` and or-ed in. ``clauses``:
@@ -278,12 +278,12 @@ def predicate_chain_ptx(clauses: list, first_operand: int) -> tuple[str, list]:
     ordered = sorted(clauses, key=len, reverse=True)  # only the first may chain an AND into m
     lines, operands = [], []
 
-    def compare(dst, lhs, op, rhs, combine=""):
+    def compare(dst, lhs, op, rhs, combine: Optional[tuple[str, str]] = None):
+        """``dst = lhs op rhs``, or with ``combine = (boolop, pred)``: ``dst = (...) boolop pred``."""
         k = first_operand + len(operands)
         operands.extend((lhs, rhs))
-        tail = f", {combine[1]}" if combine else ""
-        suffix = f".{combine[0]}" if combine else ""
-        lines.append(f"setp.{op}{suffix}.s32 {dst}, ${k}, ${k + 1}{tail};")
+        boolop, tail = (f".{combine[0]}", f", {combine[1]}") if combine else ("", "")
+        lines.append(f"setp.{op}{boolop}.s32 {dst}, ${k}, ${k + 1}{tail};")
 
     for i, clause in enumerate(ordered):
         if any(op not in ("ge", "lt") for _, op, _ in clause):
