@@ -2048,10 +2048,10 @@ timeout -s INT -k 10 45 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 
 
 call167() {
   emit "call 167 (session 27, fresh staging with the FA4 wheels, the session's last ~5 device minutes) - the D=64 row at session 27's defaults (ours, FA4, FA4 mask_mod; last run session 23, before the mask chain that made the D=64 masked forwards 3-5.5 % faster) [<= 4 min]" \
-    nvidia-h200 230 '[".cutedsl/b", ".devtools", ".whl"]' \
+    nvidia-h200 240 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-timeout -s INT -k 10 150 python3 bench/bench_attention.py --cases 3 --systems paddle_flashmask,fa4,fa4_mask_mod --tag s27_cases3 > $OUT/bench_s27_cases3.log 2>&1; tail -n 26 $OUT/bench_s27_cases3.log | grep -E "^[a-z_]+ +(paddle|fa4)" | cut -c1-200
+timeout -s INT -k 10 120 python3 bench/bench_attention.py --cases 3 --systems paddle_flashmask,fa4,fa4_mask_mod --tag s27_cases3 > $OUT/bench_s27_cases3.log 2>&1; tail -n 26 $OUT/bench_s27_cases3.log | grep -E "^[a-z_]+ +(paddle|fa4)" | cut -c1-200
 '"$(pack_logs 167)"
 }
 
