@@ -2051,7 +2051,7 @@ call167() {
     nvidia-h200 240 '[".cutedsl/b", ".devtools", ".whl"]' \
 "$PRELUDE
 $PEERS"'
-timeout -s INT -k 10 120 python3 bench/bench_attention.py --cases 3 --systems paddle_flashmask,fa4,fa4_mask_mod --tag s27_cases3 > $OUT/bench_s27_cases3.log 2>&1; tail -n 26 $OUT/bench_s27_cases3.log | grep -E "^[a-z_]+ +(paddle|fa4)" | cut -c1-200
+timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 3 --systems paddle_flashmask,fa4,fa4_mask_mod --tag s27_cases3 > $OUT/bench_s27_cases3.log 2>&1; tail -n 26 $OUT/bench_s27_cases3.log | grep -E "^[a-z_]+ +(paddle|fa4)" | cut -c1-200
 '"$(pack_logs 167)"
 }
 
