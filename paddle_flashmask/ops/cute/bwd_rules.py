@@ -285,6 +285,18 @@ def default_vector_dkv() -> bool:
     return env_flag(VECTOR_DKV_ENV, default="1")
 
 
+INTERIOR_DKV_ENV = "PADDLE_FLASHMASK_BWD_INTERIOR_DKV"
+
+
+def default_interior_dkv() -> bool:
+    """``BwdConfig.interior_dkv``: off (compiled, not yet run on the H200); env
+    ``PADDLE_FLASHMASK_BWD_INTERIOR_DKV=1`` turns it on for the A/B (other values than 0 / 1
+    are an error that names the variable)."""
+    from .launch_args import env_choice
+
+    return env_choice(INTERIOR_DKV_ENV, ("0", "1")) == "1"
+
+
 DET_SYNC_ENV = "PADDLE_FLASHMASK_BWD_DET_SYNC"
 # how the deterministic dQ writer waits for its turn and hands the query tile on (BwdConfig.det_sync)
 DET_SYNC_MODES = ("acquire", "fence", "relaxed")

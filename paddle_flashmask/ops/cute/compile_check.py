@@ -153,7 +153,8 @@ def variants(full: bool = False) -> list[Variant]:
             claim_list: Optional[bool] = None, dkv_last: Optional[bool] = None,
             interleave: bool = False, dkv_red: bool = False, dkv_bulk: bool = False,
             dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64,
-            two_pds_swizzled: bool = False, dk_after_dv: bool = False):
+            two_pds_swizzled: bool = False, dk_after_dv: bool = False,
+            interior_dkv: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced
         cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
                                         deterministic=det)
@@ -236,6 +237,8 @@ def variants(full: bool = False) -> list[Variant]:
                 raise ValueError(f"compile_check bwd: tile_m={tile_m} does not apply to {cfg}")
         if two_pds_swizzled:  # FA3/FA4's 80-row form (measured slower, call 138)
             cfg = with_two_pds_stages(cfg)
+        if interior_dkv:  # dK/dV stored without row bounds inside the sequence (interior_dkv)
+            cfg = dataclasses.replace(cfg, interior_dkv=True)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -270,7 +273,8 @@ def variants(full: bool = False) -> list[Variant]:
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
                          " walk-interleave" if interleave else "",
                          f" m{tile_m}" if tile_m != 64 else "",
-                         " two-pds-swizzled" if two_pds_swizzled else ""])
+                         " two-pds-swizzled" if two_pds_swizzled else "",
+                         " interior-dkv" if interior_dkv else ""])
         add(f"bwd {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd", cfg, True)
         if cfg.claim_list:
             add(f"bwd-claims {dtype} d{d} {_form_label(causal, c)}{extra}", "bwd_claims", cfg,
@@ -435,6 +439,12 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, True, 1, dk_after_dv=True)
     bwd("bfloat16", 128, False, 2, dk_after_dv=True)
     bwd("bfloat16", 64, True, 1, dk_after_dv=True)
+    # the dK/dV epilogue without row bounds on key tiles inside the sequence (env
+    # PADDLE_FLASHMASK_BWD_INTERIOR_DKV=1): MHA, the GQA head walk, the deterministic partials
+    bwd("bfloat16", 128, False, 2, interior_dkv=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, gqa_in_cta=True, interior_dkv=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, det=True, interior_dkv=True)
+    bwd("bfloat16", 64, True, 1, interior_dkv=True)
     # deterministic GQA dK/dV summed by the dQ writer's bulk ops (BwdConfig.dkv_bulk)
     bwd("bfloat16", 128, True, 1, gqa=True, det=True, dkv_bulk=True)
     bwd("bfloat16", 128, False, 2, gqa=True, det=True, dkv_bulk=True)

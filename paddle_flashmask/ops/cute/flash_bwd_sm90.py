@@ -208,6 +208,11 @@ class BwdConfig:
     # two adjacent columns leave as one vector store (False: one 2-byte store per element, the
     # session-5 SASS, kept for the A/B; env PADDLE_FLASHMASK_BWD_VECTOR_DKV=0).
     vector_dkv: bool = True
+    # dK/dV epilogue: a key tile inside the sequence (n0 + tile_n <= Sk, every tile but the
+    # last) stores without the per-row bound, one branch per tile instead of a predicate and a
+    # branch region per row (d128 C=2: the epilogue's BSSY / BSYNC pairs and their compares).
+    # Off until the H200 A/B (env PADDLE_FLASHMASK_BWD_INTERIOR_DKV=1).
+    interior_dkv: bool = False
     # Deterministic mode, dQ in smem: how the dQ writer waits for its turn on a query tile and
     # passes it on. "acquire": acquire polls (a load + CCTL.IVALL, an L1 invalidation, per poll)
     # and fence + release store (two MEMBAR.GPU) per publish. "fence": relaxed polls, one
@@ -2579,9 +2584,18 @@ class FlashMaskBwdSm90:
         if const_expr(self.cfg.dkv_partials):
             head = h
         tg, tc = self._tile_rows(th_mma, mOut, b, head, n0, width)
-        for i in cutlass.range_constexpr(cute.size(acc)):
-            if n0 + tc[i][0] < seqlen_k:
-                tg[i] = (acc[i] * scale).to(mOut.element_type)
+        if const_expr(self.cfg.interior_dkv):
+            if n0 + self.tile_n <= seqlen_k:
+                for i in cutlass.range_constexpr(cute.size(acc)):
+                    tg[i] = (acc[i] * scale).to(mOut.element_type)
+            else:
+                for i in cutlass.range_constexpr(cute.size(acc)):
+                    if n0 + tc[i][0] < seqlen_k:
+                        tg[i] = (acc[i] * scale).to(mOut.element_type)
+        else:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                if n0 + tc[i][0] < seqlen_k:
+                    tg[i] = (acc[i] * scale).to(mOut.element_type)
 
 
 # --------------------------------------------------------------------------------------------------

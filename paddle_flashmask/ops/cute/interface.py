@@ -354,7 +354,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_det_first_store, default_dkv_last,
                             default_dkv_red, default_walk_interleave,
                             default_dkv_bulk, default_dv_early, default_dk_early,
-                            default_dk_after_dv,
+                            default_dk_after_dv, default_interior_dkv,
                             default_tile_m)
 
     row_ranges = default_row_ranges(num_columns)
@@ -367,7 +367,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
     claim_passes = default_claim_passes()  # read (and checked) even where nothing is claimed
     if deterministic:  # the dQ chain's order: one pass over the list
         claim_passes = 1
-    return _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink,
+    cfg = _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink,
                             deterministic, row_ranges, default_rs_dkv(head_dim),
                             gqa_in_cta, persistent_ctas,
                             default_qdo_stages(head_dim),
@@ -401,6 +401,9 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dk_after_dv(head_dim, gqa_in_cta, num_columns),
                             default_tile_m(head_dim, causal, num_columns, deterministic,
                                            has_sink))
+    if default_interior_dkv():  # BwdConfig.interior_dkv, every path through _store_rows
+        cfg = replace(cfg, interior_dkv=True)
+    return cfg
 
 
 @functools.lru_cache(maxsize=256)
