@@ -8,7 +8,8 @@ D = 128 since session 15):
   when none of its rows moved its max;
 * FwdConfig.edge_pass: a partial tile's sequence-edge compares and selects in a block of their
   own, run only on a tile that reaches past Sk;
-* FwdConfig.mask_pred_chain: one predicate chain and one select per element of a partial tile.
+* FwdConfig.mask_pred_chain: one predicate chain and one select per element of a partial tile;
+* FwdConfig.row_max_chains: the softmax's row max as independent fmax chains.
 """
 from __future__ import annotations
 
@@ -229,3 +230,54 @@ def test_mask_chain_selects_once_per_element():
     assert runtime_mix(chain) == {"FSEL": 64, "ISETP": 128}
     for op in ("HGMMA", "MUFU", "FFMA", "FMNMX"):
         assert chain["histogram"][op] == base["histogram"][op], op
+
+
+def test_row_max_chains_config_rule(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(fwd.MAX_CHAINS_ENV, raising=False)
+    for d in (64, 96, 128, 192, 256):  # one chain per row until the H200 A/B
+        assert interface.forward_config("bfloat16", d, True, 1, False).row_max_chains == 1, d
+    for chains in ("2", "4", "8"):
+        monkeypatch.setenv(fwd.MAX_CHAINS_ENV, chains)
+        assert interface.forward_config("bfloat16", 128, False, None,
+                                        False).row_max_chains == int(chains)
+    monkeypatch.setenv(fwd.MAX_CHAINS_ENV, "3")
+    with pytest.raises(ValueError, match=fwd.MAX_CHAINS_ENV):
+        interface.forward_config("bfloat16", 128, False, None, False)
+    with pytest.raises(ValueError, match="row_max_chains"):
+        fwd.FwdConfig("bfloat16", 128, 128, False, None, row_max_chains=3)
+
+
+def _longest_fmnmx_chain(sequence: list) -> int:
+    """The longest run of FMNMX that each read the one before (a register's depth restarts at
+    any other instruction that writes it)."""
+    import re
+
+    depth: dict = {}
+    longest = 0
+    for text in sequence:
+        m = re.search(r"\b([A-Z][A-Z0-9]*)(?:\.[A-Z0-9.]+)? (R\d+), (.*);", text)
+        if not m:
+            continue
+        opcode, dst, rest = m.groups()
+        if opcode == "FMNMX":
+            sources = re.findall(r"\bR\d+\b", rest)
+            depth[dst] = 1 + max((depth.get(r, 0) for r in sources), default=0)
+            longest = max(longest, depth[dst])
+        else:
+            depth[dst] = 0
+    return longest
+
+
+def test_row_max_chains_shorten_the_dependent_fmnmx_run():
+    pytest.importorskip("cutlass")
+    base = _main_loop({fwd.MAX_CHAINS_ENV: "1"}, "--columns", "2")
+    split = _main_loop({fwd.MAX_CHAINS_ENV: "4"}, "--columns", "2")
+    # one chain: each row's 32 columns (128-wide key tiles) then the quad's two butterflies
+    assert _longest_fmnmx_chain(base["sequence"]) >= 32
+    # four chains of 8, two pairwise combines, the butterflies (and the running max)
+    assert _longest_fmnmx_chain(split["sequence"]) <= 14
+    # the same work: bit-identical maxima from the same number of instructions
+    for op in ("HGMMA", "MUFU", "FFMA", "FMNMX", "SHFL"):
+        assert split["histogram"][op] == base["histogram"][op], op

@@ -81,7 +81,8 @@ def variants(full: bool = False) -> list[Variant]:
             claimed_order=False, claim_block=1,
             rescale_threshold: float = 0.0, early_scan: Optional[bool] = None,
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None,
-            edge_pass: bool = False, mask_chain: Optional[bool] = None):
+            edge_pass: bool = False, mask_chain: Optional[bool] = None,
+            max_chains: Optional[int] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
         if consumer_wgs is not None:  # d64: 192 rows on three WGs (default) or 128 on two (env)
@@ -104,6 +105,9 @@ def variants(full: bool = False) -> list[Variant]:
         if mask_chain is not None:  # one predicate chain and select per element, or not
             cfg = dataclasses.replace(cfg, mask_pred_chain=mask_chain)
             extra += " mask-chain" if mask_chain else " no-mask-chain"
+        if max_chains is not None:  # the softmax's row max as split chains (row_max_chains)
+            cfg = dataclasses.replace(cfg, row_max_chains=max_chains)
+            extra += f" max-chains-{max_chains}"
         if uniform_q:  # Q descriptors from the warpgroup's uniform slice (FwdConfig.uniform_q)
             cfg = dataclasses.replace(cfg, uniform_q=True)
             extra += " uniform-q"
@@ -358,6 +362,13 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 64, False, 2, mask_chain=False)  # three consumer warpgroups, edge folded in
     fwd("bfloat16", 192, True, 2, mask_chain=True)
     fwd("float16", 96, False, 4, sink=True, mask_chain=True)
+    # the softmax's row max as independent chains (env PADDLE_FLASHMASK_FWD_MAX_CHAINS)
+    fwd("bfloat16", 128, False, None, max_chains=4)
+    fwd("bfloat16", 128, True, 1, max_chains=4)
+    fwd("bfloat16", 128, False, 4, sink=True, max_chains=8)
+    fwd("bfloat16", 64, True, 2, max_chains=4)  # three consumer warpgroups, 160 registers
+    fwd("float16", 256, False, 2, max_chains=4)
+    fwd("bfloat16", 192, True, None, max_chains=2)
     fwd("bfloat16", 128, False, 4, diagonal_partials=True)
     fwd("bfloat16", 256, True, 1, tile_n=80, tile_ranges=True)  # 230,400 B of smem
     fwd("bfloat16", 256, True, 1, tile_n=64)  # the pre-session-10 shape (env D256_TILE_N=64)

@@ -148,6 +148,13 @@ class FwdConfig:
     # instructions. The host's choice: default_mask_pred_chain (on at D = 64, 128 and 256 since
     # the H200 A/B of session 27: masked forwards 0.6-5.5 % faster).
     mask_pred_chain: bool = False
+    # The softmax's per-row tile max as this many independent fmax chains, every row's max and
+    # quad shuffles before the first exponential (softmax.online_update's max_chains), instead
+    # of one serial chain per row: at 128-wide key tiles that chain is 32 dependent FMNMX per row
+    # ahead of the row's first exponential (SASS, d128 main loop), which ptxas does not
+    # reassociate. Bit-identical (max is exact in any order). The host's choice:
+    # default_row_max_chains.
+    row_max_chains: int = 1
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -161,6 +168,9 @@ class FwdConfig:
         fm_mask.num_mask_columns(self.causal, self.mask_columns)  # validates the (causal, C) form
         if self.tile_m not in (128, 192):  # two or three consumer warpgroups of 64 rows
             raise NotImplementedError(f"FwdConfig.tile_m: expected 128 or 192, found {self.tile_m}")
+        if self.row_max_chains not in ROW_MAX_CHAIN_CHOICES:
+            raise ValueError(f"FwdConfig.row_max_chains: expected one of {ROW_MAX_CHAIN_CHOICES}, "
+                             f"found {self.row_max_chains}")
         if self.tile_n % 16 != 0 or not 16 <= self.tile_n <= 256:
             raise ValueError(f"FwdConfig.tile_n: expected a multiple of 16 in [16, 256], found {self.tile_n}")
         if self.num_stages < 1:
@@ -222,6 +232,8 @@ UNIFORM_Q_ENV = "PADDLE_FLASHMASK_FWD_UNIFORM_Q"
 RESCALE_THRESHOLD_ENV = "PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD"
 EDGE_PASS_ENV = "PADDLE_FLASHMASK_FWD_EDGE_PASS"
 MASK_CHAIN_ENV = "PADDLE_FLASHMASK_FWD_MASK_CHAIN"
+MAX_CHAINS_ENV = "PADDLE_FLASHMASK_FWD_MAX_CHAINS"
+ROW_MAX_CHAIN_CHOICES = (1, 2, 4, 8)
 EARLY_SCAN_ENV = "PADDLE_FLASHMASK_FWD_EARLY_SCAN"
 GRID_ENV = "PADDLE_FLASHMASK_FWD_GRID"  # "tiles": one CTA per work tile (default "persistent")
 D128_TILE_ENV = "PADDLE_FLASHMASK_FWD_D128_TILE_N"  # "112": the 128x112 tile, two Q buffers
@@ -357,6 +369,15 @@ def default_mask_pred_chain(head_dim: int) -> bool:
     return head_dim in (64, 128, 256)
 
 
+def default_row_max_chains(head_dim: int) -> int:
+    """``FwdConfig.row_max_chains`` without an env choice: 1 (one serial chain per row) until
+    the H200 A/B. Env ``PADDLE_FLASHMASK_FWD_MAX_CHAINS`` = 1 / 2 / 4 / 8 forces a count."""
+    forced = env_choice(MAX_CHAINS_ENV, tuple(str(c) for c in ROW_MAX_CHAIN_CHOICES))
+    if forced:
+        return int(forced)
+    return 1
+
+
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
                    fast: Optional[bool] = None, work_order: Optional[bool] = None,
@@ -407,6 +428,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     early_scan = env_choice(EARLY_SCAN_ENV, ("0", "1")) != "0"
     edge_pass = default_edge_pass(head_dim)
     mask_pred_chain = default_mask_pred_chain(head_dim)
+    row_max_chains = default_row_max_chains(head_dim)
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -416,7 +438,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          claim_passes=claim_passes, claim_block=claim_block,
                          diagonal_partials=diagonal_partials,
                          uniform_q=uniform_q, rescale_threshold=rescale_threshold,
-                         early_scan=early_scan, mask_pred_chain=mask_pred_chain)
+                         early_scan=early_scan, mask_pred_chain=mask_pred_chain,
+                         row_max_chains=row_max_chains)
         # edge_pass: measured on the fast path only
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
@@ -431,7 +454,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          diagonal_partials=diagonal_partials,
                        uniform_q=uniform_q, rescale_threshold=rescale_threshold,
                        early_scan=early_scan, edge_pass=edge_pass,
-                       mask_pred_chain=mask_pred_chain)
+                       mask_pred_chain=mask_pred_chain, row_max_chains=row_max_chains)
     # FA4's tile shapes at d256 (128x80) and d64 (192x128): on since the H200 A/B of session 10
     # (forward 1-10 % faster on every mask of the zoo); env "64" / "128" restores the old shapes
     if head_dim == 256 and (env_choice(D256_TILE_ENV, ("64", "80")) or "80") == "80":
@@ -1114,7 +1137,8 @@ class FlashFwdSm90:
                     pipe_k.consumer_release(k_state)
                     k_state.advance()
                     moved = fm_softmax.online_update(acc_S, row_max, row_sum, row_scale,
-                                                     scale_log2, self.cfg.rescale_threshold)
+                                                     scale_log2, self.cfg.rescale_threshold,
+                                                     self.cfg.row_max_chains)
                     self.rescale_o(acc_O, row_scale, moved)
                     tOrP_as_acc.store(acc_S.load().to(self.dtype))
                     pipe_v.consumer_wait(v_state)
@@ -1135,7 +1159,7 @@ class FlashFwdSm90:
                     pipe_k.consumer_release(k_state)
                     k_state.advance()
                     fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2,
-                                             self.cfg.rescale_threshold)
+                                             self.cfg.rescale_threshold, self.cfg.row_max_chains)
                     fm_softmax.convert_pairs(acc_S, tOrP_as_acc)
                     pipe_k.consumer_wait(k_state)
                     n_block = s_meta[0, k_state.index]
@@ -1165,7 +1189,8 @@ class FlashFwdSm90:
                         pipe_k.consumer_release(k_state)
                         k_state.advance()
                         moved = fm_softmax.online_update(acc_S, row_max, row_sum, row_scale,
-                                                         scale_log2, self.cfg.rescale_threshold)
+                                                         scale_log2, self.cfg.rescale_threshold,
+                                                         self.cfg.row_max_chains)
                         # ptxas hoists this wait (with K's release) to the start of the row max
                         # when the lazy rescale's branch is the first reader of O. Keeping both
                         # behind the exponentials (K's release made data-dependent on the sum)

@@ -67,24 +67,61 @@ def quad_allreduce_sum(x: Float32) -> Float32:
     return x + cute.arch.shuffle_sync_bfly(x, offset=1)
 
 
+def row_max_split(s: cute.Tensor, r: int, chains: int):
+    """The max of row ``r`` of this thread's ``s`` (row/column view) as ``chains`` independent
+    ``fmax`` chains over its columns, then a pairwise combine: the same value as one chain (max
+    is exact in any order), with ``chains`` times the instruction-level parallelism. Plain Python
+    (unrolled while tracing), so the list may shrink as the pairs combine."""
+    n = cute.size(s, mode=[1])
+    k = min(chains, n)
+    parts = [s[r, c] for c in range(k)]
+    for c in range(k, n):
+        parts[c % k] = cute.arch.fmax(parts[c % k], s[r, c])
+    while len(parts) > 1:
+        pairs = [cute.arch.fmax(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+        parts = pairs + ([parts[-1]] if len(parts) % 2 else [])
+    return parts[0]
+
+
+def _all_row_maxes(s: cute.Tensor, num_rows: int, chains: int) -> list:
+    """Every row's tile max over the quad: split chains per row, then the butterfly shuffles of
+    all rows together (plain Python, unrolled while tracing)."""
+    maxes = [row_max_split(s, r, chains) for r in range(num_rows)]
+    for offset in (2, 1):
+        maxes = [cute.arch.fmax(m, cute.arch.shuffle_sync_bfly(m, offset=offset)) for m in maxes]
+    return maxes
+
+
 @cute.jit
 def online_update(acc_s: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor,
                   row_scale: cute.Tensor, scale_log2: Float32,
-                  rescale_threshold: cutlass.Constexpr[float] = 0.0):
+                  rescale_threshold: cutlass.Constexpr[float] = 0.0,
+                  max_chains: cutlass.Constexpr[int] = 1):
     """Exponentiate one score tile in place, update the running row max / sum (thread-partial
     sums; the quad reduction happens once in :func:`finalize`) and write each row's O rescale.
 
     ``rescale_threshold`` t > 0 (log2 units): a row keeps its old max unless the tile's exceeds
     it by more than t, so its rescale is exactly 1 and the caller may skip the O rescale (returns
     whether any of this thread's rows moved its max). Exact arithmetic either way -- O, the sum
-    and LSE all use the same max -- only P can reach 2^t (fine for fp16 / bf16 and fp32 sums)."""
+    and LSE all use the same max -- only P can reach 2^t (fine for fp16 / bf16 and fp32 sums).
+
+    ``max_chains`` > 1: every row's tile max is taken first, each as that many independent
+    chains (:func:`row_max_split`), and the rows' quad shuffles are issued together, before any
+    exponential; 1 keeps one serial ``fmax`` chain per row (32 dependent instructions per row at
+    128-wide key tiles, which ptxas cannot reorder) with the row's exponentials right after."""
     s = acc_mn_view(acc_s)
     moved = cutlass.Boolean(False)
-    for r in cutlass.range_constexpr(cute.size(s, mode=[0])):
-        tile_max = s[r, 0]
-        for c in cutlass.range_constexpr(1, cute.size(s, mode=[1])):
-            tile_max = cute.arch.fmax(tile_max, s[r, c])
-        tile_max = quad_allreduce_max(tile_max)
+    num_rows = cute.size(s, mode=[0])
+    tile_maxes = _all_row_maxes(s, num_rows, max_chains) if cutlass.const_expr(
+        max_chains > 1) else None
+    for r in cutlass.range_constexpr(num_rows):
+        if cutlass.const_expr(max_chains > 1):
+            tile_max = tile_maxes[r]
+        else:
+            tile_max = s[r, 0]
+            for c in cutlass.range_constexpr(1, cute.size(s, mode=[1])):
+                tile_max = cute.arch.fmax(tile_max, s[r, c])
+            tile_max = quad_allreduce_max(tile_max)
         old_max = row_max[r]
         new_max = cute.arch.fmax(old_max, tile_max)
         if cutlass.const_expr(rescale_threshold > 0.0):
