@@ -2088,7 +2088,29 @@ for d in 96 192; do timeout -s INT -k 10 40 python3 bench/kernel_ab.py --pass fw
 '"$(pack_logs 170)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170"
+call171() {
+  emit "call 171 (session 28, fresh staging with the FA4 wheels) - at the new defaults (row max as 4 chains at D=64 and at D=128 but full; the mask chain at D=96): the forward A/B default / forced 1 / forced 4 on the MHA zoo (a second measurement, and full again), D=256 4 chains again with a longer limit, D=192 the mask chain and 4 chains (call 170's bench broke there: v at D=192 has 128 columns), then the e2e step both orders [<= 9.5 min]" \
+    nvidia-h200 570 '[".cutedsl/b", ".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+K=PADDLE_FLASHMASK_FWD
+V="--variant default: --variant one:${K}_MAX_CHAINS=1 --variant four:${K}_MAX_CHAINS=4"
+timeout -s INT -k 10 100 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window $V --rounds 4 --calls 4 --tag s28_fwd_mx_mha2 > $OUT/kab_fm.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_fm.log | cut -c1-220
+timeout -s INT -k 10 60 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 256 --masks full,causal,causal_document --variant base: --variant mx4:${K}_MAX_CHAINS=4 --rounds 3 --calls 4 --tag s28_fwd_mx_d256b > $OUT/kab_f256.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_f256.log | cut -c1-200
+timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 192 --masks document,causal_document,sliding_window,causal --variant base: --variant chain:${K}_MASK_CHAIN=1 --variant mx4:${K}_MAX_CHAINS=4 --rounds 3 --calls 4 --tag s28_fwd_d192 > $OUT/kab_f192.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_f192.log | cut -c1-220
+'"$(e2e_both_orders 140 115 final_a final_b s28)"'
+'"$(pack_logs 171)"
+}
+
+call172() {
+  emit "call 172 (session 28, on call 171's warm machine) - the GPU suite at session 28's defaults (the row max as 4 chains, the mask chain at D=96) [<= 7 min]" \
+    nvidia-h200 420 '[".devtools"]' \
+"$PRELUDE"'
+'"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 240 python3}"'
+'"$(pack_logs 172)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2264,7 +2286,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165|call166|call167|call168|call169|call170) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165|call166|call167|call168|call169|call170|call171|call172) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
