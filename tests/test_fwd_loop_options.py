@@ -146,11 +146,12 @@ def test_mask_chain_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.MASK_CHAIN_ENV, raising=False)
-    # by default (session 27's and 28's A/Bs) at D = 64, 96, 128 and 256, every form
+    # by default (session 27's and 28's A/Bs) at every head dim, every form
     for d, causal, columns in ((64, False, 2), (96, True, 1), (128, True, 1), (128, False, 4),
-                               (128, True, None), (256, True, 2)):
+                               (128, True, None), (192, False, 2), (256, True, 2)):
         assert interface.forward_config("bfloat16", d, causal, columns, False).mask_pred_chain, d
-    assert not interface.forward_config("bfloat16", 192, True, 1, False).mask_pred_chain
+    monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "0")
+    assert not interface.forward_config("bfloat16", 192, True, 2, False).mask_pred_chain
     monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "1")
     assert interface.forward_config("bfloat16", 192, True, 2, False).mask_pred_chain
     monkeypatch.setenv(fwd.MASK_CHAIN_ENV, "0")
@@ -235,13 +236,13 @@ def test_row_max_chains_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.MAX_CHAINS_ENV, raising=False)
-    # four by default (session 28's A/B) at D = 64, and at D = 128 but full attention
-    for d, causal, columns in ((64, False, None), (64, True, 2), (128, True, None),
-                               (128, True, 1), (128, False, 2), (128, False, 4)):
+    # four by default (session 28's A/Bs) at D = 64, and on D = 128's causal forms
+    for d, causal, columns in ((64, False, None), (64, True, 2), (64, False, 2), (128, True, None),
+                               (128, True, 1), (128, True, 2)):
         cfg = interface.forward_config("bfloat16", d, causal, columns, False)
         assert cfg.row_max_chains == 4, (d, causal, columns)
-    for d, causal, columns in ((128, False, None), (96, True, 1), (192, True, 1), (256, True, 2),
-                               (256, True, None)):
+    for d, causal, columns in ((128, False, None), (128, False, 2), (128, False, 4), (96, True, 1),
+                               (192, True, 1), (256, True, 2), (256, True, None)):
         cfg = interface.forward_config("bfloat16", d, causal, columns, False)
         assert cfg.row_max_chains == 1, (d, causal, columns)
     for chains in ("2", "4", "8"):

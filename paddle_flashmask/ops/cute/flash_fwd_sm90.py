@@ -354,37 +354,41 @@ def default_edge_pass(head_dim: int) -> bool:
 
 
 def default_mask_pred_chain(head_dim: int) -> bool:
-    """``FwdConfig.mask_pred_chain`` without an env choice: on at D = 64, 96, 128 and 256, off
-    at D = 192 (not measured). Measured on the H200 (session 27, call 164, ``bench/kernel_ab.py`` forward,
-    variants interleaved): MHA B=4 S=8K D=128 sliding window 0.961x, causal documents 0.957x,
-    documents 0.983x, shared question 0.958x, prefix-LM 0.987x, global + sliding window 0.957x,
-    full 1.003x, causal 1.001x; GQA 16/8 B=2 (the e2e shape) packed SFT 0.974x, causal documents
-    0.974x, documents 0.987x, sliding window 0.970x, causal 1.000x; D=64 MHA B=4 documents
-    0.969x, causal documents 0.945x, prefix-LM 1.006x; D=256 MHA B=4 documents 0.994x, causal
-    documents 0.986x, sliding window 0.986x (call 166); D=96 MHA B=4 documents 0.972x, causal
-    documents 0.958x, sliding window 0.970x (session 28, call 170). Oracle 24/24 with it forced
-    at every head dim. Env ``PADDLE_FLASHMASK_FWD_MASK_CHAIN=1`` / ``0`` forces it on / off."""
+    """``FwdConfig.mask_pred_chain`` without an env choice: on at every head dim. Measured on
+    the H200 (``bench/kernel_ab.py`` forward, variants interleaved, against the select per
+    interval): session 27, call 164, MHA B=4 S=8K D=128 sliding window 0.961x, causal documents
+    0.957x, documents 0.983x, shared question 0.958x, prefix-LM 0.987x, global + sliding window
+    0.957x, full 1.003x, causal 1.001x; GQA 16/8 B=2 (the e2e shape) packed SFT 0.974x, causal
+    documents 0.974x, documents 0.987x, sliding window 0.970x, causal 1.000x; D=64 MHA B=4
+    documents 0.969x, causal documents 0.945x, prefix-LM 1.006x; D=256 (call 166) documents
+    0.994x, causal documents 0.986x, sliding window 0.986x; session 28, MHA B=4, D=96 (call 170)
+    documents 0.972x, causal documents 0.958x, sliding window 0.970x, D=192 (call 171) documents
+    0.988x, causal documents 0.976x, sliding window 0.973x, causal 0.996x. Oracle 24/24 with it
+    forced at every head dim. Env ``PADDLE_FLASHMASK_FWD_MASK_CHAIN=1`` / ``0`` forces it on /
+    off."""
     forced = env_choice(MASK_CHAIN_ENV, ("0", "1"))
     if forced:
         return forced == "1"
-    return head_dim in (64, 96, 128, 256)
+    return head_dim in (64, 96, 128, 192, 256)
 
 
 def default_row_max_chains(head_dim: int, causal: bool, mask_columns: Optional[int]) -> int:
-    """``FwdConfig.row_max_chains`` without an env choice: 4 at D = 64, and at D = 128 except
-    full attention; 1 elsewhere. Measured on the H200 (session 28, call 170, ``bench/kernel_ab.py``
-    forward, variants interleaved, 4 chains against 1): MHA B=4 S=8K D=128 causal 0.967x, sliding
-    window 0.993x, global + sliding window 0.998x, causal documents / documents / shared question
-    / prefix-LM 1.001-1.006x, but full 1.015x (8 chains 1.019x); the e2e shape (GQA 16/8 B=2)
-    causal 0.966x, packed SFT 0.991x, sliding window 0.993x, causal documents 0.995x, documents
-    0.997x; D=64 full 0.957x, causal 0.973x, causal documents 0.972x, documents 1.002x; D=256
-    causal 1.026x, full 0.974x (wide spread), documents 0.998x. D = 96 / 192 not measured. The
-    forward oracle passed 24/24 with 4 forced at every head dim. Env
-    ``PADDLE_FLASHMASK_FWD_MAX_CHAINS`` = 1 / 2 / 4 / 8 forces a count."""
+    """``FwdConfig.row_max_chains`` without an env choice: 4 at D = 64, and at D = 128 on causal
+    forms; 1 elsewhere. Measured on the H200 (session 28, ``bench/kernel_ab.py`` forward,
+    variants interleaved, 4 chains against 1, two calls at D = 128: 170 and 171). MHA B=4 S=8K
+    D=128 causal forms: causal 0.967x / 0.968x, sliding window 0.993x / 0.994x, global + sliding
+    window 0.998x / 0.994x, causal documents 1.001x / 1.001x, shared question 1.001x / 1.000x;
+    bidirectional forms: full 1.015x / 1.022x, documents 1.006x / 1.006x, prefix-LM 1.003x /
+    0.997x. The e2e shape (GQA 16/8 B=2): causal 0.966x, packed SFT 0.991x, sliding window
+    0.993x, causal documents 0.995x, documents 0.997x. D=64 (MHA B=4): full 0.957x, causal
+    0.973x, causal documents 0.972x, documents 1.002x. D=256: causal 1.026x / 1.036x, full
+    0.974x / 1.065x (wide spreads), documents 0.998x, causal documents 0.995x. D=192: masked
+    forms 0.993-0.995x, causal 1.007x (left at 1). The forward oracle passed 24/24 with 4 forced
+    at every head dim. Env ``PADDLE_FLASHMASK_FWD_MAX_CHAINS`` = 1 / 2 / 4 / 8 forces a count."""
     forced = env_choice(MAX_CHAINS_ENV, tuple(str(c) for c in ROW_MAX_CHAIN_CHOICES))
     if forced:
         return int(forced)
-    if head_dim == 64 or (head_dim == 128 and (causal or mask_columns is not None)):
+    if head_dim == 64 or (head_dim == 128 and causal):
         return 4
     return 1
 
