@@ -155,6 +155,13 @@ class FwdConfig:
     # reassociate. Bit-identical (max is exact in any order). The host's choice:
     # default_row_max_chains.
     row_max_chains: int = 1
+    # row_max_chains > 1: each row's split max and quad shuffles right before that row's
+    # exponentials, instead of every row's first. The host's choice: default_row_max_rowwise.
+    row_max_rowwise: bool = False
+    # The softmax's per-row sum of the new exponentials as this many independent add chains
+    # (softmax.online_update's sum_chains; another fp32 order). The host's choice:
+    # default_row_sum_chains.
+    row_sum_chains: int = 1
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -168,6 +175,9 @@ class FwdConfig:
         fm_mask.num_mask_columns(self.causal, self.mask_columns)  # validates the (causal, C) form
         if self.tile_m not in (128, 192):  # two or three consumer warpgroups of 64 rows
             raise NotImplementedError(f"FwdConfig.tile_m: expected 128 or 192, found {self.tile_m}")
+        if self.row_sum_chains not in ROW_MAX_CHAIN_CHOICES:
+            raise ValueError(f"FwdConfig.row_sum_chains: expected one of {ROW_MAX_CHAIN_CHOICES}, "
+                             f"found {self.row_sum_chains}")
         if self.row_max_chains not in ROW_MAX_CHAIN_CHOICES:
             raise ValueError(f"FwdConfig.row_max_chains: expected one of {ROW_MAX_CHAIN_CHOICES}, "
                              f"found {self.row_max_chains}")
@@ -233,6 +243,8 @@ RESCALE_THRESHOLD_ENV = "PADDLE_FLASHMASK_FWD_RESCALE_THRESHOLD"
 EDGE_PASS_ENV = "PADDLE_FLASHMASK_FWD_EDGE_PASS"
 MASK_CHAIN_ENV = "PADDLE_FLASHMASK_FWD_MASK_CHAIN"
 MAX_CHAINS_ENV = "PADDLE_FLASHMASK_FWD_MAX_CHAINS"
+MAX_ROWWISE_ENV = "PADDLE_FLASHMASK_FWD_MAX_ROWWISE"
+SUM_CHAINS_ENV = "PADDLE_FLASHMASK_FWD_SUM_CHAINS"
 ROW_MAX_CHAIN_CHOICES = (1, 2, 4, 8)
 EARLY_SCAN_ENV = "PADDLE_FLASHMASK_FWD_EARLY_SCAN"
 GRID_ENV = "PADDLE_FLASHMASK_FWD_GRID"  # "tiles": one CTA per work tile (default "persistent")
@@ -393,6 +405,19 @@ def default_row_max_chains(head_dim: int, causal: bool, mask_columns: Optional[i
     return 1
 
 
+def default_row_max_rowwise() -> bool:
+    """``FwdConfig.row_max_rowwise`` without an env choice: off (every row's max first) until
+    the H200 A/B; env ``PADDLE_FLASHMASK_FWD_MAX_ROWWISE=1`` / ``0`` forces it."""
+    return env_choice(MAX_ROWWISE_ENV, ("0", "1")) == "1"
+
+
+def default_row_sum_chains() -> int:
+    """``FwdConfig.row_sum_chains`` without an env choice: 1 until the H200 A/B; env
+    ``PADDLE_FLASHMASK_FWD_SUM_CHAINS`` = 1 / 2 / 4 / 8 forces a count."""
+    forced = env_choice(SUM_CHAINS_ENV, tuple(str(c) for c in ROW_MAX_CHAIN_CHOICES))
+    return int(forced) if forced else 1
+
+
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
                    fast: Optional[bool] = None, work_order: Optional[bool] = None,
@@ -444,6 +469,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     edge_pass = default_edge_pass(head_dim)
     mask_pred_chain = default_mask_pred_chain(head_dim)
     row_max_chains = default_row_max_chains(head_dim, causal, mask_columns)
+    row_max_rowwise = default_row_max_rowwise()
+    row_sum_chains = default_row_sum_chains()
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -454,7 +481,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          diagonal_partials=diagonal_partials,
                          uniform_q=uniform_q, rescale_threshold=rescale_threshold,
                          early_scan=early_scan, mask_pred_chain=mask_pred_chain,
-                         row_max_chains=row_max_chains)
+                         row_max_chains=row_max_chains, row_max_rowwise=row_max_rowwise,
+                         row_sum_chains=row_sum_chains)
         # edge_pass: measured on the fast path only
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
@@ -469,7 +497,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          diagonal_partials=diagonal_partials,
                        uniform_q=uniform_q, rescale_threshold=rescale_threshold,
                        early_scan=early_scan, edge_pass=edge_pass,
-                       mask_pred_chain=mask_pred_chain, row_max_chains=row_max_chains)
+                       mask_pred_chain=mask_pred_chain, row_max_chains=row_max_chains,
+                       row_max_rowwise=row_max_rowwise, row_sum_chains=row_sum_chains)
     # FA4's tile shapes at d256 (128x80) and d64 (192x128): on since the H200 A/B of session 10
     # (forward 1-10 % faster on every mask of the zoo); env "64" / "128" restores the old shapes
     if head_dim == 256 and (env_choice(D256_TILE_ENV, ("64", "80")) or "80") == "80":
@@ -1153,7 +1182,9 @@ class FlashFwdSm90:
                     k_state.advance()
                     moved = fm_softmax.online_update(acc_S, row_max, row_sum, row_scale,
                                                      scale_log2, self.cfg.rescale_threshold,
-                                                     self.cfg.row_max_chains)
+                                                     self.cfg.row_max_chains,
+                                                     self.cfg.row_max_rowwise,
+                                                     self.cfg.row_sum_chains)
                     self.rescale_o(acc_O, row_scale, moved)
                     tOrP_as_acc.store(acc_S.load().to(self.dtype))
                     pipe_v.consumer_wait(v_state)
@@ -1174,7 +1205,8 @@ class FlashFwdSm90:
                     pipe_k.consumer_release(k_state)
                     k_state.advance()
                     fm_softmax.online_update(acc_S, row_max, row_sum, row_scale, scale_log2,
-                                             self.cfg.rescale_threshold, self.cfg.row_max_chains)
+                                             self.cfg.rescale_threshold, self.cfg.row_max_chains,
+                                             self.cfg.row_max_rowwise, self.cfg.row_sum_chains)
                     fm_softmax.convert_pairs(acc_S, tOrP_as_acc)
                     pipe_k.consumer_wait(k_state)
                     n_block = s_meta[0, k_state.index]
@@ -1205,7 +1237,9 @@ class FlashFwdSm90:
                         k_state.advance()
                         moved = fm_softmax.online_update(acc_S, row_max, row_sum, row_scale,
                                                          scale_log2, self.cfg.rescale_threshold,
-                                                         self.cfg.row_max_chains)
+                                                         self.cfg.row_max_chains,
+                                                     self.cfg.row_max_rowwise,
+                                                     self.cfg.row_sum_chains)
                         # ptxas hoists this wait (with K's release) to the start of the row max
                         # when the lazy rescale's branch is the first reader of O. Keeping both
                         # behind the exponentials (K's release made data-dependent on the sum)

@@ -83,6 +83,20 @@ def row_max_split(s: cute.Tensor, r: int, chains: int):
     return parts[0]
 
 
+def row_sum_split(s: cute.Tensor, r: int, chains: int):
+    """The sum of row ``r`` of this thread's ``s`` as ``chains`` independent chains of adds,
+    then a pairwise combine (plain Python, unrolled while tracing)."""
+    n = cute.size(s, mode=[1])
+    k = min(chains, n)
+    parts = [s[r, c] for c in range(k)]
+    for c in range(k, n):
+        parts[c % k] = parts[c % k] + s[r, c]
+    while len(parts) > 1:
+        pairs = [parts[i] + parts[i + 1] for i in range(0, len(parts) - 1, 2)]
+        parts = pairs + ([parts[-1]] if len(parts) % 2 else [])
+    return parts[0]
+
+
 def _all_row_maxes(s: cute.Tensor, num_rows: int, chains: int) -> list:
     """Every row's tile max over the quad: split chains per row, then the butterfly shuffles of
     all rows together (plain Python, unrolled while tracing)."""
@@ -96,7 +110,9 @@ def _all_row_maxes(s: cute.Tensor, num_rows: int, chains: int) -> list:
 def online_update(acc_s: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor,
                   row_scale: cute.Tensor, scale_log2: Float32,
                   rescale_threshold: cutlass.Constexpr[float] = 0.0,
-                  max_chains: cutlass.Constexpr[int] = 1):
+                  max_chains: cutlass.Constexpr[int] = 1,
+                  max_rowwise: cutlass.Constexpr[bool] = False,
+                  sum_chains: cutlass.Constexpr[int] = 1):
     """Exponentiate one score tile in place, update the running row max / sum (thread-partial
     sums; the quad reduction happens once in :func:`finalize`) and write each row's O rescale.
 
@@ -108,15 +124,23 @@ def online_update(acc_s: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor
     ``max_chains`` > 1: every row's tile max is taken first, each as that many independent
     chains (:func:`row_max_split`), and the rows' quad shuffles are issued together, before any
     exponential; 1 keeps one serial ``fmax`` chain per row (32 dependent instructions per row at
-    128-wide key tiles, which ptxas cannot reorder) with the row's exponentials right after."""
+    128-wide key tiles, which ptxas cannot reorder) with the row's exponentials right after.
+    ``max_rowwise`` with ``max_chains`` > 1: each row's split max and shuffles right before its
+    own exponentials (row 0's start earlier; ptxas may still overlap the next row's max).
+    ``sum_chains`` > 1: the row's new exponentials summed as that many independent chains and
+    a pairwise combine (:func:`row_sum_split`; another fp32 summation order, not bit-identical
+    to one chain)."""
     s = acc_mn_view(acc_s)
     moved = cutlass.Boolean(False)
     num_rows = cute.size(s, mode=[0])
+    all_rows_first = max_chains > 1 and not max_rowwise
     tile_maxes = _all_row_maxes(s, num_rows, max_chains) if cutlass.const_expr(
-        max_chains > 1) else None
+        all_rows_first) else None
     for r in cutlass.range_constexpr(num_rows):
-        if cutlass.const_expr(max_chains > 1):
+        if cutlass.const_expr(all_rows_first):
             tile_max = tile_maxes[r]
+        elif cutlass.const_expr(max_chains > 1):
+            tile_max = quad_allreduce_max(row_max_split(s, r, max_chains))
         else:
             tile_max = s[r, 0]
             for c in cutlass.range_constexpr(1, cute.size(s, mode=[1])):
@@ -135,12 +159,17 @@ def online_update(acc_s: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor
         old_offset = old_max * scale_log2 if old_max != -Float32.inf else Float32(0.0)
         rescale = cute.math.exp2(old_offset - offset, fastmath=True)
         row_scale[r] = rescale
-        partial_sum = Float32(0.0)
-        for c in cutlass.range_constexpr(cute.size(s, mode=[1])):
-            p = cute.math.exp2(s[r, c] * scale_log2 - offset, fastmath=True)
-            s[r, c] = p
-            partial_sum += p
-        row_sum[r] = row_sum[r] * rescale + partial_sum
+        if cutlass.const_expr(sum_chains > 1):
+            for c in cutlass.range_constexpr(cute.size(s, mode=[1])):
+                s[r, c] = cute.math.exp2(s[r, c] * scale_log2 - offset, fastmath=True)
+            row_sum[r] = row_sum[r] * rescale + row_sum_split(s, r, sum_chains)
+        else:
+            partial_sum = Float32(0.0)
+            for c in cutlass.range_constexpr(cute.size(s, mode=[1])):
+                p = cute.math.exp2(s[r, c] * scale_log2 - offset, fastmath=True)
+                s[r, c] = p
+                partial_sum += p
+            row_sum[r] = row_sum[r] * rescale + partial_sum
     return moved
 
 
