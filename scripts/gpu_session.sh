@@ -2122,8 +2122,8 @@ timeout -s INT -k 10 130 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads
 }
 
 call174() {
-  emit "call 174 (session 28, on call 173's warm machine) - the GPU suite at the session's final defaults (the row max as 4 chains on D=128's causal forms and at D=64, the mask chain at every head dim) [<= 6 min]" \
-    nvidia-h200 380 '[".devtools"]' \
+  emit "call 174 (session 28, fresh staging: call 173's machine was given back) - the GPU suite at the session's final defaults (the row max as 4 chains at D=64 and on D=128's causal forms and full attention, there with 2 sum chains; the mask chain at every head dim) [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 '"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 240 python3}"'
 '"$(pack_logs 174)"

@@ -236,12 +236,12 @@ def test_row_max_chains_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.MAX_CHAINS_ENV, raising=False)
-    # four by default (session 28's A/Bs) at D = 64, and on D = 128's causal forms
+    # four by default (session 28's A/Bs) at D = 64, and on D = 128's causal forms and full
     for d, causal, columns in ((64, False, None), (64, True, 2), (64, False, 2), (128, True, None),
-                               (128, True, 1), (128, True, 2)):
+                               (128, True, 1), (128, True, 2), (128, False, None)):
         cfg = interface.forward_config("bfloat16", d, causal, columns, False)
         assert cfg.row_max_chains == 4, (d, causal, columns)
-    for d, causal, columns in ((128, False, None), (128, False, 2), (128, False, 4), (96, True, 1),
+    for d, causal, columns in ((128, False, 2), (128, False, 4), (96, True, 1),
                                (192, True, 1), (256, True, 2), (256, True, None)):
         cfg = interface.forward_config("bfloat16", d, causal, columns, False)
         assert cfg.row_max_chains == 1, (d, causal, columns)
@@ -287,4 +287,62 @@ def test_row_max_chains_shorten_the_dependent_fmnmx_run():
     assert _longest_fmnmx_chain(split["sequence"]) <= 14
     # the same work: bit-identical maxima from the same number of instructions
     for op in ("HGMMA", "MUFU", "FFMA", "FMNMX", "SHFL"):
+        assert split["histogram"][op] == base["histogram"][op], op
+
+
+def test_row_max_order_and_sum_chains_config_rules(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    for env in (fwd.MAX_ROWWISE_ENV, fwd.SUM_CHAINS_ENV):
+        monkeypatch.delenv(env, raising=False)
+    cfg = interface.forward_config("bfloat16", 128, True, 1, False)
+    assert not cfg.row_max_rowwise and cfg.row_sum_chains == 1
+    # two sum chains by default for D = 128 full attention only (session 28, call 173)
+    assert interface.forward_config("bfloat16", 128, False, None, False).row_sum_chains == 2
+    for d, causal, columns in ((128, True, None), (128, False, 2), (64, False, None),
+                               (256, False, None)):
+        assert interface.forward_config("bfloat16", d, causal, columns,
+                                        False).row_sum_chains == 1, d
+    monkeypatch.setenv(fwd.MAX_ROWWISE_ENV, "1")
+    monkeypatch.setenv(fwd.SUM_CHAINS_ENV, "2")
+    cfg = interface.forward_config("bfloat16", 128, True, 1, False)
+    assert cfg.row_max_rowwise and cfg.row_sum_chains == 2
+    monkeypatch.setenv(fwd.SUM_CHAINS_ENV, "5")
+    with pytest.raises(ValueError, match=fwd.SUM_CHAINS_ENV):
+        interface.forward_config("bfloat16", 128, True, 1, False)
+    monkeypatch.setenv(fwd.SUM_CHAINS_ENV, "1")
+    monkeypatch.setenv(fwd.MAX_ROWWISE_ENV, "yes")
+    with pytest.raises(ValueError, match=fwd.MAX_ROWWISE_ENV):
+        interface.forward_config("bfloat16", 128, True, 1, False)
+    with pytest.raises(ValueError, match="row_sum_chains"):
+        fwd.FwdConfig("bfloat16", 128, 128, True, None, row_sum_chains=0)
+
+
+def _longest_fadd_chain(sequence: list) -> int:
+    """The longest run of FADD that each read the one before."""
+    import re
+
+    depth: dict = {}
+    longest = 0
+    for text in sequence:
+        m = re.search(r"\b([A-Z][A-Z0-9]*)(?:\.[A-Z0-9.]+)? (R\d+), (.*);", text)
+        if not m:
+            continue
+        opcode, dst, rest = m.groups()
+        if opcode == "FADD":
+            depth[dst] = 1 + max((depth.get(r, 0) for r in re.findall(r"\bR\d+\b", rest)),
+                                 default=0)
+            longest = max(longest, depth[dst])
+        else:
+            depth[dst] = 0
+    return longest
+
+
+def test_sum_chains_shorten_the_dependent_fadd_run():
+    pytest.importorskip("cutlass")
+    base = _main_loop({fwd.MAX_CHAINS_ENV: "4", fwd.SUM_CHAINS_ENV: "1"})
+    split = _main_loop({fwd.MAX_CHAINS_ENV: "4", fwd.SUM_CHAINS_ENV: "2"})
+    assert _longest_fadd_chain(base["sequence"]) >= 32  # one chain over a row's 32 columns
+    assert _longest_fadd_chain(split["sequence"]) <= 17  # two of 16, then their combine
+    for op in ("HGMMA", "MUFU", "FMNMX"):
         assert split["histogram"][op] == base["histogram"][op], op

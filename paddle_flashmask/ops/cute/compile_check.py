@@ -82,7 +82,8 @@ def variants(full: bool = False) -> list[Variant]:
             rescale_threshold: float = 0.0, early_scan: Optional[bool] = None,
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None,
             edge_pass: bool = False, mask_chain: Optional[bool] = None,
-            max_chains: Optional[int] = None):
+            max_chains: Optional[int] = None, max_rowwise: bool = False,
+            sum_chains: Optional[int] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
         if consumer_wgs is not None:  # d64: 192 rows on three WGs (default) or 128 on two (env)
@@ -108,6 +109,12 @@ def variants(full: bool = False) -> list[Variant]:
         if max_chains is not None:  # the softmax's row max as split chains (row_max_chains)
             cfg = dataclasses.replace(cfg, row_max_chains=max_chains)
             extra += f" max-chains-{max_chains}"
+        if max_rowwise:  # each row's split max right before its exponentials (row_max_rowwise)
+            cfg = dataclasses.replace(cfg, row_max_rowwise=True)
+            extra += " max-rowwise"
+        if sum_chains is not None:  # the row sum as independent add chains (row_sum_chains)
+            cfg = dataclasses.replace(cfg, row_sum_chains=sum_chains)
+            extra += f" sum-chains-{sum_chains}"
         if uniform_q:  # Q descriptors from the warpgroup's uniform slice (FwdConfig.uniform_q)
             cfg = dataclasses.replace(cfg, uniform_q=True)
             extra += " uniform-q"
@@ -362,14 +369,18 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 192, True, 2, mask_chain=False)
     fwd("float16", 96, False, 4, sink=True, mask_chain=False)
     # the softmax's row max as independent chains (env PADDLE_FLASHMASK_FWD_MAX_CHAINS): 4 by
-    # default at D = 64 and on D = 128's causal forms; the other counts here
-    fwd("bfloat16", 128, False, None, max_chains=4)
+    # default at D = 64 and on D = 128's causal forms and full attention; the other counts here
+    fwd("bfloat16", 128, False, None, max_chains=1, sum_chains=1)
     fwd("bfloat16", 128, False, 2, max_chains=4)
     fwd("bfloat16", 128, True, 1, max_chains=1)
     fwd("bfloat16", 128, False, 4, sink=True, max_chains=8)
     fwd("bfloat16", 64, True, 2, max_chains=1)  # three consumer warpgroups, 160 registers
     fwd("float16", 256, False, 2, max_chains=4)
     fwd("bfloat16", 192, True, None, max_chains=2)
+    fwd("bfloat16", 128, True, 2, max_rowwise=True)  # env PADDLE_FLASHMASK_FWD_MAX_ROWWISE
+    fwd("bfloat16", 128, True, None, sum_chains=2)  # env PADDLE_FLASHMASK_FWD_SUM_CHAINS
+    fwd("bfloat16", 64, False, 2, max_rowwise=True, sum_chains=4)
+    fwd("float16", 256, True, 1, sink=True, sum_chains=2)
     fwd("bfloat16", 128, False, 4, diagonal_partials=True)
     fwd("bfloat16", 256, True, 1, tile_n=80, tile_ranges=True)  # 230,400 B of smem
     fwd("bfloat16", 256, True, 1, tile_n=64)  # the pre-session-10 shape (env D256_TILE_N=64)

@@ -386,7 +386,8 @@ def default_mask_pred_chain(head_dim: int) -> bool:
 
 def default_row_max_chains(head_dim: int, causal: bool, mask_columns: Optional[int]) -> int:
     """``FwdConfig.row_max_chains`` without an env choice: 4 at D = 64, and at D = 128 on causal
-    forms; 1 elsewhere. Measured on the H200 (session 28, ``bench/kernel_ab.py`` forward,
+    forms and full attention (there with the row sum as two chains, default_row_sum_chains:
+    alone, 4 max chains made full attention 1.4-2.2 % slower in three calls); 1 elsewhere. Measured on the H200 (session 28, ``bench/kernel_ab.py`` forward,
     variants interleaved, 4 chains against 1, two calls at D = 128: 170 and 171). MHA B=4 S=8K
     D=128 causal forms: causal 0.967x / 0.968x, sliding window 0.993x / 0.994x, global + sliding
     window 0.998x / 0.994x, causal documents 1.001x / 1.001x, shared question 1.001x / 1.000x;
@@ -395,12 +396,14 @@ def default_row_max_chains(head_dim: int, causal: bool, mask_columns: Optional[i
     0.993x, causal documents 0.995x, documents 0.997x. D=64 (MHA B=4): full 0.957x, causal
     0.973x, causal documents 0.972x, documents 1.002x. D=256: causal 1.026x / 1.036x, full
     0.974x / 1.065x (wide spreads), documents 0.998x, causal documents 0.995x. D=192: masked
-    forms 0.993-0.995x, causal 1.007x (left at 1). The forward oracle passed 24/24 with 4 forced
-    at every head dim. Env ``PADDLE_FLASHMASK_FWD_MAX_CHAINS`` = 1 / 2 / 4 / 8 forces a count."""
+    forms 0.993-0.995x, causal 1.007x (left at 1). Call 173 (D=128, against 1): 4 chains full
+    1.014x, causal 0.969x; 4 chains with 2 sum chains full 0.993x, causal 0.966x. The forward
+    oracle passed 24/24 with 4 forced at every head dim (and with 2 sum chains, call 173). Env
+    ``PADDLE_FLASHMASK_FWD_MAX_CHAINS`` = 1 / 2 / 4 / 8 forces a count."""
     forced = env_choice(MAX_CHAINS_ENV, tuple(str(c) for c in ROW_MAX_CHAIN_CHOICES))
     if forced:
         return int(forced)
-    if head_dim == 64 or (head_dim == 128 and causal):
+    if head_dim == 64 or (head_dim == 128 and (causal or mask_columns is None)):
         return 4
     return 1
 
@@ -411,11 +414,18 @@ def default_row_max_rowwise() -> bool:
     return env_choice(MAX_ROWWISE_ENV, ("0", "1")) == "1"
 
 
-def default_row_sum_chains() -> int:
-    """``FwdConfig.row_sum_chains`` without an env choice: 1 until the H200 A/B; env
+def default_row_sum_chains(head_dim: int, causal: bool, mask_columns: Optional[int]) -> int:
+    """``FwdConfig.row_sum_chains`` without an env choice: 2 for D = 128 full attention, 1
+    elsewhere. Measured on the H200 (session 28, call 173, ``bench/kernel_ab.py`` forward, MHA
+    B=4 S=8K D=128, variants interleaved, against one max chain and one sum chain): 4 max chains
+    with 2 sum chains full 0.993x (4 max chains alone 1.014x), causal 0.966x (0.969x), sliding
+    window 1.003x (0.994x), causal documents 1.008x (1.001x), documents 1.005x (1.006x): it
+    helps full attention only. One call. Oracle 24/24 with it forced at every head dim. Env
     ``PADDLE_FLASHMASK_FWD_SUM_CHAINS`` = 1 / 2 / 4 / 8 forces a count."""
     forced = env_choice(SUM_CHAINS_ENV, tuple(str(c) for c in ROW_MAX_CHAIN_CHOICES))
-    return int(forced) if forced else 1
+    if forced:
+        return int(forced)
+    return 2 if head_dim == 128 and not causal and mask_columns is None else 1
 
 
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
@@ -470,7 +480,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     mask_pred_chain = default_mask_pred_chain(head_dim)
     row_max_chains = default_row_max_chains(head_dim, causal, mask_columns)
     row_max_rowwise = default_row_max_rowwise()
-    row_sum_chains = default_row_sum_chains()
+    row_sum_chains = default_row_sum_chains(head_dim, causal, mask_columns)
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
