@@ -256,9 +256,9 @@ def test_row_max_chains_config_rule(monkeypatch):
         fwd.FwdConfig("bfloat16", 128, 128, False, None, row_max_chains=3)
 
 
-def _longest_fmnmx_chain(sequence: list) -> int:
-    """The longest run of FMNMX that each read the one before (a register's depth restarts at
-    any other instruction that writes it)."""
+def _longest_dependent_run(sequence: list, opcode: str) -> int:
+    """The longest run of ``opcode`` instructions that each read the one before (a register's
+    depth restarts at any other instruction that writes it)."""
     import re
 
     depth: dict = {}
@@ -267,8 +267,8 @@ def _longest_fmnmx_chain(sequence: list) -> int:
         m = re.search(r"\b([A-Z][A-Z0-9]*)(?:\.[A-Z0-9.]+)? (R\d+), (.*);", text)
         if not m:
             continue
-        opcode, dst, rest = m.groups()
-        if opcode == "FMNMX":
+        op, dst, rest = m.groups()
+        if op == opcode:
             sources = re.findall(r"\bR\d+\b", rest)
             depth[dst] = 1 + max((depth.get(r, 0) for r in sources), default=0)
             longest = max(longest, depth[dst])
@@ -282,9 +282,9 @@ def test_row_max_chains_shorten_the_dependent_fmnmx_run():
     base = _main_loop({fwd.MAX_CHAINS_ENV: "1"}, "--columns", "2")
     split = _main_loop({fwd.MAX_CHAINS_ENV: "4"}, "--columns", "2")
     # one chain: each row's 32 columns (128-wide key tiles) then the quad's two butterflies
-    assert _longest_fmnmx_chain(base["sequence"]) >= 32
+    assert _longest_dependent_run(base["sequence"], "FMNMX") >= 32
     # four chains of 8, two pairwise combines, the butterflies (and the running max)
-    assert _longest_fmnmx_chain(split["sequence"]) <= 14
+    assert _longest_dependent_run(split["sequence"], "FMNMX") <= 14
     # the same work: bit-identical maxima from the same number of instructions
     for op in ("HGMMA", "MUFU", "FFMA", "FMNMX", "SHFL"):
         assert split["histogram"][op] == base["histogram"][op], op
@@ -318,31 +318,11 @@ def test_row_max_order_and_sum_chains_config_rules(monkeypatch):
         fwd.FwdConfig("bfloat16", 128, 128, True, None, row_sum_chains=0)
 
 
-def _longest_fadd_chain(sequence: list) -> int:
-    """The longest run of FADD that each read the one before."""
-    import re
-
-    depth: dict = {}
-    longest = 0
-    for text in sequence:
-        m = re.search(r"\b([A-Z][A-Z0-9]*)(?:\.[A-Z0-9.]+)? (R\d+), (.*);", text)
-        if not m:
-            continue
-        opcode, dst, rest = m.groups()
-        if opcode == "FADD":
-            depth[dst] = 1 + max((depth.get(r, 0) for r in re.findall(r"\bR\d+\b", rest)),
-                                 default=0)
-            longest = max(longest, depth[dst])
-        else:
-            depth[dst] = 0
-    return longest
-
-
 def test_sum_chains_shorten_the_dependent_fadd_run():
     pytest.importorskip("cutlass")
     base = _main_loop({fwd.MAX_CHAINS_ENV: "4", fwd.SUM_CHAINS_ENV: "1"})
     split = _main_loop({fwd.MAX_CHAINS_ENV: "4", fwd.SUM_CHAINS_ENV: "2"})
-    assert _longest_fadd_chain(base["sequence"]) >= 32  # one chain over a row's 32 columns
-    assert _longest_fadd_chain(split["sequence"]) <= 17  # two of 16, then their combine
+    assert _longest_dependent_run(base["sequence"], "FADD") >= 32  # one chain over a row's 32 columns
+    assert _longest_dependent_run(split["sequence"], "FADD") <= 17  # two of 16, then their combine
     for op in ("HGMMA", "MUFU", "FMNMX"):
         assert split["histogram"][op] == base["histogram"][op], op
