@@ -1,9 +1,10 @@
-"""Compile FlashAttention-4's SM90 backward for sm_90a on the CPU and write its cubin (a reading
-aid for comparing its SASS with ours; not used by the package or the tests).
+"""Compile FlashAttention-4's SM90 backward or forward for sm_90a on the CPU and write its cubin (a
+reading aid for comparing its SASS with ours; not used by the package or the tests).
 
 FA4 picks its own tile shape per call; this builds the one its host API picks for D=128 bf16
-MHA (``_tile_size_bwd_sm90``: 64 x 128 for causal, 80 x 128 with dQ computed transposed for
-full attention) and compiles it on fake tensors, so no GPU is needed.
+MHA (backward, ``_tile_size_bwd_sm90``: 64 x 128 for causal, 80 x 128 with dQ computed
+transposed for full attention; forward, ``_tile_size_fwd_sm90``: 128 x 128, P·V from registers,
+intra-warpgroup overlap) and compiles it on fake tensors, so no GPU is needed.
 
 Setup, once, into a folder outside the project's venv (pure-Python wheels plus the two FA4
 needs at import; ``.whl/`` holds the FA4 and quack wheels of ../shared/bench/README.md)::
@@ -13,10 +14,13 @@ needs at import; ``.whl/`` holds the FA4 and quack wheels of ../shared/bench/REA
 
 Then, with the project's venv active::
 
-    python scripts/fa4_bwd_cubin.py --fa4-path /tmp/fa4env --mask causal --out /tmp/fa4_causal.cubin
+    python scripts/fa4_cubin.py --fa4-path /tmp/fa4env --mask causal --out /tmp/fa4_causal.cubin
     python scripts/sass_loop_mix.py cubin --cubin /tmp/fa4_causal.cubin
 
-and compare with ``python scripts/sass_loop_mix.py bwd --head-dim 128 --causal``.
+and compare with ``python scripts/sass_loop_mix.py bwd --head-dim 128 --causal``; add
+``--pass fwd --mask full`` for the forward (compare with ``sass_loop_mix.py fwd --head-dim 128``;
+FA4 4.0.0b36's causal forward does not trace with CuTe DSL 4.8.1 on fake tensors: its LPT tile
+scheduler changes structure inside the persistent loop).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--fa4-path", required=True, help="folder holding flash_attn and its imports")
+    p.add_argument("--pass", dest="which", choices=("bwd", "fwd"), default="bwd")
     p.add_argument("--mask", choices=("causal", "full"), default="causal")
     p.add_argument("--out", required=True, help="where to write the cubin")
     args = p.parse_args(argv)
@@ -37,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     import cuda.bindings.driver as cuda
     import cutlass
     import cutlass.cute as cute
+    if args.which == "fwd":
+        return _forward(args, cuda, cutlass, cute)
     from flash_attn.cute.flash_bwd_sm90 import FlashAttentionBackwardSm90
     from flash_attn.cute.interface import _tile_size_bwd_sm90
     from flash_attn.cute.utils import AuxData
@@ -65,6 +72,35 @@ def main(argv: list[str] | None = None) -> int:
                             bshd(), cutlass.Float32(head_dim ** -0.5), None, None, None, None,
                             None, None, None, None, None, AuxData(None, None), None, None,
                             cuda.CUstream(0))
+    with open(args.out, "wb") as f:
+        f.write(compiled.__cubin__)
+    print(f"wrote {args.out} ({len(compiled.__cubin__)} bytes)")
+    return 0
+
+
+def _forward(args, cuda, cutlass, cute) -> int:
+    """FA4's SM90 forward at the tile shape its host API picks for D=128 bf16 MHA."""
+    from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
+    from flash_attn.cute.interface import _tile_size_fwd_sm90
+    from quack.compile_utils import make_fake_tensor
+
+    causal = args.mask == "causal"
+    head_dim = 128
+    cfg = _tile_size_fwd_sm90(head_dim, head_dim, causal, False)
+    print(cfg)
+    kernel = FlashAttentionForwardSm90(
+        cutlass.BFloat16, head_dim, head_dim, 1, is_causal=causal, is_local=False,
+        pack_gqa=False, tile_m=cfg.m_block_size, tile_n=cfg.n_block_size, num_stages=2,
+        num_threads=384, Q_in_regs=False, intra_wg_overlap=cfg.intra_wg_overlap,
+        mma_pv_is_rs=cfg.mma_pv_is_rs)
+    batch, seqlen, heads = 1, 1024, 2  # extents only shape the fake tensors
+
+    def bshd():
+        return make_fake_tensor(cutlass.BFloat16, (batch, seqlen, heads, head_dim), divisibility=8)
+
+    lse = make_fake_tensor(cutlass.Float32, (batch, heads, seqlen))
+    compiled = cute.compile(kernel, bshd(), bshd(), bshd(), bshd(), lse,
+                            cutlass.Float32(head_dim ** -0.5), stream=cuda.CUstream(0))
     with open(args.out, "wb") as f:
         f.write(compiled.__cubin__)
     print(f"wrote {args.out} ({len(compiled.__cubin__)} bytes)")
