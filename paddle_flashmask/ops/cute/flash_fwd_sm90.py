@@ -145,8 +145,8 @@ class FwdConfig:
     # Partial tiles: each element's mask verdict as one chain of predicated compares and one
     # select (mask.select_masked) instead of ptxas's select per masked row interval: the d128
     # bidirectional C = 2 block's two compares and two selects per element become three
-    # instructions. The host's choice: default_mask_pred_chain (on at D = 64, 128 and 256 since
-    # the H200 A/B of session 27: masked forwards 0.6-5.5 % faster).
+    # instructions. The host's choice: default_mask_pred_chain (on at every head dim since the
+    # H200 A/Bs of sessions 27 and 28: masked forwards 0.6-5.5 % faster).
     mask_pred_chain: bool = False
     # The softmax's per-row tile max as this many independent fmax chains, every row's max and
     # quad shuffles before the first exponential (softmax.online_update's max_chains), instead
