@@ -326,3 +326,30 @@ def test_sum_chains_shorten_the_dependent_fadd_run():
     assert _longest_dependent_run(split["sequence"], "FADD") <= 17  # two of 16, then their combine
     for op in ("HGMMA", "MUFU", "FMNMX"):
         assert split["histogram"][op] == base["histogram"][op], op
+
+
+def test_stage_first_config_rule(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(fwd.STAGE_FIRST_ENV, raising=False)
+    assert not interface.forward_config("bfloat16", 128, False, None, False).stage_first
+    monkeypatch.setenv(fwd.STAGE_FIRST_ENV, "1")
+    for d, causal, columns in ((64, False, 2), (128, True, 1), (256, False, None)):
+        assert interface.forward_config("bfloat16", d, causal, columns, False).stage_first, d
+    monkeypatch.setenv(fwd.STAGE_FIRST_ENV, "on")
+    with pytest.raises(ValueError, match=fwd.STAGE_FIRST_ENV):
+        interface.forward_config("bfloat16", 128, True, 1, False)
+
+
+def test_stage_first_builds_fewer_descriptor_instructions():
+    pytest.importorskip("cutlass")
+    base = _main_loop({fwd.STAGE_FIRST_ENV: "0"}, "--columns", "2")["histogram"]
+    first = _main_loop({fwd.STAGE_FIRST_ENV: "1"}, "--columns", "2")["histogram"]
+    # each wgmma's descriptor pair rebuilt (its constant high word moved in again) ...
+    assert base.get("UMOV", 0) >= 20
+    # ... against one stage base stepped per K-slice
+    assert first.get("UMOV", 0) <= 8
+    # the same GEMMs and softmax, fewer instructions
+    for op in ("HGMMA", "MUFU", "FFMA", "FMNMX", "F2FP", "FSEL"):
+        assert first.get(op) == base.get(op), op
+    assert sum(first.values()) <= sum(base.values()) - 25

@@ -83,7 +83,7 @@ def variants(full: bool = False) -> list[Variant]:
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None,
             edge_pass: bool = False, mask_chain: Optional[bool] = None,
             max_chains: Optional[int] = None, max_rowwise: bool = False,
-            sum_chains: Optional[int] = None):
+            sum_chains: Optional[int] = None, stage_first: bool = False):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
         if consumer_wgs is not None:  # d64: 192 rows on three WGs (default) or 128 on two (env)
@@ -115,6 +115,9 @@ def variants(full: bool = False) -> list[Variant]:
         if sum_chains is not None:  # the row sum as independent add chains (row_sum_chains)
             cfg = dataclasses.replace(cfg, row_sum_chains=sum_chains)
             extra += f" sum-chains-{sum_chains}"
+        if stage_first:  # each GEMM's operand stage selected once (FwdConfig.stage_first)
+            cfg = dataclasses.replace(cfg, stage_first=True)
+            extra += " stage-first"
         if uniform_q:  # Q descriptors from the warpgroup's uniform slice (FwdConfig.uniform_q)
             cfg = dataclasses.replace(cfg, uniform_q=True)
             extra += " uniform-q"
@@ -377,6 +380,14 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("bfloat16", 64, True, 2, max_chains=1)  # three consumer warpgroups, 160 registers
     fwd("float16", 256, False, 2, max_chains=4)
     fwd("bfloat16", 192, True, None, max_chains=2)
+    # each GEMM's operand stage selected once (env PADDLE_FLASHMASK_FWD_STAGE_FIRST), every
+    # head dim, alone and with Q's descriptors in uniform registers
+    fwd("bfloat16", 128, False, None, stage_first=True)
+    fwd("bfloat16", 128, True, 1, stage_first=True, uniform_q=True)
+    fwd("bfloat16", 64, False, 2, stage_first=True)  # three consumer warpgroups
+    fwd("float16", 96, False, 4, sink=True, stage_first=True)
+    fwd("bfloat16", 192, True, 2, stage_first=True, uniform_q=True)
+    fwd("bfloat16", 256, False, 2, stage_first=True)
     fwd("bfloat16", 128, True, 2, max_rowwise=True)  # env PADDLE_FLASHMASK_FWD_MAX_ROWWISE
     fwd("bfloat16", 128, True, None, sum_chains=2)  # env PADDLE_FLASHMASK_FWD_SUM_CHAINS
     fwd("bfloat16", 64, False, 2, max_rowwise=True, sum_chains=4)

@@ -162,6 +162,12 @@ class FwdConfig:
     # (softmax.online_update's sum_chains; another fp32 order). The host's choice:
     # default_row_sum_chains.
     row_sum_chains: int = 1
+    # The wgmma operands' pipeline stage selected once per GEMM (``tSrK[None, None, None,
+    # stage]``), then each K-slice of that view, instead of indexing (slice, stage) per wgmma:
+    # the same descriptors, built from one stage base. ptxas otherwise rewrites each wgmma's
+    # descriptor pair from scratch (d128 full-tile loop: 33 UMOV, 508 instructions per warp;
+    # with it 11 and 480; FA4's loop 453). The host's choice: default_stage_first.
+    stage_first: bool = False
 
     def __post_init__(self):
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
@@ -245,6 +251,7 @@ MASK_CHAIN_ENV = "PADDLE_FLASHMASK_FWD_MASK_CHAIN"
 MAX_CHAINS_ENV = "PADDLE_FLASHMASK_FWD_MAX_CHAINS"
 MAX_ROWWISE_ENV = "PADDLE_FLASHMASK_FWD_MAX_ROWWISE"
 SUM_CHAINS_ENV = "PADDLE_FLASHMASK_FWD_SUM_CHAINS"
+STAGE_FIRST_ENV = "PADDLE_FLASHMASK_FWD_STAGE_FIRST"
 ROW_MAX_CHAIN_CHOICES = (1, 2, 4, 8)
 EARLY_SCAN_ENV = "PADDLE_FLASHMASK_FWD_EARLY_SCAN"
 GRID_ENV = "PADDLE_FLASHMASK_FWD_GRID"  # "tiles": one CTA per work tile (default "persistent")
@@ -428,6 +435,13 @@ def default_row_sum_chains(head_dim: int, causal: bool, mask_columns: Optional[i
     return 2 if head_dim == 128 and not causal and mask_columns is None else 1
 
 
+def default_stage_first() -> bool:
+    """``FwdConfig.stage_first`` without an env choice: off (compiled and SASS-checked on the CPU
+    in session 28, not yet run on the H200); env ``PADDLE_FLASHMASK_FWD_STAGE_FIRST=1`` / ``0``
+    forces it."""
+    return env_choice(STAGE_FIRST_ENV, ("0", "1")) == "1"
+
+
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
                    fast: Optional[bool] = None, work_order: Optional[bool] = None,
@@ -481,6 +495,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     row_max_chains = default_row_max_chains(head_dim, causal, mask_columns)
     row_max_rowwise = default_row_max_rowwise()
     row_sum_chains = default_row_sum_chains(head_dim, causal, mask_columns)
+    stage_first = default_stage_first()
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -492,7 +507,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                          uniform_q=uniform_q, rescale_threshold=rescale_threshold,
                          early_scan=early_scan, mask_pred_chain=mask_pred_chain,
                          row_max_chains=row_max_chains, row_max_rowwise=row_max_rowwise,
-                         row_sum_chains=row_sum_chains)
+                         row_sum_chains=row_sum_chains, stage_first=stage_first)
         # edge_pass: measured on the fast path only
     tile_n, stages, q_stages = {64: (128, 3, 2), 96: (128, 2, 2), 128: (128, 2, 1),
                                 192: (112, 2, 1), 256: (64, 2, 1)}.get(head_dim, (128, 2, 1))
@@ -508,7 +523,8 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
                        uniform_q=uniform_q, rescale_threshold=rescale_threshold,
                        early_scan=early_scan, edge_pass=edge_pass,
                        mask_pred_chain=mask_pred_chain, row_max_chains=row_max_chains,
-                       row_max_rowwise=row_max_rowwise, row_sum_chains=row_sum_chains)
+                       row_max_rowwise=row_max_rowwise, row_sum_chains=row_sum_chains,
+                       stage_first=stage_first)
     # FA4's tile shapes at d256 (128x80) and d64 (192x128): on since the H200 A/B of session 10
     # (forward 1-10 % faster on every mask of the zoo); env "64" / "128" restores the old shapes
     if head_dim == 256 and (env_choice(D256_TILE_ENV, ("64", "80")) or "80") == "80":
@@ -1326,17 +1342,28 @@ class FlashFwdSm90:
     def issue_qk(self, mma_qk, acc_S, tSrQ, tSrK, q_idx, k_idx):
         warpgroup.fence()
         mma_qk.set(warpgroup.Field.ACCUMULATE, False)
+        if cutlass.const_expr(self.cfg.stage_first):
+            rQ, rK = tSrQ[None, None, None, q_idx], tSrK[None, None, None, k_idx]
         for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
-            cute.gemm(mma_qk, acc_S, tSrQ[None, None, kb, q_idx], tSrK[None, None, kb, k_idx],
-                      acc_S)
+            if cutlass.const_expr(self.cfg.stage_first):
+                cute.gemm(mma_qk, acc_S, rQ[None, None, kb], rK[None, None, kb], acc_S)
+            else:
+                cute.gemm(mma_qk, acc_S, tSrQ[None, None, kb, q_idx],
+                          tSrK[None, None, kb, k_idx], acc_S)
             mma_qk.set(warpgroup.Field.ACCUMULATE, True)
         warpgroup.commit_group()
 
     @cute.jit
     def issue_pv(self, mma_pv, acc_O, tOrP, tOrVt, v_idx):
         warpgroup.fence()
+        if cutlass.const_expr(self.cfg.stage_first):
+            rVt = tOrVt[None, None, None, v_idx]
         for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
-            cute.gemm(mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, v_idx], acc_O)
+            if cutlass.const_expr(self.cfg.stage_first):
+                cute.gemm(mma_pv, acc_O, tOrP[None, None, kb], rVt[None, None, kb], acc_O)
+            else:
+                cute.gemm(mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, v_idx],
+                          acc_O)
         warpgroup.commit_group()
 
     @cute.jit
