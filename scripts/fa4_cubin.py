@@ -1,8 +1,8 @@
 """Compile FlashAttention-4's SM90 backward or forward for sm_90a on the CPU and write its cubin (a
 reading aid for comparing its SASS with ours; not used by the package or the tests).
 
-FA4 picks its own tile shape per call; this builds the one its host API picks for D=128 bf16
-MHA (backward, ``_tile_size_bwd_sm90``: 64 x 128 for causal, 80 x 128 with dQ computed
+FA4 picks its own tile shape per call; this builds the one its host API picks for bf16 MHA at
+``--head-dim`` (64, 128 or 256; at D=128: backward, ``_tile_size_bwd_sm90``: 64 x 128 for causal, 80 x 128 with dQ computed
 transposed for full attention; forward, ``_tile_size_fwd_sm90``: 128 x 128, P·V from registers,
 intra-warpgroup overlap) and compiles it on fake tensors, so no GPU is needed.
 
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fa4-path", required=True, help="folder holding flash_attn and its imports")
     p.add_argument("--pass", dest="which", choices=("bwd", "fwd"), default="bwd")
     p.add_argument("--mask", choices=("causal", "full"), default="causal")
+    p.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=128)
     p.add_argument("--out", required=True, help="where to write the cubin")
     args = p.parse_args(argv)
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from quack.compile_utils import make_fake_tensor
 
     causal = args.mask == "causal"
-    head_dim = 128
+    head_dim = args.head_dim
     cfg = _tile_size_bwd_sm90(head_dim, head_dim, causal, False)
     print(cfg)
     kernel = FlashAttentionBackwardSm90(
@@ -79,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _forward(args, cuda, cutlass, cute) -> int:
-    """FA4's SM90 forward at the tile shape its host API picks for D=128 bf16 MHA."""
+    """FA4's SM90 forward at the tile shape its host API picks for bf16 MHA at ``--head-dim``."""
     from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
     from flash_attn.cute.interface import _tile_size_fwd_sm90
     from quack.compile_utils import make_fake_tensor
 
     causal = args.mask == "causal"
-    head_dim = 128
+    head_dim = args.head_dim
     cfg = _tile_size_fwd_sm90(head_dim, head_dim, causal, False)
     print(cfg)
     kernel = FlashAttentionForwardSm90(

@@ -2130,8 +2130,8 @@ call174() {
 }
 
 call175() {
-  emit "call 175 (prepared in session 28, not yet run; on call 174's warm machine) - the forward's full-tile loop against FA4's (CPU: 508 instructions per warp per iteration against 453): each GEMM's operand stage selected once (PADDLE_FLASHMASK_FWD_STAGE_FIRST=1: 472) and Q's descriptors in uniform registers (PADDLE_FLASHMASK_FWD_UNIFORM_Q=1; both: 453): the forward oracle with both forced (stops on failure), then the forward A/B default / sf / uq / sf+uq on the MHA zoo, the e2e shape and D=64 [<= 8 min]" \
-    nvidia-h200 480 '[".devtools"]' \
+  emit "call 175 (prepared in session 28, not yet run; on call 174's warm machine) - the forward's full-tile loop against FA4's (CPU: 508 instructions per warp per iteration against 453): each GEMM's operand stage selected once (PADDLE_FLASHMASK_FWD_STAGE_FIRST=1: 472) and Q's descriptors in uniform registers (PADDLE_FLASHMASK_FWD_UNIFORM_Q=1; both: 453): the forward oracle with both forced (stops on failure), then the forward A/B default / sf / uq / sf+uq on the MHA zoo, the e2e shape, D=64 (CPU, full tiles: 488 / 474 / 468 / 452 against FA4's 425) and D=256 (549 -> 473 with both; FA4 429) [<= 9.5 min]" \
+    nvidia-h200 560 '[".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_FWD
 env ${K}_STAGE_FIRST=1 ${K}_UNIFORM_Q=1 timeout -s INT -k 10 110 python3 tests/gpu/fwd_check.py --json-name fwd_s29_stage_first.json > $OUT/fwd_sf.log 2>&1; rc=$?; tail -n 1 $OUT/fwd_sf.log | cut -c1-300; [ $rc = 0 ] || exit $rc
@@ -2139,6 +2139,7 @@ V="--variant default: --variant sf:${K}_STAGE_FIRST=1 --variant uq:${K}_UNIFORM_
 timeout -s INT -k 10 150 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window $V --rounds 4 --calls 4 --tag s29_fwd_sf_mha > $OUT/kab_fm.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_fm.log | cut -c1-330
 timeout -s INT -k 10 90 python3 bench/kernel_ab.py --pass fwd --batch 2 --heads 16 --kv-heads 8 --masks sft_documents,causal_document,document,causal,sliding_window $V --rounds 5 --calls 10 --tag s29_fwd_sf_gqa > $OUT/kab_fg.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_fg.log | cut -c1-330
 timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 64 --masks full,causal,document,causal_document $V --rounds 3 --calls 4 --tag s29_fwd_sf_d64 > $OUT/kab_f64.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_f64.log | cut -c1-330
+timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 256 --masks full,causal,document $V --rounds 3 --calls 3 --tag s29_fwd_sf_d256 > $OUT/kab_f256.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_f256.log | cut -c1-330
 '"$(pack_logs 175)"
 }
 
