@@ -353,3 +353,36 @@ def test_stage_first_builds_fewer_descriptor_instructions():
     for op in ("HGMMA", "MUFU", "FFMA", "FMNMX", "F2FP", "FSEL"):
         assert first.get(op) == base.get(op), op
     assert sum(first.values()) <= sum(base.values()) - 25
+
+
+def test_pingpong_config_rule(monkeypatch):
+    from paddle_flashmask.ops.cute import interface
+
+    monkeypatch.delenv(fwd.PINGPONG_ENV, raising=False)
+    for d in (64, 128, 192, 256):  # on at every head dim until the H200 A/B says otherwise
+        assert interface.forward_config("bfloat16", d, True, 1, False).pingpong, d
+    monkeypatch.setenv(fwd.PINGPONG_ENV, "0")
+    for d, causal, columns in ((256, False, None), (192, True, 2), (128, True, 1)):
+        cfg = interface.forward_config("bfloat16", d, causal, columns, False)
+        assert not cfg.pingpong and cfg.intra_wg_overlap, d
+    monkeypatch.setenv(fwd.PINGPONG_ENV, "off")
+    with pytest.raises(ValueError, match=fwd.PINGPONG_ENV):
+        interface.forward_config("bfloat16", 256, True, 1, False)
+
+
+def test_no_pingpong_drops_the_turn_barriers_from_the_loop():
+    pytest.importorskip("cutlass")
+    from sass_harness import sass_loop_mix
+
+    def loop(flag: str) -> dict:
+        loops, _ = sass_loop_mix("fwd", "--head-dim", "256", "--causal",
+                                 **{fwd.PINGPONG_ENV: flag})
+        assert len(loops) == 1, loops
+        return loops[0]["histogram"]
+
+    turns, free = loop("1"), loop("0")
+    # taking turns: one BAR.SYNC (wait for this warpgroup's turn) and one BAR.ARV (pass it on)
+    assert turns.get("BAR", 0) == 2
+    assert "BAR" not in free
+    for op in ("HGMMA", "MUFU", "FFMA", "FMNMX", "F2FP"):
+        assert free.get(op) == turns.get(op), op

@@ -83,7 +83,8 @@ def variants(full: bool = False) -> list[Variant]:
             tile_n: Optional[int] = None, consumer_wgs: Optional[int] = None,
             edge_pass: bool = False, mask_chain: Optional[bool] = None,
             max_chains: Optional[int] = None, max_rowwise: bool = False,
-            sum_chains: Optional[int] = None, stage_first: bool = False):
+            sum_chains: Optional[int] = None, stage_first: bool = False,
+            pingpong: Optional[bool] = None):
         cfg = interface.forward_config(dtype, d, causal, c, sink)
         extra = " sink" if sink else ""
         if consumer_wgs is not None:  # d64: 192 rows on three WGs (default) or 128 on two (env)
@@ -121,6 +122,9 @@ def variants(full: bool = False) -> list[Variant]:
         if uniform_q:  # Q descriptors from the warpgroup's uniform slice (FwdConfig.uniform_q)
             cfg = dataclasses.replace(cfg, uniform_q=True)
             extra += " uniform-q"
+        if pingpong is not None:  # the consumer warpgroups' turns (FwdConfig.pingpong)
+            cfg = dataclasses.replace(cfg, pingpong=pingpong)
+            extra += " pingpong" if pingpong else " no-pingpong"
         if diagonal_partials:  # diagonal-only partial tiles (FwdConfig.diagonal_partials)
             cfg = dataclasses.replace(cfg, diagonal_partials=True)
             extra += " diagonal-partials"
@@ -388,6 +392,14 @@ def variants(full: bool = False) -> list[Variant]:
     fwd("float16", 96, False, 4, sink=True, stage_first=True)
     fwd("bfloat16", 192, True, 2, stage_first=True, uniform_q=True)
     fwd("bfloat16", 256, False, 2, stage_first=True)
+    # no turns between the consumer warpgroups (env PADDLE_FLASHMASK_FWD_PINGPONG=0; FA4 takes
+    # turns only up to D = 128): the head dims above 128, and one at 128
+    fwd("bfloat16", 256, False, None, pingpong=False)
+    fwd("bfloat16", 256, True, 2, pingpong=False)
+    fwd("float16", 256, False, 4, sink=True, pingpong=False)
+    fwd("bfloat16", 192, True, 1, pingpong=False)
+    fwd("bfloat16", 192, False, 2, pingpong=False)
+    fwd("bfloat16", 128, True, 2, pingpong=False)
     fwd("bfloat16", 128, True, 2, max_rowwise=True)  # env PADDLE_FLASHMASK_FWD_MAX_ROWWISE
     fwd("bfloat16", 128, True, None, sum_chains=2)  # env PADDLE_FLASHMASK_FWD_SUM_CHAINS
     fwd("bfloat16", 64, False, 2, max_rowwise=True, sum_chains=4)

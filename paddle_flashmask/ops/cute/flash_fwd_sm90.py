@@ -252,6 +252,7 @@ MAX_CHAINS_ENV = "PADDLE_FLASHMASK_FWD_MAX_CHAINS"
 MAX_ROWWISE_ENV = "PADDLE_FLASHMASK_FWD_MAX_ROWWISE"
 SUM_CHAINS_ENV = "PADDLE_FLASHMASK_FWD_SUM_CHAINS"
 STAGE_FIRST_ENV = "PADDLE_FLASHMASK_FWD_STAGE_FIRST"
+PINGPONG_ENV = "PADDLE_FLASHMASK_FWD_PINGPONG"
 ROW_MAX_CHAIN_CHOICES = (1, 2, 4, 8)
 EARLY_SCAN_ENV = "PADDLE_FLASHMASK_FWD_EARLY_SCAN"
 GRID_ENV = "PADDLE_FLASHMASK_FWD_GRID"  # "tiles": one CTA per work tile (default "persistent")
@@ -442,6 +443,16 @@ def default_stage_first() -> bool:
     return env_choice(STAGE_FIRST_ENV, ("0", "1")) == "1"
 
 
+def default_pingpong(head_dim: int) -> bool:
+    """``FwdConfig.pingpong`` on the fast path without an env choice: on at every head dim (the
+    default since session 2). FA4's SM90 forward takes turns only up to D = 128 (with its
+    intra-warpgroup overlap); whether D = 192 / 256 are faster without the turns here is
+    ``scripts/gpu_session.sh call175``'s question (compiled spill-free on the CPU in session 29,
+    not yet run on the H200). Env ``PADDLE_FLASHMASK_FWD_PINGPONG=0`` / ``1`` forces it."""
+    forced = env_choice(PINGPONG_ENV, ("0", "1"))
+    return True if not forced else forced == "1"
+
+
 def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal: bool,
                    mask_columns: Optional[int], has_sink: bool = False,
                    fast: Optional[bool] = None, work_order: Optional[bool] = None,
@@ -496,6 +507,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     row_max_rowwise = default_row_max_rowwise()
     row_sum_chains = default_row_sum_chains(head_dim, causal, mask_columns)
     stage_first = default_stage_first()
+    pingpong = default_pingpong(head_dim)
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
                           256: (64, 2)}.get(head_dim, (128, 2))
@@ -514,7 +526,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     if head_dim == 128 and env_choice(D128_TILE_ENV, ("112", "128")) == "112":
         tile_n, q_stages = 112, 2  # the session-3 shape: 128x112 with a double-buffered Q
     config = FwdConfig(dtype, head_dim, dv, bool(causal), mask_columns, bool(has_sink),
-                       128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=True,
+                       128, tile_n, stages, q_stages, intra_wg_overlap=True, pingpong=pingpong,
                        tma_store_o=head_dim <= 128, producer_regs=32, consumer_regs=232,
                        work_order=bool(work_order), tile_ranges=tile_ranges,
                        dynamic_schedule=dynamic_schedule, partial_overlap=bool(partial_overlap),
