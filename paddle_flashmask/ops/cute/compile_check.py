@@ -426,6 +426,12 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, True, 1, uniform_rows=False)  # the pre-session-11 writer
     # one dQ block per warpgroup: the d128 full and causal defaults (sessions 21, 25) carry it
     bwd("bfloat16", 64, True, 1, per_wg=True)
+    # D = 128's two-option form (staged stats + per-warpgroup dQ blocks) at D = 64, where it has
+    # not been measured (env PADDLE_FLASHMASK_BWD_STAGE_STATS=1 PADDLE_FLASHMASK_BWD_DQ_PER_WG=1)
+    bwd("bfloat16", 64, False, None, stage_stats=True, per_wg=True)
+    bwd("bfloat16", 64, True, None, stage_stats=True, per_wg=True)
+    bwd("bfloat16", 64, True, 1, stage_stats=True, per_wg=True)
+    bwd("bfloat16", 64, False, 2, stage_stats=True, per_wg=True)
     bwd("bfloat16", 128, True, 1, det=True, per_wg=True)  # the deterministic chain, both blocks
     bwd("bfloat16", 128, True, 2, gqa=True, det=True, per_wg=True)
     bwd("bfloat16", 128, True, 2, sink=True, det=True)
