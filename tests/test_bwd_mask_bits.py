@@ -25,20 +25,70 @@ def test_pair_columns_below_counts_the_offsets(num_cols):
         assert fm_mask.pair_columns_below(limit, num_cols) == int((offsets < limit).sum()), limit
 
 
-@pytest.mark.parametrize("num_cols", [8, 16])
-def test_pair_column_bits_is_interval_membership(num_cols):
+class _Int32:
+    """A 32-bit two's-complement integer as the kernel's ``Int32`` behaves, except that a shift
+    by 32 or more fails here (LLVM makes it poison, so the kernel must never issue one)."""
+
+    def __init__(self, value: int):
+        value &= 0xFFFFFFFF
+        self.value = value - (1 << 32) if value >= 1 << 31 else value
+
+    @staticmethod
+    def _int(x) -> int:
+        return x.value if isinstance(x, _Int32) else int(x)
+
+    def __lshift__(self, n):
+        n = self._int(n)
+        assert 0 <= n < 32, f"shift by {n}"
+        return _Int32(self.value << n)
+
+    def __rshift__(self, n):
+        n = self._int(n)
+        assert 0 <= n < 32, f"shift by {n}"
+        return _Int32(self.value >> n)
+
+    def __sub__(self, x):
+        return _Int32(self.value - self._int(x))
+
+    def __and__(self, x):
+        return _Int32(self.value & self._int(x))
+
+    def __or__(self, x):
+        return _Int32(self.value | self._int(x))
+
+    def __xor__(self, x):
+        return _Int32(self.value ^ self._int(x))
+
+
+@pytest.mark.parametrize("num_cols", [8, 16, 20, 32])
+@pytest.mark.parametrize("width", ["python", "int32"])
+def test_pair_column_bits_is_interval_membership(num_cols, width):
+    """Every thread column count the tiles give (64-row tiles 16, 80-row 20, 128-row 32), in
+    Python ints and in 32-bit arithmetic that refuses the undefined shift by 32."""
     rng = np.random.default_rng(num_cols)
     offsets = _offsets(num_cols)
     bounds = [None, *range(-3, 4 * num_cols + 3)]
-    for _ in range(2000):
+    one = 1 if width == "python" else _Int32(1)
+    for _ in range(1000):
         intervals = [(bounds[rng.integers(len(bounds))], bounds[rng.integers(len(bounds))])
                      for _ in range(rng.integers(1, 4))]
-        bits = fm_mask.pair_column_bits(intervals, num_cols)
+        bits = fm_mask.pair_column_bits(intervals, num_cols, one=one)
+        bits = bits if width == "python" else bits.value & 0xFFFFFFFF
         for c, off in enumerate(offsets):
             want = any((lo is None or off >= lo) and (hi is None or off < hi)
                        for lo, hi in intervals)
             assert bool((bits >> c) & 1) == want, (intervals, c)
         assert bits >> num_cols == 0  # no bit beyond the thread's columns
+
+
+def test_low_bits_at_every_count():
+    for num_cols in (16, 20, 32):
+        for count in range(num_cols + 1):
+            assert fm_mask.low_bits(count, num_cols) == (1 << count) - 1
+            got = fm_mask.low_bits(count, num_cols, _Int32(1)).value & 0xFFFFFFFF
+            assert got == (1 << count) - 1, (num_cols, count)
+    with pytest.raises(ValueError, match="num_cols"):
+        fm_mask.pair_column_bits([(0, 4)], 40)
 
 
 def test_pair_column_layout_check():
@@ -53,7 +103,7 @@ def test_the_kernels_chain_decides_every_element_as_the_rule(causal, c):
     must equal ``element_masked`` at query ``origin + offset[c]`` for random bands, origins,
     keys and Sq != Sk."""
     rng = np.random.default_rng(3 + (c or 0) + 10 * causal)
-    num_cols = 16
+    num_cols = 32  # a 128-row tile's (the 64-row tile's 16 are its first half)
     offsets = _offsets(num_cols)
     for sq, sk in ((300, 200), (200, 300), (256, 256)):
         diag = sk - sq

@@ -1,5 +1,6 @@
-"""80-row backward query tiles (BwdConfig.tile_m = 80, env PADDLE_FLASHMASK_BWD_TILE_M=80), on the
-CPU: the transposed dQ GEMM (dQ^T = K^T dS^T) gives each consumer warpgroup 64 of the head dim's
+"""Taller backward query tiles, on the CPU: 128 rows at D = 64 (FA4's D = 64 tile, env
+PADDLE_FLASHMASK_BWD_TILE_M=128; dQ = dS K as at 64 rows, the warpgroups splitting the head dim;
+at the end of this file) and 80 rows at D = 128 (env PADDLE_FLASHMASK_BWD_TILE_M=80): the transposed dQ GEMM (dQ^T = K^T dS^T) gives each consumer warpgroup 64 of the head dim's
 rows and every query column, so the two warpgroups stage disjoint halves of the tile; the
 transposed stores into the staging tile are bank-conflict free and land on the row-major rows
 the dQ writer moves; the per-row buffers are padded to whole 80-row tiles and 64-row pre/post
@@ -146,3 +147,91 @@ def test_prepost_rejects_64_row_grids_with_other_padding():
     with pytest.raises(ValueError, match="row_pad: expected a multiple of 64"):
         PrePostConfig("bfloat16", 128, 128, False, False, False, row_pad=80)
 
+
+
+# ---- 128 rows at D = 64 ----------------------------------------------------------------------------
+
+_PLACES_128: dict = {}
+
+
+def _config_128(causal=False, num_columns=None, gqa=False):
+    return bwd.with_tile_m(
+        interface.backward_config("bfloat16", 64, causal, num_columns, gqa=gqa), 128)
+
+
+def test_128_row_dq_covers_the_tile_once_on_row_major_rows():
+    """dQ = dS K over 128 x 64: each element once, warpgroup w the query rows of half w (every
+    head-dim column: 64 x 64 wgmmas, FA4's split), staged at row q, column d of the padded
+    row-major tile the writer reads."""
+    cfg = _config_128()
+    assert cfg.tile_m == 128 and not cfg.dq_transposed and not cfg.dq_swizzle
+    kernel = bwd.FlashMaskBwdSm90(cfg)
+    _PLACES_128.clear()
+
+    @cute.jit
+    def probe():
+        layout = bwd.dq_stage_layout(128, 64, False, pad=cfg.dq_row_elems - 64)
+        _, _, _, tiled_dq = kernel._mmas()
+        coords = cute.make_identity_tensor((128, 64))
+        for t in cutlass.range_constexpr(256):
+            part = tiled_dq.get_slice(t).partition_C(coords)
+            _PLACES_128[t] = [((int(part[i][0]), int(part[i][1])),
+                               int(layout((part[i][0], part[i][1]))))
+                              for i in range(cute.size(part))]
+
+    cute.compile(probe)
+    seen = [crd for t in range(256) for crd, _ in _PLACES_128[t]]
+    assert sorted(seen) == [(q, d) for q in range(128) for d in range(64)]
+    for wg in range(2):
+        crds = [crd for t in range(128 * wg, 128 * (wg + 1)) for crd, _ in _PLACES_128[t]]
+        assert {q for q, _ in crds} == set(range(64 * wg, 64 * (wg + 1)))
+        assert {d for _, d in crds} == set(range(64))
+    for t in range(256):
+        for (q, d), offset in _PLACES_128[t]:
+            assert offset == q * cfg.dq_row_elems + d
+
+
+def test_128_row_host_rule_and_form(monkeypatch):
+    monkeypatch.delenv(bwd.TILE_M_ENV, raising=False)
+    assert bwd.default_tile_m(64, True, 1, False, False) == 64  # off until measured
+    monkeypatch.setenv(bwd.TILE_M_ENV, "128")
+    for causal, c in ((False, None), (True, None), (True, 1), (True, 2), (False, 2), (False, 4)):
+        assert bwd.default_tile_m(64, causal, c, False, False) == 128, (causal, c)
+        cfg = interface.backward_config("bfloat16", 64, causal, c)
+        # one dS^T stage, padded dQ rows, no stats prefetch (it spills at 32 columns a thread)
+        assert cfg.tile_m == 128 and cfg.pds_stages == 1 and not cfg.prefetch_stats
+        assert not (cfg.dq_first_store or cfg.dq_per_wg or cfg.dq_swizzle or cfg.p_in_smem)
+    for args in ((128, False, None, False, False), (256, True, 1, False, False),
+                 (64, True, 1, True, False), (64, False, None, False, True)):
+        assert bwd.default_tile_m(*args) == 64, args
+    assert interface.backward_config("bfloat16", 64, True, 1, deterministic=True).tile_m == 64
+    assert interface.backward_config("bfloat16", 128, False, None).tile_m == 64
+    assert row_padding(128) == 128 and padded_rows(8193, 128) == 8320
+    shapes = bwd.workspace_shapes(_config_128(), 2, 300, 300, 4, 4)
+    assert shapes["lse2"][0] == (2, 4, 384) and shapes["dq_accum"][0] == (2, 4, 384, 64)
+
+
+def test_128_rows_only_at_d64_and_80_only_at_d128():
+    assert bwd.with_tile_m(interface.backward_config("bfloat16", 128, False, None), 128).tile_m == 64
+    assert bwd.with_tile_m(interface.backward_config("bfloat16", 64, False, None), 80).tile_m == 64
+    with pytest.raises(ValueError, match=r"tile_m=128: expected head dims \(64, 64\)"):
+        dataclasses.replace(_tall_config(), tile_m=128)
+    with pytest.raises(ValueError, match=r"tile_m=80: expected head dims \(128, 128\)"):
+        dataclasses.replace(_config_128(), tile_m=80)
+    with pytest.raises(ValueError, match="tile_m=128"):
+        dataclasses.replace(_config_128(True, 1), dq_first_store=True)
+
+
+def test_tall_two_pds_env(monkeypatch):
+    """PADDLE_FLASHMASK_BWD_TALL_TWO_PDS=1 gives a taller tile FA3/FA4's form (two dS^T stages,
+    the swizzled unpadded dQ tile); 64-row tiles ignore it; other values are an error."""
+    monkeypatch.setenv(bwd.TILE_M_ENV, "128")
+    monkeypatch.setenv(bwd.TALL_TWO_PDS_ENV, "1")
+    cfg = interface.backward_config("bfloat16", 64, True, 1)
+    assert cfg.tile_m == 128 and cfg.pds_stages == 2 and cfg.dq_swizzle and not cfg.stage_stats
+    monkeypatch.delenv(bwd.TILE_M_ENV)
+    plain = interface.backward_config("bfloat16", 64, True, 1)
+    assert plain.tile_m == 64 and plain == bwd.FlashMaskBwdSm90(plain).cfg
+    monkeypatch.setenv(bwd.TALL_TWO_PDS_ENV, "2")
+    with pytest.raises(ValueError, match=bwd.TALL_TWO_PDS_ENV):
+        interface.backward_config("bfloat16", 64, True, 1)

@@ -20,37 +20,68 @@ if TYPE_CHECKING:
 
 # Query rows per tile: 64, or 80 (FlashAttention-4's SM90 tile for bidirectional masks at D = 128:
 # 20 % fewer trips per key tile, dQ computed transposed since its M must be a multiple of 64)
-TILE_M_CHOICES = (ROWS_PER_CTA, 80)
+TILE_M_CHOICES = (ROWS_PER_CTA, 80, 128)
 TILE_M_ENV = "PADDLE_FLASHMASK_BWD_TILE_M"
 
 
 def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], deterministic: bool,
                    has_sink: bool) -> int:
-    """``BwdConfig.tile_m`` wanted: 64, or with env ``PADDLE_FLASHMASK_BWD_TILE_M=80`` 80 rows for
-    bidirectional masks without columns or with two (full attention, documents) at D = 128,
-    outside the deterministic mode and without a sink (``BwdConfig.tall_tile_applies``).
-    Causal masks keep 64 (FA4 does too: the diagonal's partial tiles grow with the tile); C = 4
-    spills 64 B per thread at 80 rows (compile_check). Off until the H200 A/B."""
+    """``BwdConfig.tile_m`` wanted: 64, or with env ``PADDLE_FLASHMASK_BWD_TILE_M``:
+
+    * ``80``: 80 rows for bidirectional masks without columns or with two (full attention,
+      documents) at D = 128 (FA3/FA4's full-attention tile). Causal masks keep 64 (FA4 does
+      too: the diagonal's partial tiles grow with the tile); C = 4 spills 64 B per thread at 80
+      rows (compile_check). Measured slower (session 24, calls 137-138): off.
+    * ``128``: 128 rows at D = 64 on every form (FA4's D = 64 tile, causal included): half the
+      per-tile rendezvous and hand-offs per query row, where session 29 found the consumer loop
+      already at FA4's length per row (325 against 326 instructions per 64 rows). Compiled
+      spill-free in session 29 (without the D = 64 stats prefetch), not yet run on the H200.
+
+    Both only outside the deterministic mode and without a sink (``BwdConfig.tall_tile_applies``);
+    elsewhere the env's value falls back to 64."""
     from .launch_args import env_choice
 
     wanted = int(env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES)) or ROWS_PER_CTA)
-    if wanted != ROWS_PER_CTA and (head_dim != 128 or causal or num_columns not in (None, 2)
-                                   or deterministic or has_sink):
+    if deterministic or has_sink:
+        return ROWS_PER_CTA
+    if wanted == 80 and (head_dim != 128 or causal or num_columns not in (None, 2)):
+        return ROWS_PER_CTA
+    if wanted == 128 and head_dim != 64:
         return ROWS_PER_CTA
     return wanted
 
 
+def tall_tile_head_dim(tile_m: int) -> Optional[int]:
+    """The head dim a query tile of ``tile_m`` rows (other than 64) is built for: 80 rows at
+    D = 128 (dQ computed transposed), 128 rows at D = 64."""
+    return {80: 128, 128: 64}.get(tile_m)
+
+
 def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
     """``cfg`` with ``tile_m`` query rows where that can apply (``BwdConfig.tall_tile_applies``:
-    the options the 80-row tile has no path for are dropped, a second dS^T stage among them),
-    else ``cfg`` unchanged."""
-    if tile_m == cfg.tile_m or not cfg.tall_tile_form:
+    the options the taller tile has no path for are dropped, a second dS^T stage among them, and
+    the D = 64 stats prefetch, which spills at 128 rows), else ``cfg`` unchanged."""
+    if (tile_m == cfg.tile_m or not cfg.tall_tile_form
+            or tall_tile_head_dim(tile_m) != cfg.head_dim):
         return cfg
     # H200 (calls 137-138): one dS^T stage with padded dQ rows measured faster than FA3/FA4's
     # form (two stages, which fit only beside the swizzled unpadded tile and without staged
     # stats): 1.03-1.07x against 1.12-1.16x of the 64-row default's time
     return replace(cfg, tile_m=tile_m, pds_stages=1, dq_first_store=False, dq_swizzle=False,
-                   dq_per_wg=False)
+                   dq_per_wg=False, prefetch_stats=False)
+
+
+TALL_TWO_PDS_ENV = "PADDLE_FLASHMASK_BWD_TALL_TWO_PDS"
+
+
+def default_tall_two_pds() -> bool:
+    """Whether a taller query tile (``PADDLE_FLASHMASK_BWD_TILE_M`` 80 or 128) takes FA3/FA4's
+    form (``with_two_pds_stages``) instead of ``with_tile_m``'s: off (80 rows: measured slower,
+    call 138; 128 rows at D = 64, FA4's own D = 64 form: compiled in session 29, not yet run).
+    Env ``PADDLE_FLASHMASK_BWD_TALL_TWO_PDS=1`` / ``0`` forces it."""
+    from .launch_args import env_choice
+
+    return env_choice(TALL_TWO_PDS_ENV, ("0", "1")) == "1"
 
 
 def with_two_pds_stages(cfg: "BwdConfig") -> "BwdConfig":

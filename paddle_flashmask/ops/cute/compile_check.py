@@ -326,6 +326,17 @@ def variants(full: bool = False) -> list[Variant]:
     # 80-row query tiles for bidirectional masks (env PADDLE_FLASHMASK_BWD_TILE_M=80): full
     # attention, documents (C=2, LSE / delta staged), the GQA head walk
     bwd("bfloat16", 128, False, None, tile_m=80)
+    # 128-row query tiles at D = 64 (FA4's D = 64 tile; env PADDLE_FLASHMASK_BWD_TILE_M=128)
+    bwd("bfloat16", 64, False, None, tile_m=128)
+    bwd("bfloat16", 64, True, None, tile_m=128)
+    bwd("bfloat16", 64, True, 1, tile_m=128)
+    bwd("bfloat16", 64, True, 2, tile_m=128)
+    bwd("bfloat16", 64, False, 2, tile_m=128)
+    bwd("float16", 64, False, 4, tile_m=128)
+    bwd("bfloat16", 64, True, 1, gqa=True, tile_m=128)
+    bwd("bfloat16", 64, False, None, tile_m=128, stage_stats=True)
+    bwd("bfloat16", 64, False, None, tile_m=128, two_pds_swizzled=True)  # FA4's two dS stages
+    bwd("bfloat16", 64, True, 1, tile_m=128, two_pds_swizzled=True)
     bwd("bfloat16", 128, False, 2, tile_m=80)
     bwd("bfloat16", 128, False, None, gqa=True, tile_m=80)
     bwd("bfloat16", 128, False, 2, gqa=True, tile_m=80)

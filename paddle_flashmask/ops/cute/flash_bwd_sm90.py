@@ -91,8 +91,8 @@ from .bwd_rules import (  # noqa: F401
     DQ_UNIFORM_ROWS_ENV, DV_EARLY_ENV, ENV_SWITCHES, FIRST_STORE_ENV, FUSED_DQ_ENV,
     GQA_IN_CTA_ENV, KEY_MAJOR_ENV, LATE_LOADS_ENV, LAZY_RELEASE_ENV, MASK_BITS_ENV,
     PDS_STAGES_ENV, PERSISTENT_ENV, PREFETCH_STATS_ENV, ROW_RANGES_ENV, RS_DKV_ENV,
-    STAGE_STATS_ENV, TILE_M_CHOICES, TILE_M_ENV, VECTOR_DKV_ENV, with_tile_m,
-    with_two_pds_stages)
+    STAGE_STATS_ENV, TALL_TWO_PDS_ENV, TILE_M_CHOICES, TILE_M_ENV, VECTOR_DKV_ENV,
+    tall_tile_head_dim, with_tile_m, with_two_pds_stages)
 
 _LOG2_E = math.log2(math.e)
 _SUPPORTED_DIMS = {(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)}
@@ -383,9 +383,11 @@ class BwdConfig:
             object.__setattr__(self, "tile_n", default_tile_n(self.head_dim))
         if self.tile_n not in (64, 128):
             raise ValueError(f"tile_n: expected 64 or 128, found {self.tile_n}")
-        if self.tile_m != ROWS_PER_CTA and not self.tall_tile_applies:
+        if self.tile_m != ROWS_PER_CTA and not (
+                self.tall_tile_applies and tall_tile_head_dim(self.tile_m) == self.head_dim):
             raise ValueError(
-                f"tile_m={self.tile_m}: expected head dims (128, 128), tile_n=128, rs_dkv=True, "
+                f"tile_m={self.tile_m}: expected head dims ({tall_tile_head_dim(self.tile_m)}, "
+                f"{tall_tile_head_dim(self.tile_m)}), tile_n=128, rs_dkv=True, "
                 f"dQ staged in smem, and deterministic, has_sink, fused_dq, dq_first_store, "
                 f"dq_per_wg all False, found head dims ({self.head_dim}, {self.head_dim_v}), "
                 f"tile_n={self.tile_n}, rs_dkv={self.rs_dkv}, dq_in_smem={self.dq_in_smem} "
@@ -513,7 +515,8 @@ class BwdConfig:
 
     @property
     def tall_tile_applies(self) -> bool:
-        """Whether ``tile_m`` 80 can apply to this variant: D = 128, P^T from registers (its smem
+        """Whether a query tile other than 64 rows can apply to this variant (80 rows at D = 128,
+        128 at D = 64: ``bwd_rules.tall_tile_head_dim``): P^T from registers (its smem
         buffer is then left out), dQ staged in smem (padded rows, or the swizzled unpadded tile:
         the transposed hand-off's column stores are conflict-free in both; two dS^T stages fit
         only beside the unpadded one), and none of the paths whose per-query-tile grids
@@ -524,9 +527,9 @@ class BwdConfig:
 
     @property
     def tall_tile_form(self) -> bool:
-        """The part of ``tall_tile_applies`` that ``with_tile_m`` cannot switch off: D = 128,
-        tile_n 128, P^T from registers, and not deterministic, with a sink or fused dQ."""
-        return ((self.head_dim, self.head_dim_v) == (128, 128) and self.tile_n == 128
+        """The part of ``tall_tile_applies`` that ``with_tile_m`` cannot switch off: D = 64 or
+        128, tile_n 128, P^T from registers, and not deterministic, with a sink or fused dQ."""
+        return ((self.head_dim, self.head_dim_v) in ((64, 64), (128, 128)) and self.tile_n == 128
                 and self.rs_dkv
                 and not (self.deterministic or self.has_sink or self.fused_dq))
 
@@ -778,8 +781,9 @@ class FlashMaskBwdSm90:
             self.sdp_atom = (1, 2, 1)  # S^T [64 x 64]: WGs split the query columns
             self.dkv_atom = (1, 2, 1)  # dK/dV [64 x D]: WGs split the head dim
         # dQ [64 x D]: the WGs split the head dim; transposed, dQ^T [D x tile_m]: each WG owns
-        # 64 of the head dim's rows
-        self.dq_atom = (2, 1, 1) if cfg.dq_transposed else (1, 2, 1)
+        # 64 of the head dim's rows; [128 x D] (D = 64): each WG owns 64 query rows, so its
+        # wgmmas are 64 x D (FA4's split) instead of twice 64 x D/2, each re-reading dS
+        self.dq_atom = (2, 1, 1) if cfg.dq_transposed or cfg.tile_m == 128 else (1, 2, 1)
         # tile_n = 128: each consumer WG owns the same 64 key rows in S^T/dP^T and in dK/dV, so
         # P^T and dS^T feed the dV/dK wgmma straight from registers (RS); P never touches smem
         self.rs_dkv = cfg.rs_dkv and self.sdp_atom == (2, 1, 1) and self.dkv_atom == (2, 1, 1)
@@ -1811,7 +1815,8 @@ class FlashMaskBwdSm90:
                                 semantics.masked_row_intervals(rel_bands, cfg.causal, rel_key, 0),
                                 n_cols, one=Int32(1))
                             # a key past the sequence: every column (its bits all set)
-                            bits = bits | ((Int32(0) - Int32(beyond)) & ((Int32(1) << n_cols) - 1))
+                            bits = bits | ((Int32(0) - Int32(beyond))
+                                           & fm_mask.low_bits(n_cols, n_cols, Int32(1)))
                             for c in cutlass.range_constexpr(n_cols):
                                 if ((bits >> c) & 1) != 0:
                                     S[r, c] = Float32(0.0)

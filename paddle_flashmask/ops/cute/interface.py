@@ -355,7 +355,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dkv_red, default_walk_interleave,
                             default_dkv_bulk, default_dv_early, default_dk_early,
                             default_dk_after_dv, default_interior_dkv,
-                            default_tile_m)
+                            default_tall_two_pds, default_tile_m, with_two_pds_stages)
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
@@ -403,6 +403,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                                            has_sink))
     if default_interior_dkv():  # BwdConfig.interior_dkv, every path through _store_rows
         cfg = replace(cfg, interior_dkv=True)
+    if default_tall_two_pds() and cfg.tile_m != 64:  # a taller tile in FA3/FA4's form
+        cfg = with_two_pds_stages(cfg)
     return cfg
 
 

@@ -324,6 +324,22 @@ def pair_columns_below(limit, num_cols: int):
     return (clamped >> 3) * 2 + cutlass.min(clamped & 7, 2)
 
 
+def low_bits(count, num_cols: int, one=1):
+    """The ``count`` lowest bits set, ``0 <= count <= num_cols``. At ``num_cols == 32`` (a thread's
+    columns in a 128-column S^T tile, a whole Int32) the shift is split in two: one shift by the
+    type's width is undefined in LLVM, two shifts of at most 16 are not (``1 << 16 << 16 == 0``,
+    minus one: every bit)."""
+    if isinstance(count, int):  # known when tracing: a constant, no shift in the kernel
+        value = (1 << count) - 1
+        if isinstance(one, int):
+            return value
+        return (one ^ one) | (value - (1 << 32) if value >= 1 << 31 else value)  # Int32's bits
+    if num_cols < 32:
+        return (one << count) - 1
+    half = count >> 1
+    return ((one << half) << (count - half)) - 1
+
+
 def pair_column_bits(intervals, num_cols: int, one=1):
     """Bit ``c`` set where the thread's column ``c`` (offsets as in :func:`pair_columns_below`)
     lies in one of the half-open ``intervals`` ``(lo, hi)`` (``None``: unbounded), e.g.
@@ -331,11 +347,15 @@ def pair_column_bits(intervals, num_cols: int, one=1):
     ``one``: the integer 1 of the caller's type (``Int32(1)`` in DSL code), so that the shifts
     stay in it. Per interval bound four integer ops and a shift, instead of a compare per column.
     """
-    full = (one << num_cols) - 1
+    if num_cols > 32:
+        raise ValueError(f"num_cols: expected at most 32 (one bit per column of an Int32), "
+                         f"found {num_cols}")
+    full = low_bits(num_cols, num_cols, one)
     bits = one - 1
     for lo, hi in intervals:
-        below_hi = full if hi is None else (one << pair_columns_below(hi, num_cols)) - 1
-        below_lo = one - 1 if lo is None else (one << pair_columns_below(lo, num_cols)) - 1
+        below_hi = full if hi is None else low_bits(pair_columns_below(hi, num_cols), num_cols, one)
+        below_lo = one - 1 if lo is None else low_bits(pair_columns_below(lo, num_cols), num_cols,
+                                                       one)
         bits = bits | (below_hi & (full ^ below_lo))
     return bits
 
