@@ -2156,14 +2156,14 @@ timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 
 }
 
 call177() {
-  emit "call 177 (prepared in session 29, not yet run; on a warm machine) - the D = 64 backward (1.27x FA4's time in session 27's table): 128-row query tiles, FA4's D = 64 tile (PADDLE_FLASHMASK_BWD_TILE_M=128; CPU: 557 instructions per warp per 128 rows on a full tile, FA4 652, ours at 64 rows 2 x 325; spill-free on every form), alone and in FA4's form with two dS stages (PADDLE_FLASHMASK_BWD_TALL_TWO_PDS=1), and D = 128's staged stats + per-warpgroup dQ blocks (never measured at D = 64): the backward oracle on the D = 64 cases with each (stops on failure), then the whole-backward A/B at D = 64, MHA B=4 S=8K H=16 [<= 9 min]" \
-    nvidia-h200 540 '[".devtools"]' \
+  emit "call 177 (prepared in session 29, not yet run; on a warm machine) - the D = 64 backward (1.27x FA4's time in session 27's table): 128-row query tiles, FA4's D = 64 tile (PADDLE_FLASHMASK_BWD_TILE_M=128; CPU: 557 instructions per warp per 128 rows on a full tile, FA4 652, ours at 64 rows 2 x 325; spill-free on every form), alone, with LSE / delta staged in smem, and in FA4's form with two dS stages (PADDLE_FLASHMASK_BWD_TALL_TWO_PDS=1), and D = 128's staged stats + per-warpgroup dQ blocks (never measured at D = 64): the backward oracle on the D = 64 cases with each (stops on failure), then the whole-backward A/B at D = 64, MHA B=4 S=8K H=16 [<= 10 min]" \
+    nvidia-h200 600 '[".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
 C="--only d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full,fp16_d64_causal_doc_sink --no-determinism"
 for v in "m128:${K}_TILE_M=128" "m128tp:${K}_TILE_M=128 ${K}_TALL_TWO_PDS=1" "sspw:${K}_STAGE_STATS=1 ${K}_DQ_PER_WG=1"; do env ${v#*:} timeout -s INT -k 10 80 python3 tests/gpu/bwd_check.py $C --json-name bwd_s29_d64_${v%%:*}.json > $OUT/bwd_${v%%:*}.log 2>&1; rc=$?; echo "${v%%:*}: $(tail -n 1 $OUT/bwd_${v%%:*}.log | cut -c1-200)"; [ $rc = 0 ] || exit $rc; done
-V="--variant base: --variant m128:${K}_TILE_M=128 --variant m128tp:${K}_TILE_M=128,${K}_TALL_TWO_PDS=1 --variant sspw:${K}_STAGE_STATS=1,${K}_DQ_PER_WG=1"
-timeout -s INT -k 10 240 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 $V --batch 4 --heads 16 --head-dim 64 --masks full,causal,causal_document,document,sliding_window --tag s29_bwd_d64 > $OUT/kab64.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab64.log | cut -c1-300
+V="--variant base: --variant m128:${K}_TILE_M=128 --variant m128ss:${K}_TILE_M=128,${K}_STAGE_STATS=1 --variant m128tp:${K}_TILE_M=128,${K}_TALL_TWO_PDS=1 --variant sspw:${K}_STAGE_STATS=1,${K}_DQ_PER_WG=1"
+timeout -s INT -k 10 300 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 $V --batch 4 --heads 16 --head-dim 64 --masks full,causal,causal_document,document,sliding_window --tag s29_bwd_d64 > $OUT/kab64.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab64.log | cut -c1-300
 '"$(pack_logs 177)"
 }
 
