@@ -42,11 +42,9 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
     from .launch_args import env_choice
 
     wanted = int(env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES)) or ROWS_PER_CTA)
-    if deterministic or has_sink:
+    if deterministic or has_sink or tall_tile_head_dim(wanted) != head_dim:
         return ROWS_PER_CTA
-    if wanted == 80 and (head_dim != 128 or causal or num_columns not in (None, 2)):
-        return ROWS_PER_CTA
-    if wanted == 128 and head_dim != 64:
+    if wanted == 80 and (causal or num_columns not in (None, 2)):
         return ROWS_PER_CTA
     return wanted
 

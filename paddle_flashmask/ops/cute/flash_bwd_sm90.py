@@ -783,7 +783,7 @@ class FlashMaskBwdSm90:
         # dQ [64 x D]: the WGs split the head dim; transposed, dQ^T [D x tile_m]: each WG owns
         # 64 of the head dim's rows; [128 x D] (D = 64): each WG owns 64 query rows, so its
         # wgmmas are 64 x D (FA4's split) instead of twice 64 x D/2, each re-reading dS
-        self.dq_atom = (2, 1, 1) if cfg.dq_transposed or cfg.tile_m == 128 else (1, 2, 1)
+        self.dq_atom = (2, 1, 1) if cfg.tile_m != ROWS_PER_CTA else (1, 2, 1)
         # tile_n = 128: each consumer WG owns the same 64 key rows in S^T/dP^T and in dK/dV, so
         # P^T and dS^T feed the dV/dK wgmma straight from registers (RS); P never touches smem
         self.rs_dkv = cfg.rs_dkv and self.sdp_atom == (2, 1, 1) and self.dkv_atom == (2, 1, 1)
