@@ -2168,12 +2168,15 @@ timeout -s INT -k 10 300 python3 bench/kernel_ab.py --pass bwd --kernel bwd --ro
 '"$(pack_logs 177)"
 }
 
+# the D = 64 backward oracle with 128-row tiles, stopping on failure (calls 178, 179)
+D64_M128_ORACLE='K=PADDLE_FLASHMASK_BWD
+env ${K}_TILE_M=128 timeout -s INT -k 10 85 python3 tests/gpu/bwd_check.py --only d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full,fp16_d64_causal_doc_sink --no-determinism --json-name bwd_s30_d64_m128.json > $OUT/bwd_m128.log 2>&1; rc=$?; echo "m128: $(tail -n 1 $OUT/bwd_m128.log)"; [ $rc = 0 ] || exit $rc'
+
 call178() {
   emit "call 178 (session 30, fresh staging: machines were scarce, so calls 177 and 175 condensed into one) - the D = 64 backward's 128-row tile (PADDLE_FLASHMASK_BWD_TILE_M=128): its oracle on the D = 64 cases (stops on failure), then the whole-backward A/B base / m128 / m128 with two dS stages / D = 128's staged stats + per-warpgroup dQ at D = 64 (MHA B=4 S=8K H=16); then the forward with each GEMM's operand stage selected once and Q's descriptors in uniform registers (both forced): its oracle, then the forward A/B default / both on the MHA zoo and at D = 64 [<= 10 min]" \
     nvidia-h200 600 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-K=PADDLE_FLASHMASK_BWD
-env ${K}_TILE_M=128 timeout -s INT -k 10 85 python3 tests/gpu/bwd_check.py --only d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full,fp16_d64_causal_doc_sink --no-determinism --json-name bwd_s30_d64_m128.json > $OUT/bwd_m128.log 2>&1; rc=$?; echo "m128: $(tail -n 1 $OUT/bwd_m128.log)"; [ $rc = 0 ] || exit $rc
+'"$D64_M128_ORACLE"'
 V="--variant base: --variant m128:${K}_TILE_M=128 --variant m128tp:${K}_TILE_M=128,${K}_TALL_TWO_PDS=1 --variant sspw:${K}_STAGE_STATS=1,${K}_DQ_PER_WG=1"
 timeout -s INT -k 10 210 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 $V --batch 4 --heads 16 --head-dim 64 --masks full,causal,causal_document,document,sliding_window --tag s30_bwd_d64 > $OUT/kab64.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab64.log
 F=PADDLE_FLASHMASK_FWD
@@ -2188,8 +2191,7 @@ call179() {
   emit "call 179 (session 30, the fallback of call 178 when less than ~11 device minutes are left; fresh staging) - only the D = 64 backward's 128-row tile: its oracle on the D = 64 cases (stops on failure), then the whole-backward A/B base / m128 / m128 with two dS stages (MHA B=4 S=8K H=16, five masks) [<= 6 min]" \
     nvidia-h200 340 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
-K=PADDLE_FLASHMASK_BWD
-env ${K}_TILE_M=128 timeout -s INT -k 10 85 python3 tests/gpu/bwd_check.py --only d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full,fp16_d64_causal_doc_sink --no-determinism --json-name bwd_s30_d64_m128.json > $OUT/bwd_m128.log 2>&1; rc=$?; echo "m128: $(tail -n 1 $OUT/bwd_m128.log)"; [ $rc = 0 ] || exit $rc
+'"$D64_M128_ORACLE"'
 V="--variant base: --variant m128:${K}_TILE_M=128 --variant m128tp:${K}_TILE_M=128,${K}_TALL_TWO_PDS=1"
 timeout -s INT -k 10 200 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 $V --batch 4 --heads 16 --head-dim 64 --masks full,causal,causal_document,document,sliding_window --tag s30_bwd_d64 > $OUT/kab64.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab64.log
 '"$(pack_logs 179)"
