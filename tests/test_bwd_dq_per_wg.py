@@ -102,13 +102,21 @@ def test_config_rule(monkeypatch):
     for name in (bwd.DQ_PER_WG_ENV, bwd.DQ_SWIZZLE_ENV, bwd.FUSED_DQ_ENV,
                  bwd.DQ_UNIFORM_ROWS_ENV):
         monkeypatch.delenv(name, raising=False)
-    for d, causal, columns, gqa in ((64, True, 1, False), (64, True, 1, True),
+    for d, causal, columns, gqa in ((64, True, 1, True), (64, False, 2, False),
                                     (256, True, None, True), (128, False, 2, True),
                                     (128, False, 2, False), (64, False, None, False),
                                     (128, True, 2, False), (128, True, 2, True)):
         cfg = interface.backward_config("bfloat16", d, causal, columns, gqa=gqa)
-        # off: D != 128, bidirectional with columns, or causal C = 2 (not measured)
+        # off: D = 64 / 256 but D = 64's MHA causal masks with columns, bidirectional with
+        # columns, or causal C = 2 at D = 128 (not measured)
         assert not cfg.dq_per_wg, (d, causal, columns, gqa)
+    # D = 64 (session 30): MHA causal masks with columns, outside the deterministic mode
+    for columns in (1, 2):
+        cfg = interface.backward_config("bfloat16", 64, True, columns)
+        assert cfg.dq_per_wg and cfg.stage_stats and not cfg.prefetch_stats, columns
+        assert cfg.tile_m == 64, columns
+        det = interface.backward_config("bfloat16", 64, True, columns, deterministic=True)
+        assert not det.dq_per_wg and not det.stage_stats, columns
     # on at D = 128, with staged stats, for causal masks without columns or with one and for
     # full attention (session 25), MHA and the GQA head walk
     for causal, columns in ((True, None), (True, 1), (False, None)):

@@ -9,6 +9,8 @@ tests/test_cute_compile.py; the numerics need the H200 (tests/gpu/bwd_check.py w
 from __future__ import annotations
 
 import dataclasses
+import os
+from unittest import mock
 
 import pytest
 
@@ -155,8 +157,11 @@ _PLACES_128: dict = {}
 
 
 def _config_128(causal=False, num_columns=None, gqa=False):
-    return bwd.with_tile_m(
-        interface.backward_config("bfloat16", 64, causal, num_columns, gqa=gqa), 128)
+    """``with_tile_m``'s 128-row form (one dS^T stage, padded dQ rows), built from the 64-row
+    config (the default takes FA4's form where it has 128 rows: ``default_tall_two_pds``)."""
+    with mock.patch.dict(os.environ, {bwd.TILE_M_ENV: "64"}):
+        base = interface.backward_config("bfloat16", 64, causal, num_columns, gqa=gqa)
+    return bwd.with_tile_m(base, 128)
 
 
 def test_128_row_dq_covers_the_tile_once_on_row_major_rows():
@@ -193,8 +198,23 @@ def test_128_row_dq_covers_the_tile_once_on_row_major_rows():
 
 def test_128_row_host_rule_and_form(monkeypatch):
     monkeypatch.delenv(bwd.TILE_M_ENV, raising=False)
-    assert bwd.default_tile_m(64, True, 1, False, False) == 64  # off until measured
+    monkeypatch.delenv(bwd.TALL_TWO_PDS_ENV, raising=False)
+    # by default (session 30): D = 64 without columns, MHA full / causal and GQA causal
+    assert bwd.default_tile_m(64, True, 1, False, False) == 64  # columns: slower at 128 rows
+    assert bwd.default_tile_m(64, False, None, False, False) == 128
+    assert bwd.default_tile_m(64, True, None, False, False, gqa=True) == 128
+    assert bwd.default_tile_m(64, False, None, False, False, gqa=True) == 64  # GQA full: slower
+    assert bwd.default_tile_m(64, True, None, True, False) == 64  # deterministic
+    assert bwd.default_tile_m(64, True, None, False, True) == 64  # sink
+    assert bwd.default_tile_m(128, False, None, False, False) == 64
+    for causal in (False, True):  # ... in FA4's form: two dS^T stages, the swizzled dQ tile
+        cfg = interface.backward_config("bfloat16", 64, causal, None)
+        assert cfg.tile_m == 128 and cfg.pds_stages == 2 and cfg.dq_swizzle, causal
+        assert not cfg.stage_stats and not cfg.prefetch_stats
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
+    assert interface.backward_config("bfloat16", 64, True, None).tile_m == 64
     monkeypatch.setenv(bwd.TILE_M_ENV, "128")
+    monkeypatch.setenv(bwd.TALL_TWO_PDS_ENV, "0")  # with_tile_m's form
     for causal, c in ((False, None), (True, None), (True, 1), (True, 2), (False, 2), (False, 4)):
         assert bwd.default_tile_m(64, causal, c, False, False) == 128, (causal, c)
         cfg = interface.backward_config("bfloat16", 64, causal, c)
@@ -213,7 +233,7 @@ def test_128_row_host_rule_and_form(monkeypatch):
 
 def test_128_rows_only_at_d64_and_80_only_at_d128():
     assert bwd.with_tile_m(interface.backward_config("bfloat16", 128, False, None), 128).tile_m == 64
-    assert bwd.with_tile_m(interface.backward_config("bfloat16", 64, False, None), 80).tile_m == 64
+    assert bwd.with_tile_m(interface.backward_config("bfloat16", 64, False, 2), 80).tile_m == 64
     with pytest.raises(ValueError, match=r"tile_m=128: expected head dims \(64, 64\)"):
         dataclasses.replace(_tall_config(), tile_m=128)
     with pytest.raises(ValueError, match=r"tile_m=80: expected head dims \(128, 128\)"):

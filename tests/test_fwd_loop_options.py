@@ -21,7 +21,17 @@ def test_uniform_q_config_rule(monkeypatch):
     from paddle_flashmask.ops.cute import interface
 
     monkeypatch.delenv(fwd.UNIFORM_Q_ENV, raising=False)
-    assert not interface.forward_config("bfloat16", 128, True, 1, False).uniform_q
+    monkeypatch.delenv(fwd.STAGE_FIRST_ENV, raising=False)
+    for d in (128, 256):  # off by default there (session 30: D = 128 1.001-1.014x slower)
+        cfg = interface.forward_config("bfloat16", d, True, 1, False)
+        assert not cfg.uniform_q and not cfg.stage_first, d
+    for causal, columns in ((True, 1), (False, None), (False, 4)):  # on at D = 64 (0.964-0.971x)
+        cfg = interface.forward_config("bfloat16", 64, causal, columns, False)
+        assert cfg.uniform_q and cfg.stage_first, (causal, columns)
+    monkeypatch.setenv(fwd.UNIFORM_Q_ENV, "0")
+    monkeypatch.setenv(fwd.STAGE_FIRST_ENV, "0")
+    cfg = interface.forward_config("bfloat16", 64, True, 1, False)
+    assert not cfg.uniform_q and not cfg.stage_first
     monkeypatch.setenv(fwd.UNIFORM_Q_ENV, "1")
     for d, causal, columns in ((64, True, 1), (128, True, None), (128, False, 4), (256, True, 2)):
         assert interface.forward_config("bfloat16", d, causal, columns, False).uniform_q, d

@@ -25,24 +25,35 @@ TILE_M_ENV = "PADDLE_FLASHMASK_BWD_TILE_M"
 
 
 def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], deterministic: bool,
-                   has_sink: bool) -> int:
-    """``BwdConfig.tile_m`` wanted: 64, or with env ``PADDLE_FLASHMASK_BWD_TILE_M``:
+                   has_sink: bool, gqa: bool = False) -> int:
+    """``BwdConfig.tile_m`` wanted: 64, except 128 at D = 64 for masks without columns (full
+    attention on MHA, causal on MHA and GQA), outside the deterministic mode and without a sink.
 
-    * ``80``: 80 rows for bidirectional masks without columns or with two (full attention,
-      documents) at D = 128 (FA3/FA4's full-attention tile). Causal masks keep 64 (FA4 does
-      too: the diagonal's partial tiles grow with the tile); C = 4 spills 64 B per thread at 80
-      rows (compile_check). Measured slower (session 24, calls 137-138): off.
-    * ``128``: 128 rows at D = 64 on every form (FA4's D = 64 tile, causal included): half the
-      per-tile rendezvous and hand-offs per query row, where session 29 found the consumer loop
-      already at FA4's length per row (325 against 326 instructions per 64 rows). Compiled
-      spill-free in session 29 (without the D = 64 stats prefetch), not yet run on the H200.
+    * ``128`` (FA4's D = 64 tile, in FA4's form with two dS^T stages: ``default_tall_two_pds``):
+      half the per-tile rendezvous and hand-offs per query row. Session 30 (calls 179, 182-184,
+      on an H100: the device tool lent no H200 that session; whole backward, interleaved, B=4
+      S=8K): MHA H=16 full 0.960 / 0.961 / 0.963x, causal 0.957 / 0.963 / 0.963x; GQA 32/8
+      causal 0.958x but full 1.025x (off there); masks with columns 1.019-1.043x slower
+      (prefix-LM, shared question, documents, causal documents, sliding window: off, where
+      ``default_stage_stats``' D = 64 rule applies instead). With one dS^T stage (``with_tile_m``'s
+      form) it was 1.12-1.17x slower everywhere (call 179). Oracle 5/5 on the D = 64 cases in
+      both forms; the GPU suite 34/34 with it forced on every D = 64 form (call 181).
+    * ``80`` (env only): 80 rows for bidirectional masks without columns or with two at D = 128
+      (FA3/FA4's full-attention tile). Measured slower (session 24, calls 137-138).
 
-    Both only outside the deterministic mode and without a sink (``BwdConfig.tall_tile_applies``);
-    elsewhere the env's value falls back to 64."""
+    Env ``PADDLE_FLASHMASK_BWD_TILE_M=64|80|128`` forces a height where it applies
+    (``BwdConfig.tall_tile_applies``: not in the deterministic mode, not with a sink, the tile's
+    own head dim; 80 only for bidirectional masks without columns or with two); elsewhere 64."""
     from .launch_args import env_choice
 
-    wanted = int(env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES)) or ROWS_PER_CTA)
-    if deterministic or has_sink or tall_tile_head_dim(wanted) != head_dim:
+    forced = env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES))
+    if deterministic or has_sink:
+        return ROWS_PER_CTA
+    if not forced:
+        return (128 if head_dim == 64 and num_columns is None and (causal or not gqa)
+                else ROWS_PER_CTA)
+    wanted = int(forced)
+    if tall_tile_head_dim(wanted) != head_dim:
         return ROWS_PER_CTA
     if wanted == 80 and (causal or num_columns not in (None, 2)):
         return ROWS_PER_CTA
@@ -72,14 +83,16 @@ def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
 TALL_TWO_PDS_ENV = "PADDLE_FLASHMASK_BWD_TALL_TWO_PDS"
 
 
-def default_tall_two_pds() -> bool:
-    """Whether a taller query tile (``PADDLE_FLASHMASK_BWD_TILE_M`` 80 or 128) takes FA3/FA4's
-    form (``with_two_pds_stages``) instead of ``with_tile_m``'s: off (80 rows: measured slower,
-    call 138; 128 rows at D = 64, FA4's own D = 64 form: compiled in session 29, not yet run).
-    Env ``PADDLE_FLASHMASK_BWD_TALL_TWO_PDS=1`` / ``0`` forces it."""
+def default_tall_two_pds(tile_m: int) -> bool:
+    """Whether a taller query tile takes FA3/FA4's form (``with_two_pds_stages``) instead of
+    ``with_tile_m``'s: on for 128 rows at D = 64 (FA4's own D = 64 form; session 30, calls 179
+    and 184, H100: 0.957-0.963x of the 64-row default on full / causal, against 1.15-1.17x with
+    one dS^T stage), off for 80 rows at D = 128 (measured slower, call 138). Env
+    ``PADDLE_FLASHMASK_BWD_TALL_TWO_PDS=1`` / ``0`` forces it."""
     from .launch_args import env_choice
 
-    return env_choice(TALL_TWO_PDS_ENV, ("0", "1")) == "1"
+    forced = env_choice(TALL_TWO_PDS_ENV, ("0", "1"))
+    return forced == "1" if forced else tile_m == 128
 
 
 def with_two_pds_stages(cfg: "BwdConfig") -> "BwdConfig":
@@ -205,6 +218,20 @@ def _measured_two_option_form(head_dim: int, causal: bool, num_columns: Optional
     return num_columns in (None, 1) if causal else num_columns is None
 
 
+def _d64_causal_columns_form(head_dim: int, causal: bool, num_columns: Optional[int],
+                             per_head_ctas: bool, deterministic: bool) -> bool:
+    """Where ``stage_stats`` and ``dq_per_wg`` are defaults together at D = 64: causal masks with
+    columns, MHA (``per_head_ctas``: no GQA head walk, no GQA partials), outside the
+    deterministic mode (not measured there). Session 30 (calls 184 and 186, on an H100; whole
+    backward, interleaved, MHA B=4 S=8K H=16, both / default): causal documents 0.972 / 0.972x,
+    sliding window 0.976x, shared question 0.972x, global + sliding window 0.975x; causal
+    without columns 0.985x (its 128-row tile is faster: ``default_tile_m``), full 1.007x,
+    documents 1.003x, prefix-LM 1.004x (off); staged stats alone 0.994-0.999x, prefix-LM 1.028x.
+    Oracle 5/5 on the D = 64 cases with both forced (call 185)."""
+    return (head_dim == 64 and causal and num_columns is not None and per_head_ctas
+            and not deterministic)
+
+
 def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
                       deterministic: bool = False, gqa: bool = False) -> bool:
     """``BwdConfig.dq_per_wg`` wanted where it applies (with dq_swizzle, which it turns on: dQ
@@ -239,6 +266,8 @@ def default_dq_per_wg(head_dim: int, causal: bool, num_columns: Optional[int],
     if (env_choice(DQ_UNIFORM_ROWS_ENV, ("0", "1")) == "1"
             or env_choice(DQ_SWIZZLE_ENV, ("0", "1"))):
         return False
+    if _d64_causal_columns_form(head_dim, causal, num_columns, not gqa, deterministic):
+        return True
     return (_measured_two_option_form(head_dim, causal, num_columns)
             and not (deterministic and gqa))
 
@@ -551,13 +580,16 @@ STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 
 def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[int],
-                        causal: bool = True) -> bool:
+                        causal: bool = True, gqa: bool = False,
+                        deterministic: bool = False) -> bool:
     """``BwdConfig.stage_stats`` wanted: at D = 128 for causal masks without columns or with one
     (every causal mask of the zoo) and full attention (both with ``dq_per_wg``:
     ``_measured_two_option_form``), for masks with columns under the GQA head walk, and for the
     bidirectional C = 2 form (documents) with per-query-head CTAs; off for causal C = 2 and
     bidirectional C = 4 without the walk (not measured; C = 4 would spill 8 B per thread, causal
-    C = 2 spills 4 B together with ``dq_per_wg``) and at other head dims.
+    C = 2 spills 4 B together with ``dq_per_wg``). At D = 64 (session 30), with ``dq_per_wg``, on
+    MHA causal masks with columns outside the deterministic mode (``_d64_causal_columns_form``);
+    off at other head dims.
     Interleaved whole-backward times (``bench/kernel_ab.py``): session 15, B=2 S=8K GQA 16/8:
     documents 2,248 -> 1,992 us, causal documents -0.8 %, packed documents -1.3 %, sliding window
     -0.8 %; B=4 S=8K H=16 (MHA): documents -1.5 % (session 15), -1.7 % (session 16). With the dV
@@ -573,6 +605,8 @@ def default_stage_stats(head_dim: int, gqa_in_cta: bool, num_columns: Optional[i
     forced = env_choice(STAGE_STATS_ENV, ("0", "1"))
     if forced:
         return forced == "1"
+    if _d64_causal_columns_form(head_dim, causal, num_columns, not gqa, deterministic):
+        return True
     if head_dim != 128:
         return False
     if _measured_two_option_form(head_dim, causal, num_columns):

@@ -64,8 +64,8 @@ from paddle_flashmask.ops.cute.fwd_rules import (  # noqa: F401 (re-exported for
     SMEM_LIMIT_BYTES, STATIC_SMEM_BYTES, launch_registers, _shared_memory_bytes,
     fits_shared_memory, ENV_SWITCHES, default_one_tile_per_cta, default_work_order,
     default_rescale_threshold, default_edge_pass, default_mask_pred_chain, default_row_max_chains,
-    default_row_max_rowwise, default_row_sum_chains, default_stage_first, default_pingpong,
-    default_config, with_consumer_warpgroups)
+    default_row_max_rowwise, default_row_sum_chains, default_stage_first, default_uniform_q,
+    default_pingpong, default_config, with_consumer_warpgroups)
 
 
 def _acc_to_a_operand(acc_layout: cute.Layout) -> cute.Layout:

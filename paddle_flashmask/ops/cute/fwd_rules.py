@@ -86,7 +86,8 @@ class FwdConfig:
     # warp-uniform), not at this thread: they depend only on the warpgroup, and built from the
     # thread index they sit in vector registers and are moved to uniform ones (R2UR) before
     # every Q·Kᵀ wgmma. d128 causal main loop 844 -> 820 instructions (516 -> 492 on an unmasked
-    # tile); the backward slices this way already. Off until the H200 A/B.
+    # tile); the backward slices this way already. The host's choice: default_uniform_q (on at
+    # D = 64 since session 30).
     uniform_q: bool = False
     # Lazy O rescale (softmax.online_update): a row's running max moves only when a tile's max
     # exceeds it by more than this many log2 units, so in most iterations no row of a warp moves
@@ -125,7 +126,8 @@ class FwdConfig:
     # stage]``), then each K-slice of that view, instead of indexing (slice, stage) per wgmma:
     # the same descriptors, built from one stage base. ptxas otherwise rewrites each wgmma's
     # descriptor pair from scratch (d128 full-tile loop: 33 UMOV, 508 instructions per warp;
-    # with it 11 and 480; FA4's loop 453). The host's choice: default_stage_first.
+    # with it 11 and 480; FA4's loop 453). The host's choice: default_stage_first (on at D = 64
+    # since session 30).
     stage_first: bool = False
 
     def __post_init__(self):
@@ -395,18 +397,33 @@ def default_row_sum_chains(head_dim: int, causal: bool, mask_columns: Optional[i
     return 2 if head_dim == 128 and not causal and mask_columns is None else 1
 
 
-def default_stage_first() -> bool:
-    """``FwdConfig.stage_first`` without an env choice: off (compiled and SASS-checked on the CPU
-    in session 28, not yet run on the H200); env ``PADDLE_FLASHMASK_FWD_STAGE_FIRST=1`` / ``0``
-    forces it."""
-    return env_choice(STAGE_FIRST_ENV, ("0", "1")) == "1"
+def default_stage_first(head_dim: int) -> bool:
+    """``FwdConfig.stage_first`` without an env choice: on at D = 64, with ``uniform_q``
+    (``default_uniform_q``). Session 30 (calls 180 and 182, on an H100: the device tool lent no
+    H200 that session; forward kernel, both together against neither, interleaved, B=4 S=8K
+    H=16): D = 64 full 0.965 / 0.971x, documents 0.969x, causal documents 0.965x, sliding window
+    0.970x, shared question 0.967x, prefix-LM 0.964x, global + sliding window 0.966x, causal
+    1.000x; D = 128 1.001-1.014x slower on all eight masks (off); D = 256 mixed (full 1.029 /
+    0.962x in two calls, causal 0.994 / 1.007x, documents 0.990 / 0.987x: off). Forward oracle
+    24/24 with both forced at every head dim (call 180); the GPU suite 34/34 with them forced
+    (call 181). Env ``PADDLE_FLASHMASK_FWD_STAGE_FIRST=1`` / ``0`` forces it."""
+    forced = env_choice(STAGE_FIRST_ENV, ("0", "1"))
+    return head_dim == 64 if not forced else forced == "1"
+
+
+def default_uniform_q(head_dim: int) -> bool:
+    """``FwdConfig.uniform_q`` without an env choice: on at D = 64 (measured together with
+    ``stage_first``: ``default_stage_first``'s numbers); env ``PADDLE_FLASHMASK_FWD_UNIFORM_Q=1``
+    / ``0`` forces it."""
+    forced = env_choice(UNIFORM_Q_ENV, ("0", "1"))
+    return head_dim == 64 if not forced else forced == "1"
 
 
 def default_pingpong(head_dim: int) -> bool:
     """``FwdConfig.pingpong`` on the fast path without an env choice: on at every head dim (the
     default since session 2). FA4's SM90 forward takes turns only up to D = 128 (with its
     intra-warpgroup overlap); whether D = 192 / 256 are faster without the turns here is
-    ``scripts/gpu_session.sh call175``'s question (compiled spill-free on the CPU in session 29,
+    ``scripts/gpu_session.sh call176``'s question (compiled spill-free on the CPU in session 29,
     not yet run on the H200). Env ``PADDLE_FLASHMASK_FWD_PINGPONG=0`` / ``1`` forces it."""
     forced = env_choice(PINGPONG_ENV, ("0", "1"))
     return True if not forced else forced == "1"
@@ -452,8 +469,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     claim_block = claim_block if claim_passes > 1 else 1
     # diagonal-only partial tiles: off until the H200 A/B (env ..._FWD_DIAGONAL_PARTIALS=1)
     diagonal_partials = env_flag(DIAGONAL_PARTIALS_ENV) and mask_columns is not None
-    # Q descriptors from the warpgroup's uniform slice: off until the H200 A/B (env ..._UNIFORM_Q=1)
-    uniform_q = env_choice(UNIFORM_Q_ENV, ("0", "1")) == "1"
+    uniform_q = default_uniform_q(head_dim)
     # lazy O rescale (env ..._RESCALE_THRESHOLD=8 / 0 forces it): the measured rule of
     # default_rescale_threshold (session 15)
     rescale_threshold = float(env_choice(RESCALE_THRESHOLD_ENV, ("0", "8"))
@@ -465,7 +481,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     row_max_chains = default_row_max_chains(head_dim, causal, mask_columns)
     row_max_rowwise = default_row_max_rowwise()
     row_sum_chains = default_row_sum_chains(head_dim, causal, mask_columns)
-    stage_first = default_stage_first()
+    stage_first = default_stage_first(head_dim)
     pingpong = default_pingpong(head_dim)
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),

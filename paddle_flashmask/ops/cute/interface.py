@@ -361,7 +361,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
     # staged with Q / dO, which the walk's own rule gives at D = 128; built for masks with columns
     walk_interleave = (default_walk_interleave(deterministic, gqa) and num_columns is not None
-                       and default_stage_stats(head_dim, True, num_columns, causal))
+                       and default_stage_stats(head_dim, True, num_columns, causal, gqa,
+                                               deterministic))
     gqa_in_cta = default_gqa_in_cta(gqa, deterministic) or walk_interleave
     persistent_ctas = default_persistent_ctas(deterministic, num_sms)
     claim_passes = default_claim_passes()  # read (and checked) even where nothing is claimed
@@ -385,7 +386,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dq_swizzle(head_dim),
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
                             default_dq_early(), default_prefetch_stats(head_dim),
-                            default_stage_stats(head_dim, gqa_in_cta, num_columns, causal),
+                            default_stage_stats(head_dim, gqa_in_cta, num_columns, causal,
+                                                gqa, deterministic),
                             default_dq_uniform_rows(head_dim, gqa_in_cta, num_columns),
                             default_dq_per_wg(head_dim, causal, num_columns, deterministic, gqa),
                             default_mask_bits(),
@@ -400,10 +402,11 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dv_early(), default_dk_early(),
                             default_dk_after_dv(head_dim, gqa_in_cta, num_columns),
                             default_tile_m(head_dim, causal, num_columns, deterministic,
-                                           has_sink))
+                                           has_sink, gqa))
     if default_interior_dkv():  # BwdConfig.interior_dkv, every path through _store_rows
         cfg = replace(cfg, interior_dkv=True)
-    if default_tall_two_pds() and cfg.tile_m != 64:  # a taller tile in FA3/FA4's form
+    two_pds = default_tall_two_pds(cfg.tile_m)  # (read, and checked, on every call)
+    if cfg.tile_m != 64 and two_pds:  # a taller tile in FA3/FA4's form
         cfg = with_two_pds_stages(cfg)
     return cfg
 
