@@ -65,7 +65,7 @@ def _form_label(causal: bool, c: Optional[int]) -> str:
 def variants(full: bool = False) -> list[Variant]:
     """The variants to compile: configs come from ``interface``, i.e. exactly what runs."""
     from . import interface
-    from .bwd_rules import with_tile_m, with_two_pds_stages
+    from .bwd_rules import TILE_M_ENV, with_tile_m, with_two_pds_stages
     from .summary_kernel import SummaryConfig
 
     out: list[Variant] = []
@@ -173,9 +173,20 @@ def variants(full: bool = False) -> list[Variant]:
             dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64,
             two_pds_swizzled: bool = False, dk_after_dv: bool = False,
             interior_dkv: bool = False):
-        # first_store / swizzle: None = the host's default, True / False = forced
-        cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
-                                        deterministic=det)
+        # first_store / swizzle: None = the host's default, True / False = forced. The base has
+        # 64-row query tiles (``tile_m`` picks a taller one): the options below were built on
+        # it; the host's D = 64 default without columns (128 rows in FA4's form, session 30)
+        # is the ``tile_m=128, two_pds_swizzled=True`` variants
+        saved = os.environ.get(TILE_M_ENV)
+        os.environ[TILE_M_ENV] = "64"
+        try:
+            cfg = interface.backward_config(dtype, d, causal, c, gqa=gqa, has_sink=sink,
+                                            deterministic=det)
+        finally:
+            if saved is None:
+                del os.environ[TILE_M_ENV]
+            else:
+                os.environ[TILE_M_ENV] = saved
         # the host's dK-after-dV order (env) is set again last, where the forced options leave
         # its conditions (dv_early, dq_early, no dk_early) standing
         host_dk_after_dv = cfg.dk_after_dv
