@@ -92,7 +92,8 @@ def test_stage_stats_rules(monkeypatch):
     """LSE/delta staged with Q/dO: by default at D = 128 for causal masks with at most one column
     (session 21's A/B at dv_early) and full attention (session 25, with dq_per_wg), masks with
     columns under the GQA head walk (session 15) or bidirectional C = 2 with per-query-head CTAs
-    (session 16); off for causal C = 2 and bidirectional C = 4 without the walk; on through the env for every head dim, where
+    (session 16); off for causal C = 2 and bidirectional C = 4 without the walk; at D = 64 for MHA
+    causal masks with columns (session 30); on through the env for every head dim, where
     it replaces the D=64 prefetch and late_loads; shared memory grows by the two staged runs."""
     from paddle_flashmask.ops.cute import interface
 
@@ -112,8 +113,12 @@ def test_stage_stats_rules(monkeypatch):
     assert cfg.gqa_in_cta and cfg.stage_stats
     monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
     assert interface.backward_config("bfloat16", 128, False, 2).stage_stats  # MHA documents
+    # D = 64 (session 30): MHA causal masks with columns, not in the deterministic mode
+    for columns in (1, 2):
+        assert interface.backward_config("bfloat16", 64, True, columns).stage_stats, columns
+    assert not interface.backward_config("bfloat16", 64, True, 1, deterministic=True).stage_stats
     for d, causal, columns, gqa in ((64, False, None, True), (256, False, None, False),
-                                    (64, True, 1, False), (64, True, None, True),
+                                    (64, True, 1, True), (64, True, None, True),
                                     (64, False, 2, True), (64, False, 2, False),
                                     (256, True, 1, True), (256, False, 4, False),
                                     (128, False, 4, False)):
