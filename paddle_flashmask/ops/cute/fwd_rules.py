@@ -397,7 +397,7 @@ def default_row_sum_chains(head_dim: int, causal: bool, mask_columns: Optional[i
     return 2 if head_dim == 128 and not causal and mask_columns is None else 1
 
 
-def default_stage_first(head_dim: int) -> bool:
+def default_stage_first(head_dim: int, has_sink: bool = False) -> bool:
     """``FwdConfig.stage_first`` without an env choice: on at D = 64, with ``uniform_q``
     (``default_uniform_q``). Session 30 (calls 180 and 182, on an H100: the device tool lent no
     H200 that session; forward kernel, both together against neither, interleaved, B=4 S=8K
@@ -406,17 +406,19 @@ def default_stage_first(head_dim: int) -> bool:
     1.000x; D = 128 1.001-1.014x slower on all eight masks (off); D = 256 mixed (full 1.029 /
     0.962x in two calls, causal 0.994 / 1.007x, documents 0.990 / 0.987x: off). Forward oracle
     24/24 with both forced at every head dim (call 180); the GPU suite 34/34 with them forced
-    (call 181). Env ``PADDLE_FLASHMASK_FWD_STAGE_FIRST=1`` / ``0`` forces it."""
+    (call 181). Not with a sink (the D = 64 bidirectional C = 4 kernel then spills 8 B). Env
+    ``PADDLE_FLASHMASK_FWD_STAGE_FIRST=1`` / ``0`` forces it."""
     forced = env_choice(STAGE_FIRST_ENV, ("0", "1"))
-    return head_dim == 64 if not forced else forced == "1"
+    # not with a sink: the D = 64 bidirectional C = 4 kernel with a sink spills 8 B with both
+    return head_dim == 64 and not has_sink if not forced else forced == "1"
 
 
-def default_uniform_q(head_dim: int) -> bool:
+def default_uniform_q(head_dim: int, has_sink: bool = False) -> bool:
     """``FwdConfig.uniform_q`` without an env choice: on at D = 64 (measured together with
-    ``stage_first``: ``default_stage_first``'s numbers); env ``PADDLE_FLASHMASK_FWD_UNIFORM_Q=1``
+    ``stage_first``: ``default_stage_first``'s numbers), without a sink; env ``PADDLE_FLASHMASK_FWD_UNIFORM_Q=1``
     / ``0`` forces it."""
     forced = env_choice(UNIFORM_Q_ENV, ("0", "1"))
-    return head_dim == 64 if not forced else forced == "1"
+    return head_dim == 64 and not has_sink if not forced else forced == "1"
 
 
 def default_pingpong(head_dim: int) -> bool:
@@ -469,7 +471,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     claim_block = claim_block if claim_passes > 1 else 1
     # diagonal-only partial tiles: off until the H200 A/B (env ..._FWD_DIAGONAL_PARTIALS=1)
     diagonal_partials = env_flag(DIAGONAL_PARTIALS_ENV) and mask_columns is not None
-    uniform_q = default_uniform_q(head_dim)
+    uniform_q = default_uniform_q(head_dim, has_sink)
     # lazy O rescale (env ..._RESCALE_THRESHOLD=8 / 0 forces it): the measured rule of
     # default_rescale_threshold (session 15)
     rescale_threshold = float(env_choice(RESCALE_THRESHOLD_ENV, ("0", "8"))
@@ -481,7 +483,7 @@ def default_config(dtype: str, head_dim: int, head_dim_v: Optional[int], causal:
     row_max_chains = default_row_max_chains(head_dim, causal, mask_columns)
     row_max_rowwise = default_row_max_rowwise()
     row_sum_chains = default_row_sum_chains(head_dim, causal, mask_columns)
-    stage_first = default_stage_first(head_dim)
+    stage_first = default_stage_first(head_dim, has_sink)
     pingpong = default_pingpong(head_dim)
     if not fast:
         tile_n, stages = {64: (128, 3), 96: (128, 2), 128: (128, 2), 192: (112, 2),
