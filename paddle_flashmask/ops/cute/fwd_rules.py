@@ -409,8 +409,7 @@ def default_stage_first(head_dim: int, has_sink: bool = False) -> bool:
     (call 181). Not with a sink (the D = 64 bidirectional C = 4 kernel then spills 8 B). Env
     ``PADDLE_FLASHMASK_FWD_STAGE_FIRST=1`` / ``0`` forces it."""
     forced = env_choice(STAGE_FIRST_ENV, ("0", "1"))
-    # not with a sink: the D = 64 bidirectional C = 4 kernel with a sink spills 8 B with both
-    return head_dim == 64 and not has_sink if not forced else forced == "1"
+    return _d64_loop_pair(head_dim, has_sink) if not forced else forced == "1"
 
 
 def default_uniform_q(head_dim: int, has_sink: bool = False) -> bool:
@@ -418,7 +417,13 @@ def default_uniform_q(head_dim: int, has_sink: bool = False) -> bool:
     ``stage_first``: ``default_stage_first``'s numbers), without a sink; env ``PADDLE_FLASHMASK_FWD_UNIFORM_Q=1``
     / ``0`` forces it."""
     forced = env_choice(UNIFORM_Q_ENV, ("0", "1"))
-    return head_dim == 64 and not has_sink if not forced else forced == "1"
+    return _d64_loop_pair(head_dim, has_sink) if not forced else forced == "1"
+
+
+def _d64_loop_pair(head_dim: int, has_sink: bool) -> bool:
+    """Where ``stage_first`` and ``uniform_q`` are defaults (measured together): D = 64 without a
+    sink (with one, the bidirectional C = 4 kernel spills 8 B with both)."""
+    return head_dim == 64 and not has_sink
 
 
 def default_pingpong(head_dim: int) -> bool:
