@@ -2197,7 +2197,38 @@ timeout -s INT -k 10 200 python3 bench/kernel_ab.py --pass bwd --kernel bwd --ro
 '"$(pack_logs 179)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179"
+call187() {
+  emit "call 187 (session 31, fresh staging) - the GPU suite at session 30's final defaults (the D = 64 backward's 128-row two-stage tile, staged stats + per-warpgroup dQ on D = 64 causal masks with columns, the D = 64 forward's stage_first + uniform_q; never GPU-run as defaults) [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+'"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 240 python3}"'
+'"$(pack_logs 187)"
+}
+
+call188() {
+  emit "call 188 (session 31, on call 187's warm machine, the FA4 wheels carried) - the same-run table at B=4 S=8K with every peer, then the D = 64 row (ours, FA4, FA4 mask_mod), both at session 30's defaults [<= 8 min]" \
+    nvidia-h200 530 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 270 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s31_cases0 > $OUT/bench_s31_cases0.log 2>&1; tail -n 40 $OUT/bench_s31_cases0.log | cut -c1-200
+timeout -s INT -k 10 110 python3 bench/bench_attention.py --cases 3 --systems paddle_flashmask,fa4,fa4_mask_mod --tag s31_cases3 > $OUT/bench_s31_cases3.log 2>&1; tail -n 26 $OUT/bench_s31_cases3.log | grep -E "^[a-z_]+ +(paddle|fa4)" | cut -c1-200
+'"$(pack_logs 188)"
+}
+
+call189() {
+  emit "call 189 (session 31, on call 188's warm machine) - call 176 at session 30's defaults: the D = 192 / 256 forward without warpgroup turns (oracle first, stops on failure), and the D = 64 forward's 128-row tile on masked forms [<= 6.5 min]" \
+    nvidia-h200 400 '[".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_FWD
+env ${K}_PINGPONG=0 timeout -s INT -k 10 110 python3 tests/gpu/fwd_check.py --json-name fwd_s31_no_pingpong.json > $OUT/fwd_pp.log 2>&1; rc=$?; tail -n 1 $OUT/fwd_pp.log | cut -c1-300; [ $rc = 0 ] || exit $rc
+V="--variant default: --variant nopp:${K}_PINGPONG=0"
+timeout -s INT -k 10 80 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 256 --masks full,causal,document,causal_document,sliding_window $V --rounds 4 --calls 3 --tag s31_fwd_pp_d256 > $OUT/kab_p256.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_p256.log | cut -c1-330
+timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 192 --masks full,causal,document,causal_document $V --rounds 4 --calls 3 --tag s31_fwd_pp_d192 > $OUT/kab_p192.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_p192.log | cut -c1-330
+timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 64 --masks sliding_window,causal_document,document,shared_question --variant default: --variant m128:${K}_D64_TILE_M=128 --rounds 4 --calls 3 --tag s31_fwd_d64_tile > $OUT/kab_t64.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_t64.log | cut -c1-330
+'"$(pack_logs 189)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2373,7 +2404,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165|call166|call167|call168|call169|call170|call171|call172|call173|call174|call175|call176|call177|call178|call179) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165|call166|call167|call168|call169|call170|call171|call172|call173|call174|call175|call176|call177|call178|call179|call187|call188|call189) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
