@@ -176,6 +176,14 @@ class BwdConfig:
     # exp path, no per-thread address arithmetic, no registers held ahead). +1 KB of smem at two
     # stages. Replaces prefetch_stats and late_loads. The host's choice: default_stage_stats.
     stage_stats: bool = False
+    # Each query tile's LSE and delta held spread over the warp's lanes (lane l keeps column
+    # pairs l, l + 32, ...: tile_m / 32 fp32 per statistic) and each column's value shuffled
+    # from its holder where it is used (FA4's scheme; ncu, session 31, D = 64 full backward at
+    # 128 rows: 16 % of the samples wait on the per-column global loads). The small footprint
+    # lets every tile's stats load one tile ahead (as prefetch_stats, which spills at 128 rows).
+    # Query tiles of 64 or 128 rows (the pairs fill whole lanes); replaces prefetch_stats and
+    # stage_stats. The host's choice: default_shfl_stats.
+    shfl_stats: bool = False
     # The staged dQ tile's per-row bulk ops issued by lane 0 alone, from addresses the compiler
     # knows are warp-uniform (the tile's index through make_warp_uniform, row offsets constant),
     # instead of by every lane for its own rows: per-lane addresses make ptxas serialise each op
@@ -394,6 +402,12 @@ class BwdConfig:
             raise ValueError(f"stage_stats: expected prefetch_stats=False and late_loads=False, "
                              f"found prefetch_stats={self.prefetch_stats}, "
                              f"late_loads={self.late_loads}")
+        if self.shfl_stats and (self.tile_m not in (64, 128) or self.prefetch_stats
+                                or self.stage_stats):
+            raise ValueError(f"shfl_stats: expected tile_m 64 or 128, prefetch_stats=False and "
+                             f"stage_stats=False, found tile_m={self.tile_m}, "
+                             f"prefetch_stats={self.prefetch_stats}, "
+                             f"stage_stats={self.stage_stats}")
         if self.dq_count_lag not in (1, 2, 3):
             raise ValueError(f"dq_count_lag: expected 1, 2 or 3, found {self.dq_count_lag}")
         if self.fused_dq and not (self.persistent and not self.deterministic and self.dq_in_smem

@@ -576,6 +576,27 @@ def default_prefetch_stats(head_dim: int) -> bool:
     return head_dim == 64 and env_flag(PREFETCH_STATS_ENV, default="1")
 
 
+SHFL_STATS_ENV = "PADDLE_FLASHMASK_BWD_SHFL_STATS"
+
+
+def default_shfl_stats() -> bool:
+    """``BwdConfig.shfl_stats`` wanted (it then replaces the form's prefetched or staged stats
+    wherever the query tile has 64 or 128 rows and the deterministic GQA walk does not interleave
+    heads): off until measured on a GPU (built in session 31). Env
+    ``PADDLE_FLASHMASK_BWD_SHFL_STATS=1`` / ``0`` forces it."""
+    from .launch_args import env_choice
+
+    return env_choice(SHFL_STATS_ENV, ("0", "1")) == "1"
+
+
+def with_shfl_stats(cfg: "BwdConfig") -> "BwdConfig":
+    """``cfg`` with its LSE / delta held spread over each warp's lanes and shuffled at use
+    (``BwdConfig.shfl_stats``) where that can apply, else ``cfg`` unchanged."""
+    if cfg.tile_m not in (64, 128) or cfg.walk_interleave:
+        return cfg
+    return replace(cfg, shfl_stats=True, prefetch_stats=False, stage_stats=False)
+
+
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 

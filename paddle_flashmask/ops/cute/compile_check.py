@@ -65,7 +65,7 @@ def _form_label(causal: bool, c: Optional[int]) -> str:
 def variants(full: bool = False) -> list[Variant]:
     """The variants to compile: configs come from ``interface``, i.e. exactly what runs."""
     from . import interface
-    from .bwd_rules import TILE_M_ENV, with_tile_m, with_two_pds_stages
+    from .bwd_rules import TILE_M_ENV, with_shfl_stats, with_tile_m, with_two_pds_stages
     from .summary_kernel import SummaryConfig
 
     out: list[Variant] = []
@@ -172,7 +172,7 @@ def variants(full: bool = False) -> list[Variant]:
             interleave: bool = False, dkv_red: bool = False, dkv_bulk: bool = False,
             dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64,
             two_pds_swizzled: bool = False, dk_after_dv: bool = False,
-            interior_dkv: bool = False):
+            interior_dkv: bool = False, shfl_stats: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced. The base has
         # 64-row query tiles (``tile_m`` picks a taller one): the options below were built on
         # it; the host's D = 64 default without columns (128 rows in FA4's form, session 30)
@@ -268,6 +268,10 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = with_two_pds_stages(cfg)
         if interior_dkv:  # dK/dV stored without row bounds inside the sequence (interior_dkv)
             cfg = dataclasses.replace(cfg, interior_dkv=True)
+        if shfl_stats:  # LSE / delta spread over the lanes, shuffled at use (shfl_stats)
+            cfg = with_shfl_stats(cfg)
+            if not cfg.shfl_stats:
+                raise ValueError(f"compile_check bwd: shfl_stats does not apply to {cfg}")
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -298,6 +302,7 @@ def variants(full: bool = False) -> list[Variant]:
                          {None: "", True: " dv-early", False: " dv-late"}[dv_early],
                          " dk-early" if dk_early else "",
                          " dk-after-dv" if dk_after_dv else "",
+                         " shfl-stats" if shfl_stats else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
                          " walk-interleave" if interleave else "",
@@ -348,6 +353,12 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 64, False, None, tile_m=128, stage_stats=True)
     bwd("bfloat16", 64, False, None, tile_m=128, two_pds_swizzled=True)  # FA4's two dS stages
     bwd("bfloat16", 64, True, 1, tile_m=128, two_pds_swizzled=True)
+    # LSE / delta spread over the lanes (session 31): D = 64 at 128 and 64 rows, D = 128
+    for c, causal in ((None, False), (None, True), (2, False), (1, True)):
+        bwd("bfloat16", 64, causal, c, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
+    bwd("bfloat16", 64, False, 2, shfl_stats=True)
+    bwd("bfloat16", 128, False, None, shfl_stats=True)
+    bwd("bfloat16", 128, False, 2, shfl_stats=True)
     bwd("bfloat16", 128, False, 2, tile_m=80)
     bwd("bfloat16", 128, False, None, gqa=True, tile_m=80)
     bwd("bfloat16", 128, False, 2, gqa=True, tile_m=80)

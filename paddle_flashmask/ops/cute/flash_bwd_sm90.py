@@ -703,6 +703,29 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         self._column_pairs_into(out, tScS, lambda col: mPairs[b, h, (m0 + col) // 2, None])
 
     @cute.jit
+    def _fetch_stats(self, out, mPairs, b, h, m0, tScS):
+        """Query tile ``m0``'s statistic from global memory into ``out``: this thread's columns,
+        or with ``shfl_stats`` this lane's share (lane l: column pairs l, l + 32, ...; 8-byte
+        loads, each warp reading the tile's row once)."""
+        if const_expr(self.cfg.shfl_stats):
+            lane = cute.arch.lane_idx()
+            for k in cutlass.range_constexpr(cute.size(out) // 2):
+                pair = mPairs[b, h, m0 // 2 + lane + 32 * k, None].load()
+                out[2 * k] = pair[0]
+                out[2 * k + 1] = pair[1]
+        else:
+            self._load_column_stats(out, mPairs, b, h, m0, tScS)
+
+    @cute.jit
+    def _shuffled_stat(self, held, tScS, c):
+        """Column ``c``'s statistic from the lane holding it (``shfl_stats``). The wgmma
+        accumulator gives thread t the columns 8j + 2(t % 4) + {0, 1} (j = c // 2), i.e. pair
+        4j + t % 4: held by lane (4j + t % 4) % 32 in its word pair j // 8, the same word for every
+        lane of the shuffle."""
+        pair = tScS[0, c][1] // 2
+        return cute.arch.shuffle_sync(held[2 * (c // 16) + c % 2], pair % 32)
+
+    @cute.jit
     def _copy_stats(self, sStat, mPairs, stage, b, h, m_blk, mbar):
         """Producer (one lane): query tile ``m_blk``'s statistic (tile_m fp32, 256 B at tile_m
         64: aligned, as the buffer's rows are padded to tile_m) into its stage, completing on
@@ -1094,9 +1117,11 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         m_lo, m_hi = self._walk(n0, bmax, bmin, seqlen_q, diag, num_m)
         # per-query statistics of this thread's columns (lse2 = LSE*log2e, +inf if empty, and
         # delta); with prefetch_stats they live across iterations and stats_m says whose they are
-        prefetch = const_expr(cfg.prefetch_stats)
-        lse_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
-        dlt_c = cute.make_rmem_tensor(cute.make_layout(n_cols), Float32)
+        prefetch = const_expr(cfg.prefetch_stats or cfg.shfl_stats)
+        shfl = const_expr(cfg.shfl_stats)  # lse_c / dlt_c then hold the lane's share
+        held = self.tile_m // 32 if const_expr(shfl) else n_cols
+        lse_c = cute.make_rmem_tensor(cute.make_layout(held), Float32)
+        dlt_c = cute.make_rmem_tensor(cute.make_layout(held), Float32)
         stats_m = Int32(-1)
         lo, hi = self._walk_steps(m_lo, m_hi, group)
         for it in cutlass.range(lo, hi, unroll=1):
@@ -1130,8 +1155,8 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                         self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
                 elif const_expr(prefetch):
                     if stats_m != m_blk:  # not prefetched: the first tile, or after a skipped one
-                        self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
-                        self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
+                        self._fetch_stats(lse_c, mLSE2, b, h, m0, tScS)
+                        self._fetch_stats(dlt_c, mDelta, b, h, m0, tScS)
                 else:
                     self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
                     if const_expr(not self.late_delta):
@@ -1139,9 +1164,16 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
 
                 warpgroup.wait_group(1)
                 S = _acc_mn(acc_S)
-                for r in cutlass.range_constexpr(n_rows):
+                if const_expr(shfl):
                     for c in cutlass.range_constexpr(n_cols):
-                        S[r, c] = cute.math.exp2(S[r, c] * scale_log2 - lse_c[c], fastmath=True)
+                        lse = self._shuffled_stat(lse_c, tScS, c)
+                        for r in cutlass.range_constexpr(n_rows):
+                            S[r, c] = cute.math.exp2(S[r, c] * scale_log2 - lse, fastmath=True)
+                else:
+                    for r in cutlass.range_constexpr(n_rows):
+                        for c in cutlass.range_constexpr(n_cols):
+                            S[r, c] = cute.math.exp2(S[r, c] * scale_log2 - lse_c[c],
+                                                     fastmath=True)
                 if self._needs_mask(m_blk, n0, bmax, bmin, seqlen_q, seqlen_k, diag):
                     # rows measured from this thread's first column (semantics.rows_from): each
                     # element compares its compile-time column offset with per-key bounds, or
@@ -1183,13 +1215,19 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                         self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
                 warpgroup.wait_group(0)
                 dP = _acc_mn(acc_dP)
-                for r in cutlass.range_constexpr(n_rows):
+                if const_expr(shfl):
                     for c in cutlass.range_constexpr(n_cols):
-                        dP[r, c] = S[r, c] * (dP[r, c] - dlt_c[c])
+                        dlt = self._shuffled_stat(dlt_c, tScS, c)
+                        for r in cutlass.range_constexpr(n_rows):
+                            dP[r, c] = S[r, c] * (dP[r, c] - dlt)
+                else:
+                    for r in cutlass.range_constexpr(n_rows):
+                        for c in cutlass.range_constexpr(n_cols):
+                            dP[r, c] = S[r, c] * (dP[r, c] - dlt_c[c])
                 if const_expr(prefetch):  # the next tile's stats load under this tile's GEMMs
                     if m_blk + 1 < m_hi:
-                        self._load_column_stats(lse_c, mLSE2, b, h, m0 + self.tile_m, tScS)
-                        self._load_column_stats(dlt_c, mDelta, b, h, m0 + self.tile_m, tScS)
+                        self._fetch_stats(lse_c, mLSE2, b, h, m0 + self.tile_m, tScS)
+                        self._fetch_stats(dlt_c, mDelta, b, h, m0 + self.tile_m, tScS)
                         stats_m = m_blk + 1
 
                 # P^T and dS^T to shared memory (input dtype) for the three remaining GEMMs

@@ -355,7 +355,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dkv_red, default_walk_interleave,
                             default_dkv_bulk, default_dv_early, default_dk_early,
                             default_dk_after_dv, default_interior_dkv,
-                            default_tall_two_pds, default_tile_m, with_two_pds_stages)
+                            default_tall_two_pds, default_tile_m, with_two_pds_stages,
+                            default_shfl_stats, with_shfl_stats)
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
@@ -408,6 +409,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
     two_pds = default_tall_two_pds(cfg.tile_m)  # (read, and checked, on every call)
     if cfg.tile_m != 64 and two_pds:  # a taller tile in FA3/FA4's form
         cfg = with_two_pds_stages(cfg)
+    if default_shfl_stats():  # LSE / delta spread over the lanes, shuffled at use
+        cfg = with_shfl_stats(cfg)
     return cfg
 
 
