@@ -18,6 +18,7 @@ import cutlass
 import cutlass.cute as cute
 
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+from paddle_flashmask.ops.cute import bwd_rules
 from paddle_flashmask.ops.cute import interface
 from paddle_flashmask.ops.cute.flash_bwd_prepost import padded_rows, row_padding
 
@@ -199,18 +200,33 @@ def test_128_row_dq_covers_the_tile_once_on_row_major_rows():
 def test_128_row_host_rule_and_form(monkeypatch):
     monkeypatch.delenv(bwd.TILE_M_ENV, raising=False)
     monkeypatch.delenv(bwd.TALL_TWO_PDS_ENV, raising=False)
-    # by default (session 30): D = 64 without columns, MHA full / causal and GQA causal
-    assert bwd.default_tile_m(64, True, 1, False, False) == 64  # columns: slower at 128 rows
-    assert bwd.default_tile_m(64, False, None, False, False) == 128
-    assert bwd.default_tile_m(64, True, None, False, False, gqa=True) == 128
-    assert bwd.default_tile_m(64, False, None, False, False, gqa=True) == 64  # GQA full: slower
+    monkeypatch.delenv(bwd_rules.SHFL_STATS_ENV, raising=False)
+    # by default (session 31): D = 64, every mask, MHA and GQA; not deterministic, no sink
+    for causal, c in ((False, None), (True, None), (True, 1), (True, 2), (False, 2), (False, 4)):
+        assert bwd.default_tile_m(64, causal, c, False, False) == 128, (causal, c)
     assert bwd.default_tile_m(64, True, None, True, False) == 64  # deterministic
     assert bwd.default_tile_m(64, True, None, False, True) == 64  # sink
     assert bwd.default_tile_m(128, False, None, False, False) == 64
-    for causal in (False, True):  # ... in FA4's form: two dS^T stages, the swizzled dQ tile
-        cfg = interface.backward_config("bfloat16", 64, causal, None)
-        assert cfg.tile_m == 128 and cfg.pds_stages == 2 and cfg.dq_swizzle, causal
-        assert not cfg.stage_stats and not cfg.prefetch_stats
+    for causal, c, gqa in ((False, None, False), (True, None, True), (True, 1, False),
+                           (False, 2, True)):
+        # ... in FA4's form: two dS^T stages, the swizzled dQ tile, stats shuffled from lanes
+        cfg = interface.backward_config("bfloat16", 64, causal, c, gqa=gqa)
+        assert cfg.tile_m == 128 and cfg.pds_stages == 2 and cfg.dq_swizzle, (causal, c)
+        assert cfg.shfl_stats and not cfg.stage_stats and not cfg.prefetch_stats, (causal, c)
+    # 64-row forms keep their stats path (the D = 64 prefetch; D = 128's staged stats)
+    cfg = interface.backward_config("bfloat16", 64, True, 1, deterministic=True)
+    assert cfg.tile_m == 64 and not cfg.shfl_stats and cfg.prefetch_stats
+    cfg = interface.backward_config("bfloat16", 128, False, None)
+    assert not cfg.shfl_stats and cfg.stage_stats
+    monkeypatch.setenv(bwd_rules.SHFL_STATS_ENV, "0")
+    assert not interface.backward_config("bfloat16", 64, False, None).shfl_stats
+    monkeypatch.setenv(bwd_rules.SHFL_STATS_ENV, "1")  # forced: replaces the staged stats too
+    cfg = interface.backward_config("bfloat16", 128, False, None)
+    assert cfg.shfl_stats and not cfg.stage_stats and not cfg.prefetch_stats
+    monkeypatch.setenv(bwd_rules.SHFL_STATS_ENV, "yes")
+    with pytest.raises(ValueError, match=bwd_rules.SHFL_STATS_ENV):
+        interface.backward_config("bfloat16", 64, False, None)
+    monkeypatch.delenv(bwd_rules.SHFL_STATS_ENV)
     monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     assert interface.backward_config("bfloat16", 64, True, None).tile_m == 64
     monkeypatch.setenv(bwd.TILE_M_ENV, "128")

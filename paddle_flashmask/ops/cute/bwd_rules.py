@@ -25,19 +25,21 @@ TILE_M_ENV = "PADDLE_FLASHMASK_BWD_TILE_M"
 
 
 def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], deterministic: bool,
-                   has_sink: bool, gqa: bool = False) -> int:
-    """``BwdConfig.tile_m`` wanted: 64, except 128 at D = 64 for masks without columns (full
-    attention on MHA, causal on MHA and GQA), outside the deterministic mode and without a sink.
+                   has_sink: bool) -> int:
+    """``BwdConfig.tile_m`` wanted: 64, except 128 at D = 64 (every mask, MHA and GQA) outside
+    the deterministic mode and without a sink.
 
-    * ``128`` (FA4's D = 64 tile, in FA4's form with two dS^T stages: ``default_tall_two_pds``):
-      half the per-tile rendezvous and hand-offs per query row. Session 30 (calls 179, 182-184,
-      on an H100: the device tool lent no H200 that session; whole backward, interleaved, B=4
-      S=8K): MHA H=16 full 0.960 / 0.961 / 0.963x, causal 0.957 / 0.963 / 0.963x; GQA 32/8
-      causal 0.958x but full 1.025x (off there); masks with columns 1.019-1.043x slower
-      (prefix-LM, shared question, documents, causal documents, sliding window: off, where
-      ``default_stage_stats``' D = 64 rule applies instead). With one dS^T stage (``with_tile_m``'s
-      form) it was 1.12-1.17x slower everywhere (call 179). Oracle 5/5 on the D = 64 cases in
-      both forms; the GPU suite 34/34 with it forced on every D = 64 form (call 181).
+    * ``128`` (FA4's D = 64 tile, in FA4's form with two dS^T stages: ``default_tall_two_pds``,
+      and with LSE / delta spread over the lanes: ``default_shfl_stats``): half the per-tile
+      rendezvous and hand-offs per query row. Session 31 (calls 193-194, an H100; whole
+      backward, interleaved, against the session-30 default): MHA B=4 S=8K H=16 full 0.901x,
+      causal 0.898x, documents 0.909x, causal documents 0.933x, sliding window 0.952x, shared
+      question 0.952x, prefix-LM 0.858x; GQA 32/8 B=4 full 0.852x, causal 0.882x, causal
+      documents 0.903x. Oracle 35/35 with shfl_stats forced (64-row tiles elsewhere), 4/4 on the
+      D = 64 cases with both. Session 30 (calls 179, 182-184, H100) had measured the tile with
+      per-column global stat loads: full / causal 0.957-0.963x, GQA full 1.025x, masks with
+      columns 1.019-1.043x (then off there); with one dS^T stage (``with_tile_m``'s form)
+      1.12-1.17x slower everywhere (call 179).
     * ``80`` (env only): 80 rows for bidirectional masks without columns or with two at D = 128
       (FA3/FA4's full-attention tile). Measured slower (session 24, calls 137-138).
 
@@ -50,8 +52,7 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
     if deterministic or has_sink:
         return ROWS_PER_CTA
     if not forced:
-        return (128 if head_dim == 64 and num_columns is None and (causal or not gqa)
-                else ROWS_PER_CTA)
+        return 128 if head_dim == 64 else ROWS_PER_CTA
     wanted = int(forced)
     if tall_tile_head_dim(wanted) != head_dim:
         return ROWS_PER_CTA
@@ -579,14 +580,18 @@ def default_prefetch_stats(head_dim: int) -> bool:
 SHFL_STATS_ENV = "PADDLE_FLASHMASK_BWD_SHFL_STATS"
 
 
-def default_shfl_stats() -> bool:
-    """``BwdConfig.shfl_stats`` wanted (it then replaces the form's prefetched or staged stats
-    wherever the query tile has 64 or 128 rows and the deterministic GQA walk does not interleave
-    heads): off until measured on a GPU (built in session 31). Env
-    ``PADDLE_FLASHMASK_BWD_SHFL_STATS=1`` / ``0`` forces it."""
+def default_shfl_stats(tile_m: int) -> bool:
+    """``BwdConfig.shfl_stats`` wanted (``with_shfl_stats`` then replaces the form's prefetched
+    or staged stats): on for 128-row query tiles (D = 64), off for 64 rows. Session 31 (an
+    H100, whole backward, interleaved, MHA B=4 S=8K): at 128 rows (call 193) full 0.901x,
+    causal 0.898x of the per-column global loads' time; at 64 rows (D = 64 with the prefetch,
+    call 193-194) 0.999-1.008x; at D = 128 in place of the staged stats full 1.101x, documents
+    1.029x, causal documents 1.052x (off). Env ``PADDLE_FLASHMASK_BWD_SHFL_STATS=1`` / ``0``
+    forces it wherever it applies."""
     from .launch_args import env_choice
 
-    return env_choice(SHFL_STATS_ENV, ("0", "1")) == "1"
+    forced = env_choice(SHFL_STATS_ENV, ("0", "1"))
+    return forced == "1" if forced else tile_m == 128
 
 
 def with_shfl_stats(cfg: "BwdConfig") -> "BwdConfig":

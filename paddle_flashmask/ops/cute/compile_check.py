@@ -356,6 +356,8 @@ def variants(full: bool = False) -> list[Variant]:
     # LSE / delta spread over the lanes (session 31): D = 64 at 128 and 64 rows, D = 128
     for c, causal in ((None, False), (None, True), (2, False), (1, True)):
         bwd("bfloat16", 64, causal, c, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
+    bwd("bfloat16", 64, True, 2, gqa=True, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
+    bwd("bfloat16", 64, False, 4, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
     bwd("bfloat16", 64, False, 2, shfl_stats=True)
     bwd("bfloat16", 128, False, None, shfl_stats=True)
     bwd("bfloat16", 128, False, 2, shfl_stats=True)

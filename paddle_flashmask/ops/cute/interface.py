@@ -403,13 +403,13 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dv_early(), default_dk_early(),
                             default_dk_after_dv(head_dim, gqa_in_cta, num_columns),
                             default_tile_m(head_dim, causal, num_columns, deterministic,
-                                           has_sink, gqa))
+                                           has_sink))
     if default_interior_dkv():  # BwdConfig.interior_dkv, every path through _store_rows
         cfg = replace(cfg, interior_dkv=True)
     two_pds = default_tall_two_pds(cfg.tile_m)  # (read, and checked, on every call)
     if cfg.tile_m != 64 and two_pds:  # a taller tile in FA3/FA4's form
         cfg = with_two_pds_stages(cfg)
-    if default_shfl_stats():  # LSE / delta spread over the lanes, shuffled at use
+    if default_shfl_stats(cfg.tile_m):  # LSE / delta spread over the lanes, shuffled at use
         cfg = with_shfl_stats(cfg)
     return cfg
 
