@@ -2228,7 +2228,47 @@ timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 
 '"$(pack_logs 189)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189"
+call196() {
+  emit "call 196 (prepared in session 31; fresh staging) - the GPU suite at session 31's defaults (D = 64: 128-row backward tiles with the stats shuffled from the lanes on every mask; only the oracle ran with them forced, 35/35 + 4/4) [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+'"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 240 python3}"'
+'"$(pack_logs 196)"
+}
+
+call197() {
+  emit "call 197 (prepared in session 31; on call 196's warm machine, the FA4 wheels carried) - the same-run table at B=4 S=8K H=16 D=128 with every peer at session 31's defaults [<= 6.5 min]" \
+    nvidia-h200 400 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 270 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s32_cases0 > $OUT/bench_s32_cases0.log 2>&1; tail -n 40 $OUT/bench_s32_cases0.log | cut -c1-200
+'"$(pack_logs 197)"
+}
+
+call198() {
+  emit "call 198 (prepared in session 31; on a warm machine with the FA4 wheels) - the D = 64 row (ours, FA4, FA4 mask_mod) at session 31's defaults, then ncu per-instruction samples of our D = 64 full backward after the shuffled stats (the next waits: dQ staging stores, MUFU) [<= 8.5 min]" \
+    nvidia-h200 500 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 230 python3 bench/bench_attention.py --cases 3 --systems paddle_flashmask,fa4,fa4_mask_mod --tag s32_cases3 > $OUT/bench_s32_cases3.log 2>&1; tail -n 26 $OUT/bench_s32_cases3.log | grep -E "^[a-z_]+ +(paddle|fa4)" | cut -c1-200
+'"$(sampling_nc 80 25 20 '--mask full --head-dim 64')"'
+nc bwd_sm90F paddle_flashmask bwd_full64_s32
+'"$(pack_logs 198)"
+}
+
+call199() {
+  emit "call 199 (prepared in session 31; on a warm machine with the FA4 wheels) - session 31's profile method at D = 128 (the table's shape): ncu per-instruction samples of ours and FA4's backward on full attention and documents at today's defaults [<= 6 min]" \
+    nvidia-h200 380 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS_INSTALL"'
+'"$(sampling_nc 80 25 20 '--mask full')"'
+nc bwd_sm90F paddle_flashmask bwd_full_s32; nc BackwardSm90 fa4 fa4_bwd_full_s32
+'"$(sampling_nc 80 25 20 '--mask document')"'
+nc bwd_sm90F paddle_flashmask bwd_doc_s32; nc BackwardSm90 fa4 fa4_bwd_doc_s32
+'"$(pack_logs 199)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2404,7 +2444,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165|call166|call167|call168|call169|call170|call171|call172|call173|call174|call175|call176|call177|call178|call179|call187|call188|call189) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165|call166|call167|call168|call169|call170|call171|call172|call173|call174|call175|call176|call177|call178|call179|call187|call188|call189|call196|call197|call198|call199) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
