@@ -52,11 +52,13 @@ def test_per_warpgroup_blocks(d):
         assert _postprocess_place(off // 4, d) == (row, col // 4)
 
 
-def test_dq_mma_gives_each_warpgroup_its_block():
+def test_dq_mma_gives_each_warpgroup_its_block(monkeypatch):
     """The per-warpgroup barriers are only race-free if warpgroup w's dQ accumulator covers
-    exactly the columns of block w: probe the dQ tiled MMA's C partition per consumer thread."""
+    exactly the columns of block w: probe the dQ tiled MMA's C partition per consumer thread
+    (64-row tiles: D = 64's default 128-row tile splits dQ by rows, test_bwd_tall_tiles)."""
     from paddle_flashmask.ops.cute import interface
 
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     for d in (64, 128, 256):
         cfg = interface.backward_config("bfloat16", d, True, 1)
         kernel = bwd.FlashMaskBwdSm90(cfg)
@@ -110,7 +112,10 @@ def test_config_rule(monkeypatch):
         # off: D = 64 / 256 but D = 64's MHA causal masks with columns, bidirectional with
         # columns, or causal C = 2 at D = 128 (not measured)
         assert not cfg.dq_per_wg, (d, causal, columns, gqa)
-    # D = 64 (session 30): MHA causal masks with columns, outside the deterministic mode
+    # D = 64 (session 30): MHA causal masks with columns on 64-row tiles (the default 128-row
+    # tiles hand dQ over by query rows: test_bwd_tall_tiles), outside the deterministic mode
+    assert not interface.backward_config("bfloat16", 64, True, 1).dq_per_wg
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     for columns in (1, 2):
         cfg = interface.backward_config("bfloat16", 64, True, columns)
         assert cfg.dq_per_wg and cfg.stage_stats and not cfg.prefetch_stats, columns

@@ -39,10 +39,14 @@ def test_config_rule(monkeypatch):
                                  (128, 2, False, True), (256, 2, False, False)):
         cfg = interface.backward_config("bfloat16", d, True, columns, gqa=gqa, deterministic=det)
         assert cfg.dq_uniform_rows and not cfg.dq_swizzle, (d, columns, gqa, det)
-    # D = 64 keeps its default one-op-per-tile swizzle unless that is switched off
+    # D = 64 keeps its default one-op-per-tile swizzle unless that is switched off (on 64-row
+    # tiles: the default 128-row form needs the swizzled tile)
     assert not interface.backward_config("bfloat16", 64, True, 1).dq_uniform_rows
     monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "0")
+    assert not interface.backward_config("bfloat16", 64, True, 1).dq_uniform_rows
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     assert interface.backward_config("bfloat16", 64, True, 1).dq_uniform_rows
+    monkeypatch.delenv(bwd.TILE_M_ENV)
     monkeypatch.setenv(bwd.DQ_UNIFORM_ROWS_ENV, "yes")
     with pytest.raises(ValueError, match=bwd.DQ_UNIFORM_ROWS_ENV):
         interface.backward_config("bfloat16", 128, False, 2)

@@ -74,6 +74,10 @@ def test_prefetch_stats_rules(monkeypatch):
 
     for name in (bwd.PREFETCH_STATS_ENV, bwd.LATE_LOADS_ENV):
         monkeypatch.delenv(name, raising=False)
+    # the D = 64 default (128-row tiles) shuffles its stats instead (test_bwd_tall_tiles); the
+    # prefetch is the 64-row form's: the deterministic mode's, or with the height forced
+    assert not interface.backward_config("bfloat16", 64, True, 2, gqa=True).prefetch_stats
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     assert interface.backward_config("bfloat16", 64, True, 2, gqa=True).prefetch_stats
     assert interface.backward_config("bfloat16", 64, True, 1, deterministic=True).prefetch_stats
     for d in (96, 128, 192, 256):
@@ -113,7 +117,11 @@ def test_stage_stats_rules(monkeypatch):
     assert cfg.gqa_in_cta and cfg.stage_stats
     monkeypatch.delenv(bwd.GQA_IN_CTA_ENV)
     assert interface.backward_config("bfloat16", 128, False, 2).stage_stats  # MHA documents
-    # D = 64 (session 30): MHA causal masks with columns, not in the deterministic mode
+    # D = 64 (session 30): MHA causal masks with columns on 64-row tiles, not in the
+    # deterministic mode (the default 128-row tiles shuffle their stats: test_bwd_tall_tiles)
+    for columns in (1, 2):
+        assert not interface.backward_config("bfloat16", 64, True, columns).stage_stats, columns
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     for columns in (1, 2):
         assert interface.backward_config("bfloat16", 64, True, columns).stage_stats, columns
     assert not interface.backward_config("bfloat16", 64, True, 1, deterministic=True).stage_stats
