@@ -2143,16 +2143,23 @@ timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 
 '"$(pack_logs 175)"
 }
 
+# no_pingpong_ab SESSION: the forward without warpgroup turns at D = 256 / 192 (oracle first,
+# stops on failure) and the D = 64 forward's 128-row tile on masked forms (calls 176, 189)
+no_pingpong_ab() {
+  printf '%s' "K=PADDLE_FLASHMASK_FWD
+env \${K}_PINGPONG=0 timeout -s INT -k 10 110 python3 tests/gpu/fwd_check.py --json-name fwd_$1_no_pingpong.json > \$OUT/fwd_pp.log 2>&1; rc=\$?; tail -n 1 \$OUT/fwd_pp.log | cut -c1-300; [ \$rc = 0 ] || exit \$rc
+V=\"--variant default: --variant nopp:\${K}_PINGPONG=0\"
+timeout -s INT -k 10 80 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 256 --masks full,causal,document,causal_document,sliding_window \$V --rounds 4 --calls 3 --tag $1_fwd_pp_d256 > \$OUT/kab_p256.log 2>&1; grep -E \"^[a-z_]+ default\" \$OUT/kab_p256.log | cut -c1-330
+timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 192 --masks full,causal,document,causal_document \$V --rounds 4 --calls 3 --tag $1_fwd_pp_d192 > \$OUT/kab_p192.log 2>&1; grep -E \"^[a-z_]+ default\" \$OUT/kab_p192.log | cut -c1-330
+timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 64 --masks sliding_window,causal_document,document,shared_question --variant default: --variant m128:\${K}_D64_TILE_M=128 --rounds 4 --calls 3 --tag $1_fwd_d64_tile > \$OUT/kab_t64.log 2>&1; grep -E \"^[a-z_]+ default\" \$OUT/kab_t64.log | cut -c1-330
+"
+}
+
 call176() {
   emit "call 176 (prepared in session 29, not yet run; on call 175's warm machine) - the forward without the consumer warpgroups' turns above D = 128 (PADDLE_FLASHMASK_FWD_PINGPONG=0; FA4's SM90 forward takes turns only up to D = 128; CPU: the loop's two named-barrier instructions gone, spill-free): the forward oracle with it forced (stops on failure; its D = 192 / 256 cases included), then the forward A/B default / no turns at D = 256 and D = 192; and the D = 64 forward's 128-row tile against the 192-row default on masked forms (session 10: sliding window 8 % faster with 128, causal documents and shared question level; not measured since) [<= 6.5 min]" \
     nvidia-h200 400 '[".devtools"]' \
 "$PRELUDE"'
-K=PADDLE_FLASHMASK_FWD
-env ${K}_PINGPONG=0 timeout -s INT -k 10 110 python3 tests/gpu/fwd_check.py --json-name fwd_s29_no_pingpong.json > $OUT/fwd_pp.log 2>&1; rc=$?; tail -n 1 $OUT/fwd_pp.log | cut -c1-300; [ $rc = 0 ] || exit $rc
-V="--variant default: --variant nopp:${K}_PINGPONG=0"
-timeout -s INT -k 10 80 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 256 --masks full,causal,document,causal_document,sliding_window $V --rounds 4 --calls 3 --tag s29_fwd_pp_d256 > $OUT/kab_p256.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_p256.log | cut -c1-330
-timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 192 --masks full,causal,document,causal_document $V --rounds 4 --calls 3 --tag s29_fwd_pp_d192 > $OUT/kab_p192.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_p192.log | cut -c1-330
-timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 64 --masks sliding_window,causal_document,document,shared_question --variant default: --variant m128:${K}_D64_TILE_M=128 --rounds 4 --calls 3 --tag s29_fwd_d64_tile > $OUT/kab_t64.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_t64.log | cut -c1-330
+'"$(no_pingpong_ab s29)"'
 '"$(pack_logs 176)"
 }
 
@@ -2219,12 +2226,7 @@ call189() {
   emit "call 189 (session 31, on call 188's warm machine) - call 176 at session 30's defaults: the D = 192 / 256 forward without warpgroup turns (oracle first, stops on failure), and the D = 64 forward's 128-row tile on masked forms [<= 6.5 min]" \
     nvidia-h200 400 '[".devtools"]' \
 "$PRELUDE"'
-K=PADDLE_FLASHMASK_FWD
-env ${K}_PINGPONG=0 timeout -s INT -k 10 110 python3 tests/gpu/fwd_check.py --json-name fwd_s31_no_pingpong.json > $OUT/fwd_pp.log 2>&1; rc=$?; tail -n 1 $OUT/fwd_pp.log | cut -c1-300; [ $rc = 0 ] || exit $rc
-V="--variant default: --variant nopp:${K}_PINGPONG=0"
-timeout -s INT -k 10 80 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 256 --masks full,causal,document,causal_document,sliding_window $V --rounds 4 --calls 3 --tag s31_fwd_pp_d256 > $OUT/kab_p256.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_p256.log | cut -c1-330
-timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 192 --masks full,causal,document,causal_document $V --rounds 4 --calls 3 --tag s31_fwd_pp_d192 > $OUT/kab_p192.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_p192.log | cut -c1-330
-timeout -s INT -k 10 70 python3 bench/kernel_ab.py --pass fwd --batch 4 --heads 16 --head-dim 64 --masks sliding_window,causal_document,document,shared_question --variant default: --variant m128:${K}_D64_TILE_M=128 --rounds 4 --calls 3 --tag s31_fwd_d64_tile > $OUT/kab_t64.log 2>&1; grep -E "^[a-z_]+ default" $OUT/kab_t64.log | cut -c1-330
+'"$(no_pingpong_ab s31)"'
 '"$(pack_logs 189)"
 }
 
