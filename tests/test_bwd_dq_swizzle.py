@@ -66,7 +66,12 @@ def test_config_rule(monkeypatch):
     assert per_wg.dq_swizzle and per_wg.dq_per_wg
     assert not interface.backward_config("bfloat16", 256, True, 1).dq_swizzle
     monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "0")
+    # D = 64's default 128-row tile (FA4's form) stages dQ only in the swizzled tile; the
+    # switch applies to 64-row tiles
+    assert interface.backward_config("bfloat16", 64, True, 1).dq_swizzle
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     assert not interface.backward_config("bfloat16", 64, True, 1).dq_swizzle
+    monkeypatch.delenv(bwd.TILE_M_ENV)
     monkeypatch.setenv(bwd.DQ_SWIZZLE_ENV, "yes")
     with pytest.raises(ValueError, match=bwd.DQ_SWIZZLE_ENV):
         interface.backward_config("bfloat16", 64, True, 1)
