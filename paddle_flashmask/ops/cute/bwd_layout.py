@@ -69,6 +69,21 @@ def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad:
         swizzle_atom, 0, cute.make_layout((rows, (width, 2)), stride=(width, (1, rows * width))))
 
 
+def stat_lane_word(c: int) -> int:
+    """``shfl_stats``: the word (of a lane's tile_m / 32) holding accumulator column ``c``'s
+    statistic. The wgmma accumulator gives thread t the columns 8j + 2(t % 4) + {0, 1}
+    (j = c // 2), i.e. column pair 4j + t % 4; lane l holds pairs l, l + 32, ... in word pairs
+    0, 1, ..., so pair 4j + t % 4 sits in word pair j // 8 for every t: one shuffle source word
+    per column (tests/test_bwd_shfl_stats.py checks it against the MMA's C partition)."""
+    return 2 * (c // 16) + c % 2
+
+
+def stat_holder_lane(col):
+    """``shfl_stats``: the lane holding query column ``col``'s statistic (pair col // 2 in lane
+    pair % 32); an Int32 in the kernel, an int in the tests."""
+    return (col // 2) % 32
+
+
 def _smem_layout(dtype, rows: int, cols: int, swizzle_cols: int, stages: Optional[int] = None):
     """Row-major ``[rows, cols]`` (cols contiguous) wgmma-canonical smem layout whose swizzle atom is
     chosen for ``swizzle_cols`` contiguous elements (the narrowest slice any GEMM reads along cols)."""

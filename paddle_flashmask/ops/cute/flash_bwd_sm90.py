@@ -103,7 +103,8 @@ from .bwd_dq_writer import BwdDqWriter
 from .bwd_layout import (  # noqa: F401  (the tests read _DQ_PAD_TRANSPOSED and dq_stage_layout here)
     _BAR_DQ, _BAR_DQ_EMPTY, _BAR_DQ_FULL, _BAR_DQ_WG_STEP, _BAR_PDS_FREE, _BAR_PDS_READY,
     _CONV_QUEUE, _CONV_VEC, _DQ_PAD_TRANSPOSED, _DQ_SYNC_THREADS, _DQ_WG_SYNC_THREADS,
-    _acc_mn, _acc_to_operand_a, _smem_layout, _transposed, dq_stage_layout)
+    _acc_mn, _acc_to_operand_a, _smem_layout, _transposed, dq_stage_layout, stat_holder_lane,
+    stat_lane_word)
 
 _LOG2_E = math.log2(math.e)
 
@@ -718,12 +719,9 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
 
     @cute.jit
     def _shuffled_stat(self, held, tScS, c):
-        """Column ``c``'s statistic from the lane holding it (``shfl_stats``). The wgmma
-        accumulator gives thread t the columns 8j + 2(t % 4) + {0, 1} (j = c // 2), i.e. pair
-        4j + t % 4: held by lane (4j + t % 4) % 32 in its word pair j // 8, the same word for every
-        lane of the shuffle."""
-        pair = tScS[0, c][1] // 2
-        return cute.arch.shuffle_sync(held[2 * (c // 16) + c % 2], pair % 32)
+        """Column ``c``'s statistic from the lane holding it (``shfl_stats``; the mapping:
+        ``stat_lane_word``, ``stat_holder_lane``)."""
+        return cute.arch.shuffle_sync(held[stat_lane_word(c)], stat_holder_lane(tScS[0, c][1]))
 
     @cute.jit
     def _copy_stats(self, sStat, mPairs, stage, b, h, m_blk, mbar):
