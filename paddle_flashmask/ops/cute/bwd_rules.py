@@ -228,7 +228,9 @@ def _d64_causal_columns_form(head_dim: int, causal: bool, num_columns: Optional[
     sliding window 0.976x, shared question 0.972x, global + sliding window 0.975x; causal
     without columns 0.985x (its 128-row tile is faster: ``default_tile_m``), full 1.007x,
     documents 1.003x, prefix-LM 1.004x (off); staged stats alone 0.994-0.999x, prefix-LM 1.028x.
-    Oracle 5/5 on the D = 64 cases with both forced (call 185)."""
+    Oracle 5/5 on the D = 64 cases with both forced (call 185). Since session 31 these forms
+    default to 128-row tiles (``default_tile_m``: 0.933x and better against this form), which
+    drop both options; the rule holds where the tile stays at 64 rows (env ``TILE_M=64``)."""
     return (head_dim == 64 and causal and num_columns is not None and per_head_ctas
             and not deterministic)
 
