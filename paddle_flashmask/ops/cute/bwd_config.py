@@ -202,6 +202,12 @@ class BwdConfig:
     # the chain's next key tile, so the order of the adds per element is unchanged. The host's
     # choice: default_dq_per_wg.
     dq_per_wg: bool = False
+    # The swizzled dQ tile's columns in the dQ accumulator's fragment order (128-row tiles:
+    # dq_stage_layout's frag form): each consumer thread's four values of a row and 16-column
+    # group are one 16-byte chunk, so it stages dQ with 8 STS.128 instead of 16 STS.64 (FA4's
+    # count; ncu, session 31: the STS.64 waited on the MIO queue). dq_accum holds the same
+    # order; the postprocess reads it back. The host's choice: default_dq_frag.
+    dq_frag: bool = False
     # Partial tiles' element mask as one bit mask per key row: the key's masked query rows
     # (semantics.masked_row_intervals, measured from the thread's first column) become bits over
     # the thread's columns (mask.pair_column_bits: a few integer ops per band bound), then one
@@ -372,6 +378,12 @@ class BwdConfig:
             raise ValueError(f"dq_swizzle: expected dQ staged in smem, fused_dq=False and head_dim "
                              f"in (64, 128, 256), found dq_in_smem={self.dq_in_smem}, "
                              f"fused_dq={self.fused_dq}, head_dim={self.head_dim}")
+        if self.dq_frag and (self.tile_m != 128 or not self.dq_swizzle or self.dq_per_wg
+                             or self.fused_dq or self.dq_transposed):
+            raise ValueError(f"dq_frag: expected tile_m=128, dq_swizzle=True, dq_per_wg=False "
+                             f"and fused_dq=False, found tile_m={self.tile_m}, dq_swizzle="
+                             f"{self.dq_swizzle}, dq_per_wg={self.dq_per_wg}, fused_dq="
+                             f"{self.fused_dq}")
         if self.dq_per_wg and (not self.dq_swizzle or self.fused_dq):
             raise ValueError(f"dq_per_wg: expected dq_swizzle=True and fused_dq=False, found "
                              f"dq_swizzle={self.dq_swizzle}, fused_dq={self.fused_dq}")
@@ -592,5 +604,6 @@ class BwdConfig:
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
                              first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,
-                             dq_per_wg=self.dq_per_wg, dkv_sums=self.dkv_red, **extra)
+                             dq_per_wg=self.dq_per_wg, dkv_sums=self.dkv_red, **extra,
+                             **({"dq_frag": True} if self.dq_frag else {}))
 

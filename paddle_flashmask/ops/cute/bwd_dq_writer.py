@@ -160,7 +160,7 @@ class BwdDqWriter:
         """The staged dQ tile ``[tile_m, d]`` fp32 in smem (``dq_stage_layout``)."""
         return cute.make_tensor(ptr, dq_stage_layout(
             self.tile_m, self.d, self.cfg.dq_swizzle, self.cfg.dq_per_wg,
-            pad=self.cfg.dq_row_elems - self.d))
+            pad=self.cfg.dq_row_elems - self.d, frag=self.cfg.dq_frag))
 
     @cute.jit
     def _bulk_rows(self, gdQ, sdQ, lane, mdQacc, tile, block: cutlass.Constexpr[int],

@@ -45,7 +45,8 @@ _CONV_SPARE = 4096 - _SMEM_OVERHEAD  # fused_dq's buffers were sized with a 4 KB
 _CONV_VEC = 4  # fp32 elements per 16-byte smem read of the fused dQ conversion
 
 
-def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad: int = _DQ_PAD):
+def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad: int = _DQ_PAD,
+                    frag: bool = False):
     """Layout of the fp32 dQ staging tile ``[rows, d]``: rows padded by ``pad`` against bank
     conflicts, or (``swizzle``, d a power of two) a contiguous block whose 16-byte chunks are
     XOR-swizzled by row (chunk ^= row % 8; the postprocess undoes it in dq_accum), or
@@ -62,6 +63,9 @@ def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad:
     # offset bits [2, 5) (the chunk within 128 bytes) ^= offset bits [log2 w, log2 w + 3): the
     # row's low bits; a block's start (a multiple of rows * w) is above them
     swizzle_atom = cute.make_swizzle(3, 2, width.bit_length() - 1 - 2)
+    if frag:  # (frag) column 16J + 8h + 2q + e at 16J + 4q + 2h + e: a thread's (e, h) in a chunk
+        return cute.make_composed_layout(swizzle_atom, 0, cute.make_layout(
+            (rows, (2, 4, 2, d // 16)), stride=(d, (1, 4, 2, 16))))
     if not per_wg:
         return cute.make_composed_layout(swizzle_atom, 0,
                                          cute.make_layout((rows, d), stride=(d, 1)))

@@ -604,6 +604,25 @@ def with_shfl_stats(cfg: "BwdConfig") -> "BwdConfig":
     return replace(cfg, shfl_stats=True, prefetch_stats=False, stage_stats=False)
 
 
+DQ_FRAG_ENV = "PADDLE_FLASHMASK_BWD_DQ_FRAG"
+
+
+def default_dq_frag() -> bool:
+    """``BwdConfig.dq_frag`` wanted where it applies (``with_dq_frag``): off, built in session 31
+    and not yet run on a GPU. Env ``PADDLE_FLASHMASK_BWD_DQ_FRAG=1`` / ``0`` forces it."""
+    from .launch_args import env_choice
+
+    return env_choice(DQ_FRAG_ENV, ("0", "1")) == "1"
+
+
+def with_dq_frag(cfg: "BwdConfig") -> "BwdConfig":
+    """``cfg`` staging dQ in the accumulator's fragment order (``BwdConfig.dq_frag``) where that
+    can apply (128-row tiles with the swizzled, single-block dQ tile), else unchanged."""
+    if cfg.tile_m != 128 or not cfg.dq_swizzle or cfg.dq_per_wg or cfg.fused_dq:
+        return cfg
+    return replace(cfg, dq_frag=True)
+
+
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 

@@ -65,7 +65,8 @@ def _form_label(causal: bool, c: Optional[int]) -> str:
 def variants(full: bool = False) -> list[Variant]:
     """The variants to compile: configs come from ``interface``, i.e. exactly what runs."""
     from . import interface
-    from .bwd_rules import TILE_M_ENV, with_shfl_stats, with_tile_m, with_two_pds_stages
+    from .bwd_rules import (TILE_M_ENV, with_dq_frag, with_shfl_stats, with_tile_m,
+                            with_two_pds_stages)
     from .summary_kernel import SummaryConfig
 
     out: list[Variant] = []
@@ -172,7 +173,7 @@ def variants(full: bool = False) -> list[Variant]:
             interleave: bool = False, dkv_red: bool = False, dkv_bulk: bool = False,
             dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64,
             two_pds_swizzled: bool = False, dk_after_dv: bool = False,
-            interior_dkv: bool = False, shfl_stats: bool = False):
+            interior_dkv: bool = False, shfl_stats: bool = False, dq_frag: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced. The base has
         # 64-row query tiles (``tile_m`` picks a taller one): the options below were built on
         # it; the host's D = 64 default without columns (128 rows in FA4's form, session 30)
@@ -272,6 +273,10 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = with_shfl_stats(cfg)
             if not cfg.shfl_stats:
                 raise ValueError(f"compile_check bwd: shfl_stats does not apply to {cfg}")
+        if dq_frag:  # dQ staged in the accumulator's fragment order (dq_frag)
+            cfg = with_dq_frag(cfg)
+            if not cfg.dq_frag:
+                raise ValueError(f"compile_check bwd: dq_frag does not apply to {cfg}")
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -303,6 +308,7 @@ def variants(full: bool = False) -> list[Variant]:
                          " dk-early" if dk_early else "",
                          " dk-after-dv" if dk_after_dv else "",
                          " shfl-stats" if shfl_stats else "",
+                         " dq-frag" if dq_frag else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
                          " walk-interleave" if interleave else "",
@@ -358,6 +364,10 @@ def variants(full: bool = False) -> list[Variant]:
         bwd("bfloat16", 64, causal, c, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
     bwd("bfloat16", 64, True, 2, gqa=True, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
     bwd("bfloat16", 64, False, 4, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
+    # dQ staged in the fragment order (built in session 31, not GPU-run)
+    for c, causal in ((None, False), (2, False)):
+        bwd("bfloat16", 64, causal, c, tile_m=128, two_pds_swizzled=True, shfl_stats=True,
+            dq_frag=True)
     bwd("bfloat16", 64, False, 2, shfl_stats=True)
     bwd("bfloat16", 128, False, None, shfl_stats=True)
     bwd("bfloat16", 128, False, 2, shfl_stats=True)

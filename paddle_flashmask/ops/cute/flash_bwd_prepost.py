@@ -95,6 +95,12 @@ def column_pairs(ptr: cute.Pointer, outer: tuple, row_len, multiple: int) -> cut
     return cute.make_tensor(ptr, layout)
 
 
+def frag_pair_index(chunk, half: int):
+    """``dq_frag``: the column-pair index (column // 2) of values ``2 half``, ``2 half + 1`` of
+    a row's 4-float chunk ``chunk`` = 4J + q: columns 16J + 2q (+ 8 for half 1)."""
+    return 8 * (chunk // 4) + chunk % 4 + 4 * half
+
+
 def vector_rows(ptr: cute.Pointer, outer: tuple, row_len: int, vec: int) -> cute.Tensor:
     """Row-major ``outer + (row_len,)`` tensor viewed as ``outer + (row_len // vec, vec)``.
 
@@ -190,6 +196,10 @@ class PrePostConfig:
     # BwdConfig.dq_per_wg: each query tile's dq_accum block is two swizzled blocks of D/2 columns
     # (dq_stage_layout), one per consumer warpgroup; the postprocess reads it that way.
     dq_per_wg: bool = False
+    # BwdConfig.dq_frag: within each swizzled row, column 16J + 8h + 2q + e sits at 16J + 4q +
+    # 2h + e (dq_stage_layout's frag form), so a 4-float chunk 4J + q holds the column pairs
+    # 16J + 2q and 16J + 8 + 2q; the postprocess writes each pair on its own.
+    dq_frag: bool = False
     causal: bool = False
     num_columns: Optional[int] = None
     tile_n: int = 0
@@ -408,7 +418,9 @@ class _Postprocess:
         mdQacc = vector_rows(dqacc_ptr, (b, h * self.cfg.dq_chains, n_blk_pad), ROWS_PER_CTA * d,
                              _VEC_ACC)
         if const_expr(not self.cfg.fused_dq):  # else the main kernel wrote dq
-            mdQ = vector_rows(dq_ptr, (b, sq, h), d, _VEC_ACC)
+            # (dq_frag: dq as column pairs, one 4-byte store each)
+            mdQ = vector_rows(dq_ptr, (b, sq, h), d, 2 if const_expr(self.cfg.dq_frag)
+                              else _VEC_ACC)
             mFlags = None  # first_store: per query tile, or (deterministic) per chain and tile
             if const_expr(self.cfg.first_store):
                 mFlags = rowmajor(flags_ptr, (b, h * (self.cfg.dq_chains
@@ -497,11 +509,29 @@ class _Postprocess:
                        + ((within % block_chunks) ^ (r % 8)))
             elif const_expr(self.cfg.dq_swizzle):  # the chunk's place in the row (an involution)
                 col = col ^ ((chunk // chunks_per_row) % 8)
-            if i < sq:
+            if const_expr(self.cfg.dq_frag):
+                if i < sq:
+                    self._store_frag_chunk(mdQ, b, i, h, col, vals[k], written, softmax_scale)
+            elif i < sq:
                 if written != 0:
                     mdQ[b, i, h, col, None].store((vals[k] * softmax_scale).to(mdQ.element_type))
                 else:  # (a constant made outside the branch would be emitted at its first use)
                     mdQ[b, i, h, col, None].store(cute.full(_VEC_ACC, 0.0, mdQ.element_type))
+
+    @cute.jit
+    def _store_frag_chunk(self, mdQ, b, i, h, chunk, vals, written, softmax_scale):
+        """``dq_frag``: the 4-float chunk ``chunk`` (4J + q) of row ``i`` holds columns 16J + 2q,
+        + 1 (values 0, 1) and 16J + 8 + 2q, + 1 (values 2, 3): two pair stores of ``mdQ``'s
+        column-pair view (zeros where no key tile wrote the block)."""
+        scaled = cute.make_rmem_tensor(cute.make_layout(_VEC_ACC), Float32)
+        scaled.store(vals * softmax_scale)
+        if written == 0:
+            scaled.fill(0.0)
+        for half in cutlass.range_constexpr(2):
+            pair = cute.make_rmem_tensor(cute.make_layout(2), mdQ.element_type)
+            pair[0] = scaled[2 * half].to(mdQ.element_type)
+            pair[1] = scaled[2 * half + 1].to(mdQ.element_type)
+            mdQ[b, i, h, frag_pair_index(chunk, half), None].store(pair.load())
 
     @cute.kernel
     def dkv_kernel(self, mdKpart: cute.Tensor, mdVpart: cute.Tensor, mdK: cute.Tensor,

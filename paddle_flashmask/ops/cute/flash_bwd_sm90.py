@@ -1340,8 +1340,15 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         # transposed: the accumulator's (D, query) elements into the row-major tile, one 4-byte
         # store each; the swizzle keeps a warp's stores in 32 banks (its lanes span 8 columns,
         # two 16-byte chunks, and 4 rows 2 apart, whose row % 8 XORs the chunk 4 ways)
-        cute.autovec_copy(acc_dQ, th_dq.partition_C(
-            _transposed(sdQ) if const_expr(self.cfg.dq_transposed) else sdQ))
+        if const_expr(self.cfg.dq_frag):
+            # the fragment ((e, row half, j)) viewed as (e, h, row half, J) with j = 2J + h on
+            # both sides: (e, h) is one 16-byte chunk of the frag layout, one STS.128
+            order = cute.make_layout((2, 2, 2, self.d // 16), stride=(1, 4, 2, 8))
+            cute.autovec_copy(cute.composition(acc_dQ, order),
+                              cute.composition(th_dq.partition_C(sdQ), order))
+        else:
+            cute.autovec_copy(acc_dQ, th_dq.partition_C(
+                _transposed(sdQ) if const_expr(self.cfg.dq_transposed) else sdQ))
         cute.arch.fence_proxy("async.shared", space="cta")
         cute.arch.barrier_arrive(barrier_id=full, number_of_threads=self.dq_sync_threads)
 
