@@ -2272,7 +2272,7 @@ nc bwd_sm90F paddle_flashmask bwd_doc_s32; nc BackwardSm90 fa4 fa4_bwd_doc_s32
 
 call200() {
   emit "call 200 (prepared in session 31; on a warm machine) - the dQ staging tile in the accumulator's fragment order at D = 64 (PADDLE_FLASHMASK_BWD_DQ_FRAG=1: 8 STS.128 per thread instead of 16 STS.64; CPU-checked layout and postprocess inverse): the backward oracle on the D = 64 cases with it (stops on failure), then the whole-backward A/B at D = 64, MHA and GQA 32/8 [<= 4 min]" \
-    nvidia-h200 240 '[".devtools"]' \
+    nvidia-h200 260 '[".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
 env ${K}_DQ_FRAG=1 timeout -s INT -k 10 80 python3 tests/gpu/bwd_check.py --only d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full --no-determinism --json-name bwd_s32_dq_frag.json > $OUT/bwd_frag.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_frag.log | cut -c1-200; [ $rc = 0 ] || exit $rc
