@@ -15,7 +15,8 @@ import cutlass.cute as cute
 from paddle_flashmask.ops.cute import bwd_rules
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
 from paddle_flashmask.ops.cute import interface
-from paddle_flashmask.ops.cute.bwd_layout import _acc_mn, stat_holder_lane, stat_lane_word
+from paddle_flashmask.ops.cute.bwd_layout import (_acc_mn, stat_holder_lane, stat_lane_word,
+                                                  stat_pair_step)
 
 _COLUMNS: dict = {}
 
@@ -38,9 +39,9 @@ def _columns_by_thread(kernel) -> dict:
 
 
 def _lane_share(lane: int, word: int) -> int:
-    """The query column whose statistic lane ``lane`` holds in ``word`` (``_fetch_stats``: pair
-    ``lane + 32 k`` in words 2k, 2k + 1)."""
-    return 2 * (lane + 32 * (word // 2)) + word % 2
+    """The query column whose statistic lane ``lane`` holds in ``word`` (``_fetch_stats`` loads
+    pair ``lane + stat_pair_step(k)`` into words 2k, 2k + 1)."""
+    return 2 * (lane + stat_pair_step(word // 2)) + word % 2
 
 
 @pytest.mark.parametrize("head_dim,tile_m", [(64, 128), (64, 64), (128, 64), (256, 64)])

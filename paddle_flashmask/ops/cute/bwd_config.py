@@ -378,8 +378,7 @@ class BwdConfig:
             raise ValueError(f"dq_swizzle: expected dQ staged in smem, fused_dq=False and head_dim "
                              f"in (64, 128, 256), found dq_in_smem={self.dq_in_smem}, "
                              f"fused_dq={self.fused_dq}, head_dim={self.head_dim}")
-        if self.dq_frag and (self.tile_m != 128 or not self.dq_swizzle or self.dq_per_wg
-                             or self.fused_dq or self.dq_transposed):
+        if self.dq_frag and not self.dq_frag_applies:
             raise ValueError(f"dq_frag: expected tile_m=128, dq_swizzle=True, dq_per_wg=False "
                              f"and fused_dq=False, found tile_m={self.tile_m}, dq_swizzle="
                              f"{self.dq_swizzle}, dq_per_wg={self.dq_per_wg}, fused_dq="
@@ -414,10 +413,11 @@ class BwdConfig:
             raise ValueError(f"stage_stats: expected prefetch_stats=False and late_loads=False, "
                              f"found prefetch_stats={self.prefetch_stats}, "
                              f"late_loads={self.late_loads}")
-        if self.shfl_stats and (self.tile_m not in (64, 128) or self.prefetch_stats
+        if self.shfl_stats and (not self.shfl_stats_applies or self.prefetch_stats
                                 or self.stage_stats):
-            raise ValueError(f"shfl_stats: expected tile_m 64 or 128, prefetch_stats=False and "
-                             f"stage_stats=False, found tile_m={self.tile_m}, "
+            raise ValueError(f"shfl_stats: expected tile_m 64 or 128, walk_interleave=False, "
+                             f"prefetch_stats=False and stage_stats=False, found tile_m="
+                             f"{self.tile_m}, walk_interleave={self.walk_interleave}, "
                              f"prefetch_stats={self.prefetch_stats}, "
                              f"stage_stats={self.stage_stats}")
         if self.dq_count_lag not in (1, 2, 3):
@@ -475,6 +475,20 @@ class BwdConfig:
         (``dv_early``), dQ handed over while dK runs (``dq_early``), and dK not already issued
         with dV (``dk_early``)."""
         return self.dv_early and self.dq_early and not self.dk_early
+
+    @property
+    def shfl_stats_applies(self) -> bool:
+        """Whether ``shfl_stats`` can apply (in place of the prefetched or staged stats): query
+        tiles of 64 or 128 rows (the column pairs fill whole lanes), and not the interleaved
+        walk (whose consumers need no head: it reads staged stats)."""
+        return self.tile_m in (64, 128) and not self.walk_interleave
+
+    @property
+    def dq_frag_applies(self) -> bool:
+        """Whether ``dq_frag`` can apply: 128-row tiles with the swizzled dQ tile as one block
+        (not ``dq_per_wg``), converted by the postprocess (not ``fused_dq``)."""
+        return (self.tile_m == 128 and self.dq_swizzle and not self.dq_per_wg
+                and not self.fused_dq)
 
     @property
     def walk_interleave_applies(self) -> bool:
@@ -601,9 +615,10 @@ class BwdConfig:
             extra = dict(dkv_tiles=True, tile_n=self.tile_n)
         if self.tile_m != ROWS_PER_CTA:  # (the default's key stays as it was)
             extra["row_pad"] = row_padding(self.tile_m)
+        if self.dq_frag:  # (likewise)
+            extra["dq_frag"] = True
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
                              first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,
-                             dq_per_wg=self.dq_per_wg, dkv_sums=self.dkv_red, **extra,
-                             **({"dq_frag": True} if self.dq_frag else {}))
+                             dq_per_wg=self.dq_per_wg, dkv_sums=self.dkv_red, **extra)
 

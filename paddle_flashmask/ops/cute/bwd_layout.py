@@ -73,6 +73,13 @@ def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad:
         swizzle_atom, 0, cute.make_layout((rows, (width, 2)), stride=(width, (1, rows * width))))
 
 
+def stat_pair_step(word_pair: int) -> int:
+    """``shfl_stats``: lane l holds column pair l + ``stat_pair_step(k)`` in its words 2k,
+    2k + 1 (``_fetch_stats``'s loads; ``stat_holder_lane`` / ``stat_lane_word`` find it
+    again)."""
+    return 32 * word_pair
+
+
 def stat_lane_word(c: int) -> int:
     """``shfl_stats``: the word (of a lane's tile_m / 32) holding accumulator column ``c``'s
     statistic. The wgmma accumulator gives thread t the columns 8j + 2(t % 4) + {0, 1}

@@ -599,7 +599,7 @@ def default_shfl_stats(tile_m: int) -> bool:
 def with_shfl_stats(cfg: "BwdConfig") -> "BwdConfig":
     """``cfg`` with its LSE / delta held spread over each warp's lanes and shuffled at use
     (``BwdConfig.shfl_stats``) where that can apply, else ``cfg`` unchanged."""
-    if cfg.tile_m not in (64, 128) or cfg.walk_interleave:
+    if not cfg.shfl_stats_applies:
         return cfg
     return replace(cfg, shfl_stats=True, prefetch_stats=False, stage_stats=False)
 
@@ -618,9 +618,7 @@ def default_dq_frag() -> bool:
 def with_dq_frag(cfg: "BwdConfig") -> "BwdConfig":
     """``cfg`` staging dQ in the accumulator's fragment order (``BwdConfig.dq_frag``) where that
     can apply (128-row tiles with the swizzled, single-block dQ tile), else unchanged."""
-    if cfg.tile_m != 128 or not cfg.dq_swizzle or cfg.dq_per_wg or cfg.fused_dq:
-        return cfg
-    return replace(cfg, dq_frag=True)
+    return replace(cfg, dq_frag=True) if cfg.dq_frag_applies else cfg
 
 
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"

@@ -364,13 +364,13 @@ def variants(full: bool = False) -> list[Variant]:
         bwd("bfloat16", 64, causal, c, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
     bwd("bfloat16", 64, True, 2, gqa=True, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
     bwd("bfloat16", 64, False, 4, tile_m=128, two_pds_swizzled=True, shfl_stats=True)
+    bwd("bfloat16", 64, False, 2, shfl_stats=True)
+    bwd("bfloat16", 128, False, None, shfl_stats=True)
+    bwd("bfloat16", 128, False, 2, shfl_stats=True)
     # dQ staged in the fragment order (built in session 31, not GPU-run)
     for c, causal in ((None, False), (2, False)):
         bwd("bfloat16", 64, causal, c, tile_m=128, two_pds_swizzled=True, shfl_stats=True,
             dq_frag=True)
-    bwd("bfloat16", 64, False, 2, shfl_stats=True)
-    bwd("bfloat16", 128, False, None, shfl_stats=True)
-    bwd("bfloat16", 128, False, 2, shfl_stats=True)
     bwd("bfloat16", 128, False, 2, tile_m=80)
     bwd("bfloat16", 128, False, None, gqa=True, tile_m=80)
     bwd("bfloat16", 128, False, 2, gqa=True, tile_m=80)

@@ -104,7 +104,7 @@ from .bwd_layout import (  # noqa: F401  (the tests read _DQ_PAD_TRANSPOSED and 
     _BAR_DQ, _BAR_DQ_EMPTY, _BAR_DQ_FULL, _BAR_DQ_WG_STEP, _BAR_PDS_FREE, _BAR_PDS_READY,
     _CONV_QUEUE, _CONV_VEC, _DQ_PAD_TRANSPOSED, _DQ_SYNC_THREADS, _DQ_WG_SYNC_THREADS,
     _acc_mn, _acc_to_operand_a, _smem_layout, _transposed, dq_stage_layout, stat_holder_lane,
-    stat_lane_word)
+    stat_lane_word, stat_pair_step)
 
 _LOG2_E = math.log2(math.e)
 
@@ -711,7 +711,7 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         if const_expr(self.cfg.shfl_stats):
             lane = cute.arch.lane_idx()
             for k in cutlass.range_constexpr(cute.size(out) // 2):
-                pair = mPairs[b, h, m0 // 2 + lane + 32 * k, None].load()
+                pair = mPairs[b, h, m0 // 2 + lane + stat_pair_step(k), None].load()
                 out[2 * k] = pair[0]
                 out[2 * k + 1] = pair[1]
         else:
