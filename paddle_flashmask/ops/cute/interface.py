@@ -408,9 +408,10 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
     if default_interior_dkv():  # BwdConfig.interior_dkv, every path through _store_rows
         cfg = replace(cfg, interior_dkv=True)
     two_pds = default_tall_two_pds(cfg.tile_m)  # (read, and checked, on every call)
+    shfl = default_shfl_stats(cfg.tile_m)
     if cfg.tile_m != 64 and two_pds:  # a taller tile in FA3/FA4's form
-        cfg = with_two_pds_stages(cfg)
-    if default_shfl_stats(cfg.tile_m):  # LSE / delta spread over the lanes, shuffled at use
+        cfg = with_two_pds_stages(cfg, staged_stats=not shfl)
+    if shfl:  # LSE / delta spread over the lanes, shuffled at use
         cfg = with_shfl_stats(cfg)
     if default_dq_frag():  # dQ staged in the accumulator's fragment order (STS.128)
         cfg = with_dq_frag(cfg)
