@@ -30,6 +30,7 @@ import torch  # noqa: E402
 import triton.testing as tt  # noqa: E402
 
 from mask_zoo import check_same_mask, dense_allowed, make_zoo, opt_in_names, visible_pairs  # noqa: E402
+from plot_bench import plot  # noqa: E402
 
 # (B, S, H, Hk, D): the shapes, then the extra rows (GQA 32/8, D=64, D=256)
 CASES = [(4, 8192, 16, 16, 128), (1, 32768, 16, 16, 128), (4, 8192, 32, 8, 128),
@@ -236,35 +237,6 @@ def versions() -> dict:
     from paddle_flashmask.ops.cute.cache import source_fingerprint
     v["kernel_sources"] = source_fingerprint()  # scripts/find_commit.py maps it to commits
     return v
-
-
-def plot(results, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in results if "fwd_tflops" in r]
-    cases = sorted({(r["B"], r["S"], r["H"], r["Hk"], r["D"]) for r in ok})
-    if not ok:
-        return
-    fig, axes = plt.subplots(len(cases), 2, figsize=(16, 4 * len(cases)), squeeze=False)
-    systems = sorted({r["system"] for r in ok})
-    for row, case in enumerate(cases):
-        rs = [r for r in ok if (r["B"], r["S"], r["H"], r["Hk"], r["D"]) == case]
-        masks = list(dict.fromkeys(r["mask"] for r in rs))
-        for col, key in enumerate(("fwd_tflops", "fwdbwd_tflops")):
-            ax = axes[row][col]
-            width = 0.8 / len(systems)
-            for i, s in enumerate(systems):
-                vals = [next((r[key] for r in rs if r["mask"] == m and r["system"] == s), 0) for m in masks]
-                ax.bar([x + i * width for x in range(len(masks))], vals, width, label=s)
-            ax.set_xticks([x + 0.4 - width / 2 for x in range(len(masks))])
-            ax.set_xticklabels(masks, rotation=25, ha="right", fontsize=8)
-            ax.set_ylabel("TFLOP/s (unmasked pairs)")
-            ax.set_title(f"{'fwd' if col == 0 else 'fwd+bwd'}  B={case[0]} S={case[1]} H={case[2]}/{case[3]} D={case[4]}")
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
 
 
 def variant_compile_times(case, args) -> list:
