@@ -202,10 +202,11 @@ class BwdConfig:
     # the chain's next key tile, so the order of the adds per element is unchanged. The host's
     # choice: default_dq_per_wg.
     dq_per_wg: bool = False
-    # The swizzled dQ tile's columns in the dQ accumulator's fragment order (128-row tiles:
-    # dq_stage_layout's frag form): each consumer thread's four values of a row and 16-column
-    # group are one 16-byte chunk, so it stages dQ with 8 STS.128 instead of 16 STS.64 (FA4's
-    # count; ncu, session 31: the STS.64 waited on the MIO queue). dq_accum holds the same
+    # The swizzled dQ tile's columns in the dQ accumulator's fragment order (dq_stage_layout's
+    # frag form, one block or dq_per_wg's two): each consumer thread's four values of a row and
+    # 16-column group are one 16-byte chunk, so it stages dQ with 8 STS.128 instead of 16
+    # STS.64 (FA4's count; ncu, session 31: the STS.64 waited on the MIO queue; session 32, D =
+    # 128 per-warpgroup blocks: the STS.64 are 2-way bank conflicted, 9 % of all wavefronts). dq_accum holds the same
     # order; the postprocess reads it back. The host's choice: default_dq_frag.
     dq_frag: bool = False
     # Partial tiles' element mask as one bit mask per key row: the key's masked query rows
@@ -379,10 +380,9 @@ class BwdConfig:
                              f"in (64, 128, 256), found dq_in_smem={self.dq_in_smem}, "
                              f"fused_dq={self.fused_dq}, head_dim={self.head_dim}")
         if self.dq_frag and not self.dq_frag_applies:
-            raise ValueError(f"dq_frag: expected tile_m=128, dq_swizzle=True, dq_per_wg=False "
-                             f"and fused_dq=False, found tile_m={self.tile_m}, dq_swizzle="
-                             f"{self.dq_swizzle}, dq_per_wg={self.dq_per_wg}, fused_dq="
-                             f"{self.fused_dq}")
+            raise ValueError(f"dq_frag: expected dq_swizzle=True, fused_dq=False and dQ not "
+                             f"transposed (tile_m 64 or 128), found tile_m={self.tile_m}, "
+                             f"dq_swizzle={self.dq_swizzle}, fused_dq={self.fused_dq}")
         if self.dq_per_wg and (not self.dq_swizzle or self.fused_dq):
             raise ValueError(f"dq_per_wg: expected dq_swizzle=True and fused_dq=False, found "
                              f"dq_swizzle={self.dq_swizzle}, fused_dq={self.fused_dq}")
@@ -485,10 +485,9 @@ class BwdConfig:
 
     @property
     def dq_frag_applies(self) -> bool:
-        """Whether ``dq_frag`` can apply: 128-row tiles with the swizzled dQ tile as one block
-        (not ``dq_per_wg``), converted by the postprocess (not ``fused_dq``)."""
-        return (self.tile_m == 128 and self.dq_swizzle and not self.dq_per_wg
-                and not self.fused_dq)
+        """Whether ``dq_frag`` can apply: the swizzled dQ tile (one block or ``dq_per_wg``'s
+        two), converted by the postprocess (not ``fused_dq``), dQ not transposed (80 rows)."""
+        return self.dq_swizzle and not self.fused_dq and not self.dq_transposed
 
     @property
     def walk_interleave_applies(self) -> bool:

@@ -53,7 +53,10 @@ def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad:
     conflicts, or (``swizzle``, d a power of two) a contiguous block whose 16-byte chunks are
     XOR-swizzled by row (chunk ^= row % 8; the postprocess undoes it in dq_accum), or
     (``per_wg``) two such blocks of ``d / 2`` columns, one after the other: columns
-    ``[w * d/2, (w + 1) * d/2)`` (consumer warpgroup w's) at offset ``w * rows * d/2``."""
+    ``[w * d/2, (w + 1) * d/2)`` (consumer warpgroup w's) at offset ``w * rows * d/2``.
+    ``frag`` (swizzled forms): within each block's rows, column 16J + 8h + 2q + e sits at
+    16J + 4q + 2h + e, so a consumer thread's four values of a 16-column group are one
+    16-byte chunk."""
     if not swizzle:
         if per_wg:
             raise ValueError("dq_stage_layout per_wg: expected swizzle=True")
@@ -66,13 +69,24 @@ def dq_stage_layout(rows: int, d: int, swizzle: bool, per_wg: bool = False, pad:
     # row's low bits; a block's start (a multiple of rows * w) is above them
     swizzle_atom = cute.make_swizzle(3, 2, width.bit_length() - 1 - 2)
     if frag:  # (frag) column 16J + 8h + 2q + e at 16J + 4q + 2h + e: a thread's (e, h) in a chunk
+        in_block = ((2, 4, 2, width // 16), (1, 4, 2, 16))
+        if not per_wg:
+            return cute.make_composed_layout(swizzle_atom, 0, cute.make_layout(
+                (rows, in_block[0]), stride=(d, in_block[1])))
         return cute.make_composed_layout(swizzle_atom, 0, cute.make_layout(
-            (rows, (2, 4, 2, d // 16)), stride=(d, (1, 4, 2, 16))))
+            (rows, (in_block[0], 2)), stride=(width, (in_block[1], rows * width))))
     if not per_wg:
         return cute.make_composed_layout(swizzle_atom, 0,
                                          cute.make_layout((rows, d), stride=(d, 1)))
     return cute.make_composed_layout(
         swizzle_atom, 0, cute.make_layout((rows, (width, 2)), stride=(width, (1, rows * width))))
+
+
+def dq_frag_order(values: int):
+    """``dq_frag``: a consumer thread's dQ accumulator fragment ((e, row half, j), ``values``
+    fp32, j = 2J + h over its 16-column groups J) re-viewed as (e, h, row half, J), so that
+    (e, h) -- one 16-byte chunk of the frag layout -- comes first: one STS.128 each."""
+    return cute.make_layout((2, 2, 2, values // 8), stride=(1, 4, 2, 8))
 
 
 def stat_pair_step(word_pair: int) -> int:

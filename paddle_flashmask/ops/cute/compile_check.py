@@ -367,10 +367,15 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 64, False, 2, shfl_stats=True)
     bwd("bfloat16", 128, False, None, shfl_stats=True)
     bwd("bfloat16", 128, False, 2, shfl_stats=True)
-    # dQ staged in the fragment order (built in session 31, not GPU-run)
+    # dQ staged in the fragment order: D = 64 at 128 rows (session 31), D = 128 per-warpgroup
+    # blocks at 64 rows (session 32; documents with the blocks forced)
     for c, causal in ((None, False), (2, False)):
         bwd("bfloat16", 64, causal, c, tile_m=128, two_pds_swizzled=True, shfl_stats=True,
             dq_frag=True)
+    for c, causal in ((None, False), (None, True), (1, True)):
+        bwd("bfloat16", 128, causal, c, dq_frag=True)
+    bwd("bfloat16", 128, True, 1, gqa=True, dq_frag=True)
+    bwd("bfloat16", 128, False, 2, per_wg=True, dq_frag=True)
     bwd("bfloat16", 128, False, 2, tile_m=80)
     bwd("bfloat16", 128, False, None, gqa=True, tile_m=80)
     bwd("bfloat16", 128, False, 2, gqa=True, tile_m=80)

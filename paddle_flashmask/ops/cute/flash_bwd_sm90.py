@@ -103,8 +103,8 @@ from .bwd_dq_writer import BwdDqWriter
 from .bwd_layout import (  # noqa: F401  (the tests read _DQ_PAD_TRANSPOSED and dq_stage_layout here)
     _BAR_DQ, _BAR_DQ_EMPTY, _BAR_DQ_FULL, _BAR_DQ_WG_STEP, _BAR_PDS_FREE, _BAR_PDS_READY,
     _CONV_QUEUE, _CONV_VEC, _DQ_PAD_TRANSPOSED, _DQ_SYNC_THREADS, _DQ_WG_SYNC_THREADS,
-    _acc_mn, _acc_to_operand_a, _smem_layout, _transposed, dq_stage_layout, stat_holder_lane,
-    stat_lane_word, stat_pair_step)
+    _acc_mn, _acc_to_operand_a, _smem_layout, _transposed, dq_frag_order, dq_stage_layout,
+    stat_holder_lane, stat_lane_word, stat_pair_step)
 
 _LOG2_E = math.log2(math.e)
 
@@ -1343,7 +1343,7 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         if const_expr(self.cfg.dq_frag):
             # the fragment ((e, row half, j)) viewed as (e, h, row half, J) with j = 2J + h on
             # both sides: (e, h) is one 16-byte chunk of the frag layout, one STS.128
-            order = cute.make_layout((2, 2, 2, self.d // 16), stride=(1, 4, 2, 8))
+            order = dq_frag_order(cute.size(acc_dQ))
             cute.autovec_copy(cute.composition(acc_dQ, order),
                               cute.composition(th_dq.partition_C(sdQ), order))
         else:
