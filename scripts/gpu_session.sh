@@ -2296,7 +2296,7 @@ timeout -s INT -k 10 80 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rou
 
 call202() {
   emit "call 202 (session 32, fresh staging) - dQ staged in the accumulator's fragment order at D = 128 (PADDLE_FLASHMASK_BWD_DQ_FRAG=1, now also for the per-warpgroup blocks of 64-row tiles: 8 STS.128 per thread instead of 16 2-way-conflicted STS.64, 9 % of the kernel's smem wavefronts in call 199's profile): the oracle with it (and with the blocks forced on documents; stops on failure), then the whole-backward A/B at D = 128, MHA and GQA 32/8 [<= 6 min]" \
-    nvidia-h200 370 '[".cutedsl/b", ".devtools"]' \
+    nvidia-h200 400 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
 env ${K}_DQ_FRAG=1 timeout -s INT -k 10 80 python3 tests/gpu/bwd_check.py --only causal_d128,full_d128_sq_ne_sk,causal_doc_C1,causal_doc_C1_partial,gqa3_causal_doc,mqa_causal_doc,full_gqa_sq_gt_sk,d64_full --no-determinism --json-name bwd_s32_dq_frag128.json > $OUT/bwd_frag.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_frag.log | cut -c1-200; [ $rc = 0 ] || exit $rc
