@@ -2310,7 +2310,7 @@ timeout -s INT -k 10 60 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rou
 
 call203() {
   emit "call 203 (session 32, fresh staging) - where the 80-row backward (FA4's D = 128 tile, two dS^T stages, staged stats; call 201: 1.015-1.049x slower than our 64-row default, while FA4 runs it 1.12x faster than we do) loses: ncu per-instruction samples of ours with it forced on full attention and documents, beside call 199's FA4 profiles [<= 4 min]" \
-    nvidia-h200 240 '[".cutedsl/b", ".devtools"]' \
+    nvidia-h200 280 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 export PADDLE_FLASHMASK_BWD_TILE_M=80 PADDLE_FLASHMASK_BWD_TALL_TWO_PDS=1
 '"$(sampling_nc 80 25 20 '--mask full')"'
