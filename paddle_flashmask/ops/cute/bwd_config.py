@@ -209,15 +209,6 @@ class BwdConfig:
     # 128 per-warpgroup blocks: the STS.64 are 2-way bank conflicted, 9 % of all wavefronts). dq_accum holds the same
     # order; the postprocess reads it back. The host's choice: default_dq_frag.
     dq_frag: bool = False
-    # The transposed dQ (80-row tiles, dQ^T = K^T dS^T) staged in thread order instead of into
-    # the row-major tile: each consumer thread's accumulator quads (two query rows x two D rows)
-    # as 16-byte chunks, chunk row k of a warpgroup's block holding its 128 threads' k-th quads
-    # side by side (FA4's dQ^T staging): 10 conflict-free STS.128 per thread instead of 40
-    # scalar STS, which session 32's profile of the 80-row form found waiting on the MIO queue
-    # (10 % of its samples against 2 % for FA4's). The postprocess scatters each chunk
-    # (flash_bwd_prepost.by_thread_chunk_origin). Where it applies (dq_by_thread_applies) it is
-    # the host's choice unless env PADDLE_FLASHMASK_BWD_DQ_BY_THREAD=0.
-    dq_by_thread: bool = False
     # Partial tiles' element mask as one bit mask per key row: the key's masked query rows
     # (semantics.masked_row_intervals, measured from the thread's first column) become bits over
     # the thread's columns (mask.pair_column_bits: a few integer ops per band bound), then one
@@ -392,12 +383,6 @@ class BwdConfig:
             raise ValueError(f"dq_frag: expected dq_swizzle=True, fused_dq=False and dQ not "
                              f"transposed (tile_m 64 or 128), found tile_m={self.tile_m}, "
                              f"dq_swizzle={self.dq_swizzle}, fused_dq={self.fused_dq}")
-        if self.dq_by_thread and not self.dq_by_thread_applies:
-            raise ValueError(f"dq_by_thread: expected an 80-row tile (dQ transposed) with the "
-                             f"swizzled single-block dQ tile, fused_dq=False and dq_frag=False, "
-                             f"found tile_m={self.tile_m}, dq_swizzle={self.dq_swizzle}, "
-                             f"dq_per_wg={self.dq_per_wg}, fused_dq={self.fused_dq}, "
-                             f"dq_frag={self.dq_frag}")
         if self.dq_per_wg and (not self.dq_swizzle or self.fused_dq):
             raise ValueError(f"dq_per_wg: expected dq_swizzle=True and fused_dq=False, found "
                              f"dq_swizzle={self.dq_swizzle}, fused_dq={self.fused_dq}")
@@ -503,14 +488,6 @@ class BwdConfig:
         """Whether ``dq_frag`` can apply: the swizzled dQ tile (one block or ``dq_per_wg``'s
         two), converted by the postprocess (not ``fused_dq``), dQ not transposed (80 rows)."""
         return self.dq_swizzle and not self.fused_dq and not self.dq_transposed
-
-    @property
-    def dq_by_thread_applies(self) -> bool:
-        """Whether ``dq_by_thread`` can apply: dQ transposed (80-row tiles) into the swizzled,
-        unpadded single-block tile (the two-dS^T-stage form; its bulk hand-off moves the block
-        whole, whatever its order), converted by the postprocess."""
-        return (self.dq_transposed and self.dq_swizzle and not self.dq_per_wg
-                and not self.fused_dq and not self.dq_frag)
 
     @property
     def walk_interleave_applies(self) -> bool:
@@ -639,8 +616,6 @@ class BwdConfig:
             extra["row_pad"] = row_padding(self.tile_m)
         if self.dq_frag:  # (likewise)
             extra["dq_frag"] = True
-        if self.dq_by_thread:
-            extra["dq_by_thread_rows"] = self.tile_m
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
                              first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,

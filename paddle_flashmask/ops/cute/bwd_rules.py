@@ -628,22 +628,6 @@ def with_dq_frag(cfg: "BwdConfig") -> "BwdConfig":
     return replace(cfg, dq_frag=True) if cfg.dq_frag_applies else cfg
 
 
-DQ_BY_THREAD_ENV = "PADDLE_FLASHMASK_BWD_DQ_BY_THREAD"
-
-
-def with_dq_by_thread(cfg: "BwdConfig") -> "BwdConfig":
-    """``cfg`` staging its transposed dQ in thread order (``BwdConfig.dq_by_thread``) where that
-    can apply (80-row tiles in the two-dS^T-stage form), unless env
-    ``PADDLE_FLASHMASK_BWD_DQ_BY_THREAD=0``; else unchanged. Session 32 (call 203, ncu of the
-    80-row form on full attention): the 40 scalar dQ^T stores per thread held 10 % of its
-    samples (39 of them waiting on the MIO queue), FA4's 10 STS.128 2 %."""
-    from .launch_args import env_choice
-
-    if env_choice(DQ_BY_THREAD_ENV, ("0", "1")) == "0" or not cfg.dq_by_thread_applies:
-        return cfg
-    return replace(cfg, dq_by_thread=True)
-
-
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 

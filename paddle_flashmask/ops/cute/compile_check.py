@@ -65,8 +65,8 @@ def _form_label(causal: bool, c: Optional[int]) -> str:
 def variants(full: bool = False) -> list[Variant]:
     """The variants to compile: configs come from ``interface``, i.e. exactly what runs."""
     from . import interface
-    from .bwd_rules import (TILE_M_ENV, with_dq_by_thread, with_dq_frag, with_shfl_stats,
-                            with_tile_m, with_two_pds_stages)
+    from .bwd_rules import (TILE_M_ENV, with_dq_frag, with_shfl_stats, with_tile_m,
+                            with_two_pds_stages)
     from .summary_kernel import SummaryConfig
 
     out: list[Variant] = []
@@ -277,7 +277,6 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = with_dq_frag(cfg)
             if not cfg.dq_frag:
                 raise ValueError(f"compile_check bwd: dq_frag does not apply to {cfg}")
-        cfg = with_dq_by_thread(cfg)  # as the host: 80-row two-stage tiles stage dQ^T by thread
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
