@@ -209,6 +209,12 @@ class BwdConfig:
     # 128 per-warpgroup blocks: the STS.64 are 2-way bank conflicted, 9 % of all wavefronts). dq_accum holds the same
     # order; the postprocess reads it back. The host's choice: default_dq_frag.
     dq_frag: bool = False
+    # dS stored [queries x keys] (keys contiguous, the 128-byte swizzle at any tile_m; stmatrix
+    # transposes the S^T accumulator on the way) instead of [keys x queries], so the dQ GEMM
+    # reads it K-major (FA4's sPdS). Session 32 (call 203's SASS of the 80-row form): its
+    # [keys x 80 queries] rows allow only the 32-byte swizzle. Needs P^T from registers
+    # (rs_dkv: nothing else reads dS from smem). The host's choice: default_ds_query_major.
+    ds_query_major: bool = False
     # Partial tiles' element mask as one bit mask per key row: the key's masked query rows
     # (semantics.masked_row_intervals, measured from the thread's first column) become bits over
     # the thread's columns (mask.pair_column_bits: a few integer ops per band bound), then one
@@ -383,6 +389,9 @@ class BwdConfig:
             raise ValueError(f"dq_frag: expected dq_swizzle=True, fused_dq=False and dQ not "
                              f"transposed (tile_m 64 or 128), found tile_m={self.tile_m}, "
                              f"dq_swizzle={self.dq_swizzle}, fused_dq={self.fused_dq}")
+        if self.ds_query_major and not self.rs_dkv:
+            raise ValueError("ds_query_major: expected rs_dkv=True (dK's GEMM then takes dS "
+                             "from registers), found rs_dkv=False")
         if self.dq_per_wg and (not self.dq_swizzle or self.fused_dq):
             raise ValueError(f"dq_per_wg: expected dq_swizzle=True and fused_dq=False, found "
                              f"dq_swizzle={self.dq_swizzle}, fused_dq={self.fused_dq}")

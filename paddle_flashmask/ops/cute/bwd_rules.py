@@ -628,6 +628,21 @@ def with_dq_frag(cfg: "BwdConfig") -> "BwdConfig":
     return replace(cfg, dq_frag=True) if cfg.dq_frag_applies else cfg
 
 
+DS_QUERY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_DS_QUERY_MAJOR"
+
+
+def with_ds_query_major(cfg: "BwdConfig") -> "BwdConfig":
+    """``cfg`` with dS stored [queries x keys] (``BwdConfig.ds_query_major``) where env
+    ``PADDLE_FLASHMASK_BWD_DS_QUERY_MAJOR=1`` asks for it and P^T comes from registers; else
+    unchanged (off by default: built in session 32 for the 80-row tile, whose [keys x queries]
+    dS rows get the 32-byte swizzle)."""
+    from .launch_args import env_choice
+
+    if env_choice(DS_QUERY_MAJOR_ENV, ("0", "1")) != "1" or not cfg.rs_dkv:
+        return cfg
+    return replace(cfg, ds_query_major=True)
+
+
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 

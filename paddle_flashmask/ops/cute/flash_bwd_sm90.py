@@ -171,7 +171,10 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         # dQ = dS K (A = dS, B = K^T), or transposed dQ^T = K^T dS^T (A = K^T, B = dS): both
         # operands MN-major either way
         dq_n = self.tile_m if self.cfg.dq_transposed else self.d // self.dq_atom[1]
-        dq = mk(dt, dt, MN, MN, Float32, self.dq_atom, (64, dq_n))
+        # (ds_query_major: dS is stored [queries x keys], so its operand is K-major)
+        ds_major = K if self.cfg.ds_query_major else MN
+        a_major, b_major = (MN, ds_major) if self.cfg.dq_transposed else (ds_major, MN)
+        dq = mk(dt, dt, a_major, b_major, Float32, self.dq_atom, (64, dq_n))
         return sdp, dk, dv, dq
 
     def _layouts(self):
@@ -183,8 +186,11 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         self.sV_layout = _smem_layout(dt, tn, self.dv, self.dv)
         self.sP_layout = _smem_layout(dt, tn, tm, tm)
         # pds_stages == 2: a stage mode, indexed by the query tile's Q/dO stage
-        self.sdS_layout = _smem_layout(dt, tn, tm, tm,
-                                       2 if self.cfg.pds_stages == 2 else None)
+        ds_stages = 2 if self.cfg.pds_stages == 2 else None
+        if self.cfg.ds_query_major:  # [queries x keys]: 128-byte swizzle at any tile_m
+            self.sdS_layout = _smem_layout(dt, tm, tn, tn // 2, ds_stages)
+        else:
+            self.sdS_layout = _smem_layout(dt, tn, tm, tm, ds_stages)
 
     @cute.jit
     def __call__(self, q_ptr: cute.Pointer, k_ptr: cute.Pointer, v_ptr: cute.Pointer,
@@ -998,11 +1004,12 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         tKrQ = wg_dk.make_fragment_B(wg_dk.partition_B(_transposed(sQ)))
         # dQ = dS K : A = dS viewed [queries x keys] (MN-major), B = K viewed [D x keys] (MN-major);
         # transposed, dQ^T = K^T dS^T: A = K viewed [D x keys], B = dS viewed [queries x keys]
+        sdS_qk = sdS if const_expr(cfg.ds_query_major) else _transposed(sdS)  # [queries x keys]
         if const_expr(cfg.dq_transposed):
             tQrK = wg_dq.make_fragment_A(wg_dq.partition_A(_transposed(sK)))
-            tQrdS = wg_dq.make_fragment_B(wg_dq.partition_B(_transposed(sdS)))
+            tQrdS = wg_dq.make_fragment_B(wg_dq.partition_B(sdS_qk))
         else:
-            tQrdS = wg_dq.make_fragment_A(wg_dq.partition_A(_transposed(sdS)))
+            tQrdS = wg_dq.make_fragment_A(wg_dq.partition_A(sdS_qk))
             tQrK = wg_dq.make_fragment_B(wg_dq.partition_B(_transposed(sK)))
 
         acc_shape_s = wg_sdp.partition_shape_C((self.tile_n, self.tile_m))
@@ -1103,9 +1110,16 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
             ops.tiled_sdp).get_slice(ctid)
         tPsP = None if const_expr(ops.sP is None) else pds_store.partition_D(ops.sP)
         two_pds = const_expr(cfg.pds_stages == 2)
+        sdS_kq = ops.sdS  # dS^T viewed [keys x queries], as the S^T accumulator
+        ds_store = pds_store
+        if const_expr(cfg.ds_query_major):  # stored [queries x keys]: stmatrix transposes
+            sdS_kq = _transposed(ops.sdS)
+            ds_store = cute.make_tiled_copy_C(
+                cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(True, 4), self.dtype),
+                ops.tiled_sdp).get_slice(ctid)
         # one dS^T buffer: its partition is built once, outside the query-tile loop (built per
         # tile, as the two-buffer path must, it changes every default variant's SASS)
-        tPsdS = None if two_pds else pds_store.partition_D(ops.sdS)
+        tPsdS = None if two_pds else ds_store.partition_D(sdS_kq)
         wg_dq, th_dq, key_vals = ops.wg_dq, ops.th_dq, ops.key_vals
         tiled_sdp, tiled_dk, tiled_dv = ops.tiled_sdp, ops.tiled_dk, ops.tiled_dv
         tiled_dq = ops.tiled_dq
@@ -1239,10 +1253,10 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                 else:
                     cute.copy(pds_store, pds_store.retile(rP), tPsP)
                 if const_expr(two_pds):  # this query tile's dS^T buffer: its Q/dO stage's
-                    cute.copy(pds_store, pds_store.retile(rdS),
-                              pds_store.partition_D(ops.sdS[None, None, stage]))
+                    cute.copy(ds_store, ds_store.retile(rdS),
+                              ds_store.partition_D(sdS_kq[None, None, stage]))
                 else:
-                    cute.copy(pds_store, pds_store.retile(rdS), tPsdS)
+                    cute.copy(ds_store, ds_store.retile(rdS), tPsdS)
                 dv_early = const_expr(cfg.dv_early and self.rs_dkv)
                 dk_early = const_expr(dv_early and cfg.dk_early)
                 if const_expr(dv_early):  # this warpgroup's own P^T: no need to wait for the other
