@@ -206,8 +206,9 @@ class BwdConfig:
     # frag form, one block or dq_per_wg's two): each consumer thread's four values of a row and
     # 16-column group are one 16-byte chunk, so it stages dQ with 8 STS.128 instead of 16
     # STS.64 (FA4's count; ncu, session 31: the STS.64 waited on the MIO queue; session 32, D =
-    # 128 per-warpgroup blocks: the STS.64 are 2-way bank conflicted, 9 % of all wavefronts). dq_accum holds the same
-    # order; the postprocess reads it back. The host's choice: default_dq_frag.
+    # 128 per-warpgroup blocks: the STS.64 are 2-way bank conflicted, 9 % of all wavefronts).
+    # dq_accum holds the same order; the postprocess reads it back. Measured neutral (calls
+    # 200, 202: D = 64 1.002-1.009x, D = 128 0.99-1.024x). The host's choice: default_dq_frag.
     dq_frag: bool = False
     # dS stored [queries x keys] (keys contiguous, the 128-byte swizzle at any tile_m; stmatrix
     # transposes the S^T accumulator on the way) instead of [keys x queries], so the dQ GEMM
@@ -215,6 +216,15 @@ class BwdConfig:
     # [keys x 80 queries] rows allow only the 32-byte swizzle. Needs P^T from registers
     # (rs_dkv: nothing else reads dS from smem). The host's choice: default_ds_query_major.
     ds_query_major: bool = False
+    # The transposed dQ (80-row tiles, dQ^T = K^T dS^T) staged in thread order instead of into
+    # the row-major tile: each consumer thread's accumulator quads (two query rows x two D rows)
+    # as 16-byte chunks, chunk row k of a warpgroup's block holding its 128 threads' k-th quads
+    # side by side (FA4's dQ^T staging): 10 conflict-free STS.128 per thread instead of 40
+    # scalar STS, which session 32's profile of the 80-row form found waiting on the MIO queue
+    # (10 % of its samples against 2 % for FA4's). The postprocess scatters each chunk
+    # (flash_bwd_prepost.by_thread_chunk_origin). Off (call 204: no faster, its postprocess
+    # slower); env PADDLE_FLASHMASK_BWD_DQ_BY_THREAD=1 where dq_by_thread_applies.
+    dq_by_thread: bool = False
     # Partial tiles' element mask as one bit mask per key row: the key's masked query rows
     # (semantics.masked_row_intervals, measured from the thread's first column) become bits over
     # the thread's columns (mask.pair_column_bits: a few integer ops per band bound), then one
@@ -392,6 +402,12 @@ class BwdConfig:
         if self.ds_query_major and not self.rs_dkv:
             raise ValueError("ds_query_major: expected rs_dkv=True (dK's GEMM then takes dS "
                              "from registers), found rs_dkv=False")
+        if self.dq_by_thread and not self.dq_by_thread_applies:
+            raise ValueError(f"dq_by_thread: expected an 80-row tile (dQ transposed) with the "
+                             f"swizzled single-block dQ tile, fused_dq=False and dq_frag=False, "
+                             f"found tile_m={self.tile_m}, dq_swizzle={self.dq_swizzle}, "
+                             f"dq_per_wg={self.dq_per_wg}, fused_dq={self.fused_dq}, "
+                             f"dq_frag={self.dq_frag}")
         if self.dq_per_wg and (not self.dq_swizzle or self.fused_dq):
             raise ValueError(f"dq_per_wg: expected dq_swizzle=True and fused_dq=False, found "
                              f"dq_swizzle={self.dq_swizzle}, fused_dq={self.fused_dq}")
@@ -497,6 +513,14 @@ class BwdConfig:
         """Whether ``dq_frag`` can apply: the swizzled dQ tile (one block or ``dq_per_wg``'s
         two), converted by the postprocess (not ``fused_dq``), dQ not transposed (80 rows)."""
         return self.dq_swizzle and not self.fused_dq and not self.dq_transposed
+
+    @property
+    def dq_by_thread_applies(self) -> bool:
+        """Whether ``dq_by_thread`` can apply: dQ transposed (80-row tiles) into the swizzled,
+        unpadded single-block tile (the two-dS^T-stage form; its bulk hand-off moves the block
+        whole, whatever its order), converted by the postprocess."""
+        return (self.dq_transposed and self.dq_swizzle and not self.dq_per_wg
+                and not self.fused_dq and not self.dq_frag)
 
     @property
     def walk_interleave_applies(self) -> bool:
@@ -625,6 +649,8 @@ class BwdConfig:
             extra["row_pad"] = row_padding(self.tile_m)
         if self.dq_frag:  # (likewise)
             extra["dq_frag"] = True
+        if self.dq_by_thread:
+            extra["dq_by_thread_rows"] = self.tile_m
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
                              first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,

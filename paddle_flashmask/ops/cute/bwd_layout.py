@@ -14,6 +14,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
+from .flash_bwd_prepost import BY_THREAD_WG_THREADS
+
 # named barrier ids (0 is __syncthreads)
 _BAR_PDS_READY = 1  # P^T/dS^T written to smem by both consumer WGs
 _BAR_PDS_FREE = 2  # all wgmma of the iteration finished reading P^T/dS^T
@@ -87,6 +89,21 @@ def dq_frag_order(values: int):
     fp32, j = 2J + h over its 16-column groups J) re-viewed as (e, h, row half, J), so that
     (e, h) -- one 16-byte chunk of the frag layout -- comes first: one STS.128 each."""
     return cute.make_layout((2, 2, 2, values // 8), stride=(1, 4, 2, 8))
+
+
+def dq_by_thread_view(base, thread, values: int) -> cute.Tensor:
+    """``dq_by_thread``: consumer thread ``thread``'s ``values`` fp32 of the staged dQ tile as
+    (4, values / 4): its quad k at float ``(w * values / 4 + k) * 512 + 4 t`` of the tile
+    (warpgroup w = thread // 128, t = thread % 128), so a warp's k-th quads are 512 contiguous
+    bytes (flash_bwd_prepost.by_thread_chunk_origin reads them back)."""
+    return cute.make_tensor(base + dq_by_thread_start(thread, values), cute.make_layout(
+        (4, values // 4), stride=(1, 4 * BY_THREAD_WG_THREADS)))
+
+
+def dq_by_thread_start(thread, values: int):
+    """``dq_by_thread``: the float offset of consumer thread ``thread``'s first quad."""
+    wg_threads = BY_THREAD_WG_THREADS
+    return (thread // wg_threads) * wg_threads * values + (thread % wg_threads) * 4
 
 
 def stat_pair_step(word_pair: int) -> int:

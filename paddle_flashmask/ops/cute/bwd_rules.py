@@ -643,6 +643,24 @@ def with_ds_query_major(cfg: "BwdConfig") -> "BwdConfig":
     return replace(cfg, ds_query_major=True)
 
 
+DQ_BY_THREAD_ENV = "PADDLE_FLASHMASK_BWD_DQ_BY_THREAD"
+
+
+def with_dq_by_thread(cfg: "BwdConfig") -> "BwdConfig":
+    """``cfg`` staging its transposed dQ in thread order (``BwdConfig.dq_by_thread``) where env
+    ``PADDLE_FLASHMASK_BWD_DQ_BY_THREAD=1`` asks for it and it can apply (80-row tiles in the
+    two-dS^T-stage form); else unchanged. Session 32: call 203 (ncu of the 80-row form on full
+    attention) found the 40 scalar dQ^T stores per thread holding 10 % of its samples (39
+    waiting on the MIO queue), FA4's 10 STS.128 2 %; call 204 (whole backward, oracle 6/6):
+    its main kernel no faster (full 8968 against 8929 us, documents 3318 against 3357) and its
+    postprocess, which scatters the chunks, 204 against 132 us: off."""
+    from .launch_args import env_choice
+
+    if env_choice(DQ_BY_THREAD_ENV, ("0", "1")) != "1" or not cfg.dq_by_thread_applies:
+        return cfg
+    return replace(cfg, dq_by_thread=True)
+
+
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
 
 

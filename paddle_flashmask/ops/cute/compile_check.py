@@ -173,7 +173,8 @@ def variants(full: bool = False) -> list[Variant]:
             interleave: bool = False, dkv_red: bool = False, dkv_bulk: bool = False,
             dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64,
             two_pds_swizzled: bool = False, dk_after_dv: bool = False,
-            interior_dkv: bool = False, shfl_stats: bool = False, dq_frag: bool = False):
+            interior_dkv: bool = False, shfl_stats: bool = False, dq_frag: bool = False,
+            dq_by_thread: bool = False, ds_query_major: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced. The base has
         # 64-row query tiles (``tile_m`` picks a taller one): the options below were built on
         # it; the host's D = 64 default without columns (128 rows in FA4's form, session 30)
@@ -277,6 +278,10 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = with_dq_frag(cfg)
             if not cfg.dq_frag:
                 raise ValueError(f"compile_check bwd: dq_frag does not apply to {cfg}")
+        if dq_by_thread:  # 80-row two-stage tiles: dQ^T staged in thread order (dq_by_thread)
+            cfg = dataclasses.replace(cfg, dq_by_thread=True)
+        if ds_query_major:  # dS stored [queries x keys] (ds_query_major)
+            cfg = dataclasses.replace(cfg, ds_query_major=True)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
                          " one-cta" if one_cta else "",
                          " row-ranges" if row_ranges else "",
@@ -309,6 +314,8 @@ def variants(full: bool = False) -> list[Variant]:
                          " dk-after-dv" if dk_after_dv else "",
                          " shfl-stats" if shfl_stats else "",
                          " dq-frag" if dq_frag else "",
+                         " dq-by-thread" if dq_by_thread else "",
+                         " ds-query-major" if ds_query_major else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
                          " walk-interleave" if interleave else "",
@@ -382,6 +389,14 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, None, tile_m=80, two_pds_swizzled=True)
     bwd("bfloat16", 128, False, 2, tile_m=80, two_pds_swizzled=True)
     bwd("bfloat16", 128, False, 2, gqa=True, tile_m=80, two_pds_swizzled=True)
+    # dS stored [queries x keys] (session 32): 80 rows in FA4's form, with dQ^T staged by
+    # thread too, and the 64-row default forms
+    for c in (None, 2):
+        bwd("bfloat16", 128, False, c, tile_m=80, two_pds_swizzled=True, ds_query_major=True)
+    bwd("bfloat16", 128, False, None, tile_m=80, two_pds_swizzled=True, ds_query_major=True,
+        dq_by_thread=True)
+    for c, causal in ((None, False), (1, True), (2, False)):
+        bwd("bfloat16", 128, causal, c, ds_query_major=True)
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)

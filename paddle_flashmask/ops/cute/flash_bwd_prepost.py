@@ -101,6 +101,28 @@ def frag_pair_index(chunk, half: int):
     return 8 * (chunk // 4) + chunk % 4 + 4 * half
 
 
+BY_THREAD_WG_THREADS = 128  # a consumer warpgroup's threads: one dq_by_thread block each
+
+
+def by_thread_chunk_origin(chunk, tile_rows: int, d: int) -> tuple:
+    """``dq_by_thread``: where the four floats of a query tile's 16-byte chunk ``chunk`` (of the
+    tile's ``tile_rows * d / 4``) belong, as (query row, dQ column) of the first; the others are
+    (+1 row), (+8 columns), (+1 row, +8 columns).
+
+    The consumers stage dQ^T (M = d over the two warpgroups, N = the tile's query rows) as
+    warpgroup w's block of ``values / 4`` chunk rows k of its 128 threads: chunk
+    ``(w * values / 4 + k) * 128 + t`` holds thread t's accumulator values 4k .. 4k + 3, which
+    the wgmma C layout puts at (M row 16 (t // 32) + (t % 32) // 4 (+ 8), N column
+    8k + 2 (t % 4) (+ 1)). ``chunk`` is an int (tests) or an Int32 (postprocess)."""
+    values = tile_rows * (d // 2) // BY_THREAD_WG_THREADS  # fp32 per consumer thread
+    per_wg = BY_THREAD_WG_THREADS * (values // 4)
+    w = chunk // per_wg
+    k = (chunk % per_wg) // BY_THREAD_WG_THREADS
+    t = chunk % BY_THREAD_WG_THREADS
+    col = w * (d // 2) + 16 * (t // 32) + (t % 32) // 4
+    return 8 * k + 2 * (t % 4), col
+
+
 def vector_rows(ptr: cute.Pointer, outer: tuple, row_len: int, vec: int) -> cute.Tensor:
     """Row-major ``outer + (row_len,)`` tensor viewed as ``outer + (row_len // vec, vec)``.
 
@@ -200,6 +222,9 @@ class PrePostConfig:
     # 2h + e (dq_stage_layout's frag form), so a 4-float chunk 4J + q holds the column pairs
     # 16J + 2q and 16J + 8 + 2q; the postprocess writes each pair on its own.
     dq_frag: bool = False
+    # BwdConfig.dq_by_thread: the main kernel's query tiles of this many rows (0: off) staged dQ^T
+    # in thread order (by_thread_chunk_origin); the postprocess scatters each chunk's four values
+    dq_by_thread_rows: int = 0
     causal: bool = False
     num_columns: Optional[int] = None
     tile_n: int = 0
@@ -417,10 +442,17 @@ class _Postprocess:
         n_blk_pad = padded_blocks(sq, self.cfg.row_pad)
         mdQacc = vector_rows(dqacc_ptr, (b, h * self.cfg.dq_chains, n_blk_pad), ROWS_PER_CTA * d,
                              _VEC_ACC)
+        if const_expr(self.cfg.dq_by_thread_rows):  # every block of every query tile
+            rows = self.cfg.dq_by_thread_rows
+            n_blk = cute.ceil_div(cute.ceil_div(sq, rows) * rows, ROWS_PER_CTA)
         if const_expr(not self.cfg.fused_dq):  # else the main kernel wrote dq
-            # (dq_frag: dq as column pairs, one 4-byte store each)
-            mdQ = vector_rows(dq_ptr, (b, sq, h), d, 2 if const_expr(self.cfg.dq_frag)
-                              else _VEC_ACC)
+            # (dq_frag: dq as column pairs, one 4-byte store each; dq_by_thread: single values)
+            vec = _VEC_ACC
+            if const_expr(self.cfg.dq_frag):
+                vec = 2
+            if const_expr(self.cfg.dq_by_thread_rows):
+                vec = 1
+            mdQ = vector_rows(dq_ptr, (b, sq, h), d, vec)
             mFlags = None  # first_store: per query tile, or (deterministic) per chain and tile
             if const_expr(self.cfg.first_store):
                 mFlags = rowmajor(flags_ptr, (b, h * (self.cfg.dq_chains
@@ -496,27 +528,58 @@ class _Postprocess:
             # flag 0: no key tile wrote this block (every row fully masked), so its accumulator
             # was never initialised and dq is zero
             written = mFlags[b, h, blk]
+        if const_expr(self.cfg.dq_by_thread_rows):
+            self._store_by_thread(mdQ, b, h, blk, tidx, vals, written, softmax_scale)
+        else:
+            for k in cutlass.range_constexpr(n_chunks):
+                chunk = tidx + k * _THREADS
+                i = row0 + chunk // chunks_per_row
+                col = chunk % chunks_per_row
+                if const_expr(self.cfg.dq_per_wg):  # block w: columns [w * D/2, (w + 1) * D/2)
+                    block_chunks = chunks_per_row // 2
+                    within = chunk % (ROWS_PER_CTA * block_chunks)
+                    r = within // block_chunks
+                    i = row0 + r
+                    col = ((chunk // (ROWS_PER_CTA * block_chunks)) * block_chunks
+                           + ((within % block_chunks) ^ (r % 8)))
+                elif const_expr(self.cfg.dq_swizzle):  # the chunk's place in the row (involution)
+                    col = col ^ ((chunk // chunks_per_row) % 8)
+                if const_expr(self.cfg.dq_frag):
+                    if i < sq:
+                        self._store_frag_chunk(mdQ, b, i, h, col, vals[k], written,
+                                               softmax_scale)
+                elif i < sq:
+                    if written != 0:
+                        mdQ[b, i, h, col, None].store(
+                            (vals[k] * softmax_scale).to(mdQ.element_type))
+                    else:  # (a constant made outside the branch: emitted at its first use)
+                        mdQ[b, i, h, col, None].store(
+                            cute.full(_VEC_ACC, 0.0, mdQ.element_type))
+
+    @cute.jit
+    def _store_by_thread(self, mdQ, b, h, blk, tidx, vals, written, softmax_scale):
+        """``dq_by_thread``: this thread's chunks of 64-row block ``blk`` of the accumulator,
+        each scattered to its four (row, column) places (``by_thread_chunk_origin``; the chunk
+        index counted from the query tile holding it)."""
+        d, rows = self.cfg.head_dim, self.cfg.dq_by_thread_rows
+        sq = mdQ.shape[1]
+        tile_chunks = rows * d // _VEC_ACC
+        n_chunks = ROWS_PER_CTA * (d // _VEC_ACC) // _THREADS
         for k in cutlass.range_constexpr(n_chunks):
-            chunk = tidx + k * _THREADS
-            i = row0 + chunk // chunks_per_row
-            col = chunk % chunks_per_row
-            if const_expr(self.cfg.dq_per_wg):  # block w holds columns [w * D/2, (w + 1) * D/2)
-                block_chunks = chunks_per_row // 2
-                within = chunk % (ROWS_PER_CTA * block_chunks)
-                r = within // block_chunks
-                i = row0 + r
-                col = ((chunk // (ROWS_PER_CTA * block_chunks)) * block_chunks
-                       + ((within % block_chunks) ^ (r % 8)))
-            elif const_expr(self.cfg.dq_swizzle):  # the chunk's place in the row (an involution)
-                col = col ^ ((chunk // chunks_per_row) % 8)
-            if const_expr(self.cfg.dq_frag):
+            flat = blk * (ROWS_PER_CTA * d // _VEC_ACC) + tidx + k * _THREADS
+            tile = flat // tile_chunks
+            q0, col = by_thread_chunk_origin(flat % tile_chunks, rows, d)
+            i0 = tile * rows + q0
+            scaled = cute.make_rmem_tensor(cute.make_layout(_VEC_ACC), Float32)
+            scaled.store(vals[k] * softmax_scale)
+            if written == 0:
+                scaled.fill(0.0)
+            for v in cutlass.range_constexpr(_VEC_ACC):  # (e, row half) = (v % 2, v // 2)
+                i = i0 + v % 2
                 if i < sq:
-                    self._store_frag_chunk(mdQ, b, i, h, col, vals[k], written, softmax_scale)
-            elif i < sq:
-                if written != 0:
-                    mdQ[b, i, h, col, None].store((vals[k] * softmax_scale).to(mdQ.element_type))
-                else:  # (a constant made outside the branch would be emitted at its first use)
-                    mdQ[b, i, h, col, None].store(cute.full(_VEC_ACC, 0.0, mdQ.element_type))
+                    one = cute.make_rmem_tensor(cute.make_layout(1), mdQ.element_type)
+                    one[0] = scaled[v].to(mdQ.element_type)
+                    mdQ[b, i, h, col + 8 * (v // 2), None].store(one.load())
 
     @cute.jit
     def _store_frag_chunk(self, mdQ, b, i, h, chunk, vals, written, softmax_scale):

@@ -103,8 +103,8 @@ from .bwd_dq_writer import BwdDqWriter
 from .bwd_layout import (  # noqa: F401  (the tests read _DQ_PAD_TRANSPOSED and dq_stage_layout here)
     _BAR_DQ, _BAR_DQ_EMPTY, _BAR_DQ_FULL, _BAR_DQ_WG_STEP, _BAR_PDS_FREE, _BAR_PDS_READY,
     _CONV_QUEUE, _CONV_VEC, _DQ_PAD_TRANSPOSED, _DQ_SYNC_THREADS, _DQ_WG_SYNC_THREADS,
-    _acc_mn, _acc_to_operand_a, _smem_layout, _transposed, dq_frag_order, dq_stage_layout,
-    stat_holder_lane, stat_lane_word, stat_pair_step)
+    _acc_mn, _acc_to_operand_a, _smem_layout, _transposed, dq_by_thread_view, dq_frag_order,
+    dq_stage_layout, stat_holder_lane, stat_lane_word, stat_pair_step)
 
 _LOG2_E = math.log2(math.e)
 
@@ -1360,6 +1360,13 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
             order = dq_frag_order(cute.size(acc_dQ))
             cute.autovec_copy(cute.composition(acc_dQ, order),
                               cute.composition(th_dq.partition_C(sdQ), order))
+        elif const_expr(self.cfg.dq_by_thread):
+            # the accumulator's quads in register order, quad k beside the other threads' k-th
+            # (dq_by_thread_view): one conflict-free STS.128 each
+            values = cute.size(acc_dQ)
+            cute.autovec_copy(
+                cute.make_tensor(acc_dQ.iterator, cute.make_layout((4, values // 4))),
+                dq_by_thread_view(sdQ.iterator, ctid, values))
         else:
             cute.autovec_copy(acc_dQ, th_dq.partition_C(
                 _transposed(sdQ) if const_expr(self.cfg.dq_transposed) else sdQ))

@@ -1,0 +1,84 @@
+"""The transposed dQ of 80-row tiles staged in thread order (BwdConfig.dq_by_thread), on the CPU:
+for every consumer thread and accumulator value, the place the kernel's dq_by_thread_view
+stores it, read back by the postprocess's by_thread_chunk_origin, is the (query row, D column)
+the dQ^T GEMM's C partition gives that value (evaluated by the DSL at trace time); each stored
+quad is one aligned 16-byte chunk, a warp's quads are contiguous, the tile is covered once; and
+the config rules. The GPU oracle (tests/gpu/bwd_check.py) checks the numbers."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import cutlass
+import cutlass.cute as cute
+
+from paddle_flashmask.ops.cute import bwd_rules
+from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
+from paddle_flashmask.ops.cute import interface
+from paddle_flashmask.ops.cute.bwd_layout import dq_by_thread_start, dq_by_thread_view
+from paddle_flashmask.ops.cute.flash_bwd_prepost import by_thread_chunk_origin
+
+ROWS, D = 80, 128
+_PLACES: dict = {}
+
+
+def _config(monkeypatch, two_stages: bool = True):
+    monkeypatch.setenv(bwd_rules.TILE_M_ENV, str(ROWS))
+    monkeypatch.setenv(bwd_rules.TALL_TWO_PDS_ENV, "1" if two_stages else "0")
+    monkeypatch.setenv(bwd_rules.DQ_BY_THREAD_ENV, "1")
+    return interface.backward_config("bfloat16", D, False, None)
+
+
+def test_every_value_reaches_its_row_and_column(monkeypatch):
+    cfg = _config(monkeypatch)
+    assert cfg.tile_m == ROWS and cfg.dq_transposed and cfg.dq_by_thread
+    assert cfg.prepost.dq_by_thread_rows == ROWS
+    kernel = bwd.FlashMaskBwdSm90(cfg)
+    _PLACES.clear()
+
+    @cute.jit
+    def probe():
+        tiled_dq = kernel._mmas()[3]
+        coords = cute.make_identity_tensor(kernel._dq_tile_shape())  # (D, query rows)
+        base = cute.make_ptr(cutlass.Float32, 0, cute.AddressSpace.smem, assumed_align=16)
+        for t in cutlass.range_constexpr(256):
+            part = tiled_dq.get_slice(t).partition_C(coords)
+            values = cute.size(part)
+            view = dq_by_thread_view(base, t, values)
+            for v in cutlass.range_constexpr(values):
+                _PLACES[(t, v)] = (part[v], view.layout((v % 4, v // 4)))
+
+    cute.compile(probe)
+    stored = {}
+    for (t, v), (coord, offset) in _PLACES.items():
+        d_col, q_row = int(coord[0]), int(coord[1])
+        offset = int(offset) + dq_by_thread_start(t, ROWS * D // 256)
+        assert offset % 4 == v % 4, (t, v)  # the quad's values in order inside one chunk
+        q0, col0 = by_thread_chunk_origin(offset // 4, ROWS, D)
+        # the postprocess: value e + 2 * (row half) of a chunk at (+e rows, +8 * half columns)
+        assert (q0 + v % 2, col0 + 8 * ((v % 4) // 2)) == (q_row, d_col), (t, v)
+        stored[offset] = (t, v)
+    assert sorted(stored) == list(range(ROWS * D))  # every float of the tile once
+    for t in range(0, 256, 32):  # a warp's k-th quads: 32 consecutive 16-byte chunks
+        for k in range(10):
+            firsts = sorted(off for off, (tt, v) in stored.items()
+                            if t <= tt < t + 32 and v == 4 * k)
+            assert firsts == list(range(firsts[0], firsts[0] + 128, 4)), (t, k)
+
+
+def test_config_rules(monkeypatch):
+    cfg = _config(monkeypatch)
+    assert cfg.dq_by_thread
+    assert not _config(monkeypatch, two_stages=False).dq_by_thread  # padded rows: no
+    monkeypatch.delenv(bwd_rules.DQ_BY_THREAD_ENV)  # off unless asked for
+    assert not interface.backward_config("bfloat16", D, False, None).dq_by_thread
+    monkeypatch.delenv(bwd_rules.TILE_M_ENV)
+    default = interface.backward_config("bfloat16", D, False, None)
+    assert default.tile_m == 64 and not default.dq_by_thread
+    with pytest.raises(ValueError, match="dq_by_thread: expected an 80-row tile"):
+        dataclasses.replace(default, dq_by_thread=True)
+    _config(monkeypatch)
+    monkeypatch.setenv(bwd_rules.DQ_BY_THREAD_ENV, "yes")  # checked, not ignored
+    with pytest.raises(ValueError, match=bwd_rules.DQ_BY_THREAD_ENV):
+        interface.backward_config("bfloat16", D, False, None)
