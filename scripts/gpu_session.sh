@@ -2347,7 +2347,7 @@ timeout -s INT -k 10 150 python3 bench/kernel_ab.py --pass bwd --kernel bwd --ro
 
 call206() {
   emit "call 206 (session 32, fresh staging) - issue 6 item 1 at D = 64 after session 31's default change (the default's 128-row tiles are faster, the deterministic mode keeps 64-row ones): deterministic / default on every mask, MHA B=2 H=16 and GQA 16/8, and GQA 16/8 at D = 128 again (last measured in session 26) [<= 5 min]" \
-    nvidia-h200 330 '[".cutedsl/b", ".devtools"]' \
+    nvidia-h200 350 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
 timeout -s INT -k 10 130 $A --head-dim 64 --masks full,causal,causal_document,document,sliding_window,shared_question,prefix_lm_causal,global_sliding_window --tag s32_det_d64_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-160
