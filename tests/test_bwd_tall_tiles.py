@@ -144,11 +144,15 @@ def test_prepost_rejects_64_row_grids_with_other_padding():
 
     base = _tall_config().prepost
     assert base.row_pad == 320
-    for field in ("deterministic", "first_store", "has_sink"):
+    for field in ("first_store", "has_sink"):
         with pytest.raises(ValueError, match="row_pad=320"):
             dataclasses.replace(base, **{field: True})
+    # the deterministic mode's semaphores are counted in grid_rows (the main kernel's tiles)
+    assert dataclasses.replace(base, deterministic=True, grid_rows=80).grid_rows == 80
     with pytest.raises(ValueError, match="row_pad: expected a multiple of 64"):
         PrePostConfig("bfloat16", 128, 128, False, False, False, row_pad=80)
+    with pytest.raises(ValueError, match="and of grid_rows=128"):
+        dataclasses.replace(base, deterministic=True, grid_rows=128)
 
 
 
@@ -238,9 +242,17 @@ def test_128_row_host_rule_and_form(monkeypatch):
         assert cfg.tile_m == 128 and cfg.pds_stages == 1 and not cfg.prefetch_stats
         assert not (cfg.dq_first_store or cfg.dq_per_wg or cfg.dq_swizzle or cfg.p_in_smem)
     for args in ((128, False, None, False, False), (256, True, 1, False, False),
-                 (64, True, 1, True, False), (64, False, None, False, True)):
+                 (64, False, None, False, True)):
         assert bwd.default_tile_m(*args) == 64, args
-    assert interface.backward_config("bfloat16", 64, True, 1, deterministic=True).tile_m == 64
+    # the deterministic mode takes 128 rows when asked (session 32): semaphores per 128-row tile
+    assert bwd.default_tile_m(64, True, 1, True, False) == 128
+    det = interface.backward_config("bfloat16", 64, True, 1, deterministic=True)
+    assert det.tile_m == 128 and det.prepost.grid_rows == 128 and det.prepost.row_pad == 128
+    assert bwd.workspace_shapes(det, 2, 300, 300, 4, 4)["semaphores"][0] == (
+        2, 4 * det.dq_chains, 3)  # ceil(300 / 128) tiles
+    monkeypatch.setenv(bwd.TILE_M_ENV, "80")  # ... but not 80 (at D = 128)
+    assert bwd.default_tile_m(128, False, None, True, False) == 64
+    monkeypatch.setenv(bwd.TILE_M_ENV, "128")
     assert interface.backward_config("bfloat16", 128, False, None).tile_m == 64
     assert row_padding(128) == 128 and padded_rows(8193, 128) == 8320
     shapes = bwd.workspace_shapes(_config_128(), 2, 300, 300, 4, 4)

@@ -259,13 +259,12 @@ def determinism(runner, case, seed, reruns=10):
             "pass": ok}
 
 
-def large_determinism(runner, seed, kind="causal", s=32768, h=2):
+def large_determinism(runner, seed, kind="causal", s=32768, h=2, d=128):
     """Deterministic mode with more key tiles per (b, h) than SMs (no deadlock, bit-exact) and
     agreement with the default mode; no dense oracle at this size."""
     torch = runner.torch
     rng = np.random.default_rng(seed)
     idx, causal = make_mask(kind, rng, 1, 1, s, s)
-    d = 128
     q = torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16)
     p = dict(name=f"large_det_{kind}", dt="bf16", d=d, dv=d, b=1, sq=s, sk=s, h=h, hk=h, idx=idx,
              causal=causal, q=q, k=torch.randn_like(q), v=torch.randn_like(q),
@@ -347,6 +346,11 @@ def main():
     ap.add_argument("--fused-dq", action="store_true", default=None,
                     help="BwdConfig.fused_dq where it applies (default: the product's default)")
     ap.add_argument("--no-fused-dq", dest="fused_dq", action="store_false")
+    ap.add_argument("--det-cases", default="",
+                    help="comma list of CASES_FULL names for the 10-rerun determinism check "
+                         "(default: DETERMINISM_CASES)")
+    ap.add_argument("--large-det-dim", type=int, default=128, choices=(64, 128),
+                    help="head dim of the 32K-token determinism runs")
     ap.add_argument("--no-determinism", action="store_true",
                     help="skip the bit-identical rerun cases (for an --only run of a few cases)")
     ap.add_argument("--json-name", default="bwd_check.json",
@@ -372,7 +376,8 @@ def main():
                    "trace": traceback.format_exc()[-2000:]}
         print(json.dumps(res), flush=True)
         report["cases"].append(res)
-    for name in ([] if args.no_determinism else DETERMINISM_CASES):
+    det_cases = args.det_cases.split(",") if args.det_cases else DETERMINISM_CASES
+    for name in ([] if args.no_determinism else det_cases):
         case = next(c for c in CASES_FULL if c[0] == name)
         try:
             res = determinism(runner, case, seed=7)
@@ -383,7 +388,7 @@ def main():
         report["determinism"].append(res)
     for kind in (() if args.no_determinism else ("causal", "causal_doc", "causal_global_window")):
         try:
-            res = large_determinism(runner, seed=11, kind=kind)
+            res = large_determinism(runner, seed=11, kind=kind, d=args.large_det_dim)
         except Exception as e:
             res = {"name": f"large_det_{kind}", "pass": False,
                    "error": f"{type(e).__name__}: {e}"}

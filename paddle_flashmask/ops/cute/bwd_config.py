@@ -306,12 +306,13 @@ class BwdConfig:
         if self.tile_n not in (64, 128):
             raise ValueError(f"tile_n: expected 64 or 128, found {self.tile_n}")
         if self.tile_m != ROWS_PER_CTA and not (
-                self.tall_tile_applies and tall_tile_head_dim(self.tile_m) == self.head_dim):
+                self.tall_tile_applies and tall_tile_head_dim(self.tile_m) == self.head_dim
+                and not (self.deterministic and self.tile_m != 128)):
             raise ValueError(
                 f"tile_m={self.tile_m}: expected head dims ({tall_tile_head_dim(self.tile_m)}, "
                 f"{tall_tile_head_dim(self.tile_m)}), tile_n=128, rs_dkv=True, "
-                f"dQ staged in smem, and deterministic, has_sink, fused_dq, dq_first_store, "
-                f"dq_per_wg all False, found head dims ({self.head_dim}, {self.head_dim_v}), "
+                f"dQ staged in smem, deterministic only at 128 rows, and has_sink, fused_dq, "
+                f"dq_first_store, dq_per_wg all False, found head dims ({self.head_dim}, {self.head_dim_v}), "
                 f"tile_n={self.tile_n}, rs_dkv={self.rs_dkv}, dq_in_smem={self.dq_in_smem} "
                 f"(pds_stages={self.pds_stages}, stage_stats={self.stage_stats}, dq_swizzle="
                 f"{self.dq_swizzle}), deterministic={self.deterministic}, "
@@ -470,10 +471,12 @@ class BwdConfig:
     @property
     def tall_tile_form(self) -> bool:
         """The part of ``tall_tile_applies`` that ``with_tile_m`` cannot switch off: D = 64 or
-        128, tile_n 128, P^T from registers, and not deterministic, with a sink or fused dQ."""
+        128, tile_n 128, P^T from registers, and not with a sink or fused dQ. (Deterministic:
+        since session 32, its semaphores counted in the kernel's tiles, PrePostConfig.grid_rows;
+        the GQA head walk's interleaved form excluded.)"""
         return ((self.head_dim, self.head_dim_v) in ((64, 64), (128, 128)) and self.tile_n == 128
-                and self.rs_dkv
-                and not (self.deterministic or self.has_sink or self.fused_dq))
+                and self.rs_dkv and not self.walk_interleave
+                and not (self.has_sink or self.fused_dq))
 
     @property
     def dq_transposed(self) -> bool:
@@ -647,6 +650,8 @@ class BwdConfig:
             extra = dict(dkv_tiles=True, tile_n=self.tile_n)
         if self.tile_m != ROWS_PER_CTA:  # (the default's key stays as it was)
             extra["row_pad"] = row_padding(self.tile_m)
+            if self.deterministic:  # its semaphores count the kernel's tiles
+                extra["grid_rows"] = self.tile_m
         if self.dq_frag:  # (likewise)
             extra["dq_frag"] = True
         if self.dq_by_thread:

@@ -44,12 +44,14 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
       (FA3/FA4's full-attention tile). Measured slower (session 24, calls 137-138).
 
     Env ``PADDLE_FLASHMASK_BWD_TILE_M=64|80|128`` forces a height where it applies
-    (``BwdConfig.tall_tile_applies``: not in the deterministic mode, not with a sink, the tile's
-    own head dim; 80 only for bidirectional masks without columns or with two); elsewhere 64."""
+    (``BwdConfig.tall_tile_applies``: not with a sink, the tile's own head dim; 80 only for
+    bidirectional masks without columns or with two, outside the deterministic mode; 128 also
+    in the deterministic mode since session 32, its semaphores counted in 128-row tiles);
+    elsewhere 64."""
     from .launch_args import env_choice
 
     forced = env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES))
-    if deterministic or has_sink:
+    if has_sink or (deterministic and forced != "128"):  # deterministic: 128 rows, env only
         return ROWS_PER_CTA
     if not forced:
         return 128 if head_dim == 64 else ROWS_PER_CTA
@@ -72,7 +74,8 @@ def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
     the options the taller tile has no path for are dropped, a second dS^T stage among them, and
     the D = 64 stats prefetch, which spills at 128 rows), else ``cfg`` unchanged."""
     if (tile_m == cfg.tile_m or not cfg.tall_tile_form
-            or tall_tile_head_dim(tile_m) != cfg.head_dim):
+            or tall_tile_head_dim(tile_m) != cfg.head_dim
+            or (cfg.deterministic and tile_m != 128)):
         return cfg
     # H200 (calls 137-138): one dS^T stage with padded dQ rows measured faster than FA3/FA4's
     # form (two stages, which fit only beside the swizzled unpadded tile and without staged

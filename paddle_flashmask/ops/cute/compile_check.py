@@ -374,6 +374,12 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 64, False, 2, shfl_stats=True)
     bwd("bfloat16", 128, False, None, shfl_stats=True)
     bwd("bfloat16", 128, False, 2, shfl_stats=True)
+    # the deterministic mode with 128-row tiles at D = 64 (session 32; env TILE_M=128)
+    for c, causal in ((None, False), (None, True), (1, True), (2, False)):
+        bwd("bfloat16", 64, causal, c, det=True, tile_m=128, two_pds_swizzled=True,
+            shfl_stats=True)
+    bwd("bfloat16", 64, True, 1, gqa=True, det=True, tile_m=128, two_pds_swizzled=True,
+        shfl_stats=True)
     # dQ staged in the fragment order: D = 64 at 128 rows (session 31), D = 128 per-warpgroup
     # blocks at 64 rows (session 32; documents with the blocks forced)
     for c, causal in ((None, False), (2, False)):

@@ -239,17 +239,22 @@ class PrePostConfig:
     # of it; the preprocess covers every padding row (LSE +inf, delta 0, dq_accum zeroed), since
     # an 80-row query tile reads past the last 64-row block
     row_pad: int = ROWS_PER_CTA
+    # the main kernel's query-tile height, which the deterministic mode's semaphores
+    # ([B, H * chains, Sq_pad / grid_rows]) are counted in; the preprocess zeroes each from the
+    # 64-row block holding the tile's first row
+    grid_rows: int = ROWS_PER_CTA
 
     def __post_init__(self):
-        if self.row_pad % ROWS_PER_CTA:
-            raise ValueError(f"row_pad: expected a multiple of {ROWS_PER_CTA}, found {self.row_pad}")
-        # the per-query-tile grids (semaphores, first-store flags, pending counts, sink partials)
-        # are sized by 64-row blocks, which only match the main kernel's tiles at row_pad 64
-        if self.row_pad != ROWS_PER_CTA and (self.deterministic or self.first_store
-                                              or self.fused_dq or self.has_sink):
-            raise ValueError(f"row_pad={self.row_pad}: expected deterministic, first_store, "
-                             f"fused_dq and has_sink all False, found {self.deterministic}, "
-                             f"{self.first_store}, {self.fused_dq}, {self.has_sink}")
+        if self.row_pad % ROWS_PER_CTA or self.row_pad % self.grid_rows:
+            raise ValueError(f"row_pad: expected a multiple of {ROWS_PER_CTA} and of grid_rows="
+                             f"{self.grid_rows}, found {self.row_pad}")
+        # the other per-query-tile grids (first-store flags, pending counts, sink partials) are
+        # read per 64-row block, which only matches the main kernel's tiles at row_pad 64
+        if self.row_pad != ROWS_PER_CTA and (self.first_store or self.fused_dq
+                                              or self.has_sink):
+            raise ValueError(f"row_pad={self.row_pad}: expected first_store, fused_dq and "
+                             f"has_sink all False, found {self.first_store}, {self.fused_dq}, "
+                             f"{self.has_sink}")
 
     @property
     def has_post(self) -> bool:
@@ -285,8 +290,8 @@ class _Preprocess:
         if const_expr(self.cfg.has_sink):
             mSink = rowmajor(sink_ptr, (h,))
             mDsinkPart = rowmajor(dsink_part_ptr, (b, h, n_blk))
-        if const_expr(self.cfg.deterministic):
-            mSem = rowmajor(sem_ptr, (b, h * chains, n_blk))
+        if const_expr(self.cfg.deterministic):  # per main-kernel query tile
+            mSem = rowmajor(sem_ptr, (b, h * chains, sqp // self.cfg.grid_rows))
         visits = None
         if const_expr(self.cfg.first_store and not self.cfg.deterministic):
             # per-query-tile flags, in place of the pending counts
@@ -368,8 +373,14 @@ class _Preprocess:
             mLSE2[b, h, row] = lse2
 
         if const_expr(self.cfg.deterministic):
-            if tidx < chains:
-                mSem[b, h * chains + tidx, blk] = Int32(0)
+            if const_expr(self.cfg.grid_rows == ROWS_PER_CTA):
+                if tidx < chains:
+                    mSem[b, h * chains + tidx, blk] = Int32(0)
+            else:  # the tile whose first row lies in this block, if any
+                grid_rows = self.cfg.grid_rows
+                tile = cute.ceil_div(blk * ROWS_PER_CTA, grid_rows)
+                if tidx < chains and tile * grid_rows < (blk + 1) * ROWS_PER_CTA:
+                    mSem[b, h * chains + tidx, tile] = Int32(0)
         if const_expr(self.cfg.has_sink):
             sink_part = cute.arch.warp_reduction_sum(sink_part)
             if lane == 0:
