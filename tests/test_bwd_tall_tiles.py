@@ -139,6 +139,18 @@ def test_invalid_tall_variants_name_tile_m(field, value):
         dataclasses.replace(cfg, tile_m=96)
 
 
+@pytest.mark.parametrize("grid_rows", [64, 80, 128])
+def test_each_tile_semaphore_is_zeroed_by_one_block(grid_rows):
+    from paddle_flashmask.ops.cute.flash_bwd_prepost import (ROWS_PER_CTA, padded_rows,
+                                                             tile_starting_in_block)
+
+    for seqlen in (1, 63, 64, 65, 300, 1000, 8192):
+        rows = padded_rows(seqlen, grid_rows)  # the preprocess's blocks cover these rows
+        zeroed = [tile for blk in range(rows // ROWS_PER_CTA)
+                  for tile, here in [tile_starting_in_block(blk, grid_rows)] if here]
+        assert zeroed == list(range(rows // grid_rows)), (grid_rows, seqlen)
+
+
 def test_prepost_rejects_64_row_grids_with_other_padding():
     from paddle_flashmask.ops.cute.flash_bwd_prepost import PrePostConfig
 

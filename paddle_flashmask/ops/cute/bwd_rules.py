@@ -41,7 +41,9 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
       columns 1.019-1.043x (then off there); with one dS^T stage (``with_tile_m``'s form)
       1.12-1.17x slower everywhere (call 179).
     * ``80`` (env only): 80 rows for bidirectional masks without columns or with two at D = 128
-      (FA3/FA4's full-attention tile). Measured slower (session 24, calls 137-138).
+      (FA3/FA4's full-attention tile). Measured slower (session 24, calls 137-138; session 32,
+      calls 201, 204-205, in FA4's whole form with its dQ^T staging and dS layout: main kernel
+      0.98-1.05x, and the dQ accumulator then needs zeroing, +92 us at B=4 S=8K H=16).
 
     Env ``PADDLE_FLASHMASK_BWD_TILE_M=64|80|128`` forces a height where it applies
     (``BwdConfig.tall_tile_applies``: not with a sink, the tile's own head dim; 80 only for
@@ -91,7 +93,8 @@ def default_tall_two_pds(tile_m: int) -> bool:
     """Whether a taller query tile takes FA3/FA4's form (``with_two_pds_stages``) instead of
     ``with_tile_m``'s: on for 128 rows at D = 64 (FA4's own D = 64 form; session 30, calls 179
     and 184, H100: 0.957-0.963x of the 64-row default on full / causal, against 1.15-1.17x with
-    one dS^T stage), off for 80 rows at D = 128 (measured slower, call 138). Env
+    one dS^T stage), off for 80 rows at D = 128 (measured slower: call 138 with the stats from
+    global, 1.12-1.16x; session 32's call 201 with them staged, 1.00-1.05x). Env
     ``PADDLE_FLASHMASK_BWD_TALL_TWO_PDS=1`` / ``0`` forces it."""
     from .launch_args import env_choice
 
@@ -618,8 +621,11 @@ DQ_FRAG_ENV = "PADDLE_FLASHMASK_BWD_DQ_FRAG"
 
 
 def default_dq_frag() -> bool:
-    """``BwdConfig.dq_frag`` wanted where it applies (``with_dq_frag``): off, built in session 31
-    and not yet run on a GPU. Env ``PADDLE_FLASHMASK_BWD_DQ_FRAG=1`` / ``0`` forces it."""
+    """``BwdConfig.dq_frag`` wanted where it applies (``with_dq_frag``): off. Session 32 (H100,
+    whole backward, interleaved, B=4 S=8K): D = 64 128-row tiles (call 200, oracle 4/4) MHA
+    1.002-1.009x, GQA 32/8 1.004-1.007x; D = 128 per-warpgroup blocks (call 202, oracle 11/11)
+    0.954-1.024x, within the base's spread. Env ``PADDLE_FLASHMASK_BWD_DQ_FRAG=1`` / ``0``
+    forces it."""
     from .launch_args import env_choice
 
     return env_choice(DQ_FRAG_ENV, ("0", "1")) == "1"
@@ -627,7 +633,7 @@ def default_dq_frag() -> bool:
 
 def with_dq_frag(cfg: "BwdConfig") -> "BwdConfig":
     """``cfg`` staging dQ in the accumulator's fragment order (``BwdConfig.dq_frag``) where that
-    can apply (128-row tiles with the swizzled, single-block dQ tile), else unchanged."""
+    can apply (the swizzled dQ tile, one block or two, not transposed), else unchanged."""
     return replace(cfg, dq_frag=True) if cfg.dq_frag_applies else cfg
 
 

@@ -160,6 +160,16 @@ def head_major(ptr: cute.Pointer, b, rows, heads, row_len: int, vec: int = 0) ->
                                                   stride=(batch_stride, row_len, head_stride, 1)))
 
 
+def tile_starting_in_block(blk, grid_rows: int) -> tuple:
+    """(tile, whether it starts here): the first ``grid_rows``-row tile at or after 64-row block
+    ``blk``'s first row, and whether that tile's first row lies inside the block (for
+    ``grid_rows`` >= 64 at most one tile does). The preprocess zeroes each deterministic-mode
+    semaphore from the block where its tile starts, so every tile is zeroed exactly once.
+    ``blk`` is an int (tests) or an Int32 (kernel)."""
+    tile = (blk * ROWS_PER_CTA + grid_rows - 1) // grid_rows
+    return tile, tile * grid_rows < (blk + 1) * ROWS_PER_CTA
+
+
 def row_padding(tile_m: int) -> int:
     """The multiple the fp32 per-query-row buffers (``lse2``, ``delta``, ``dq_accum``) are padded
     to: whole main-kernel query tiles and whole 64-row pre/post blocks alike (64 at tile_m 64,
@@ -377,9 +387,8 @@ class _Preprocess:
                 if tidx < chains:
                     mSem[b, h * chains + tidx, blk] = Int32(0)
             else:  # the tile whose first row lies in this block, if any
-                grid_rows = self.cfg.grid_rows
-                tile = cute.ceil_div(blk * ROWS_PER_CTA, grid_rows)
-                if tidx < chains and tile * grid_rows < (blk + 1) * ROWS_PER_CTA:
+                tile, starts_here = tile_starting_in_block(blk, self.cfg.grid_rows)
+                if tidx < chains and starts_here:
                     mSem[b, h * chains + tidx, tile] = Int32(0)
         if const_expr(self.cfg.has_sink):
             sink_part = cute.arch.warp_reduction_sum(sink_part)
