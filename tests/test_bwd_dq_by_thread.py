@@ -69,7 +69,21 @@ def test_every_value_reaches_its_row_and_column(monkeypatch):
 
 def test_config_rules(monkeypatch):
     cfg = _config(monkeypatch)
-    assert cfg.dq_by_thread
+    # each warpgroup's block handed to the writer on its own (FA4's two dQ buffers)
+    assert cfg.dq_by_thread and cfg.dq_per_wg and cfg.tall_tile_applies
+    with pytest.raises(ValueError, match="tile_m=80: expected"):  # per-warpgroup blocks alone
+        dataclasses.replace(cfg, dq_by_thread=False)
+    # FA4's order on top: dK after dV, then the dO stage released as soon as dV completed
+    assert not cfg.do_release_after_dv
+    monkeypatch.setenv(bwd_rules.DK_AFTER_DV_ENV, "1")
+    monkeypatch.setenv(bwd_rules.DO_RELEASE_AFTER_DV_ENV, "1")
+    fa4_form = interface.backward_config("bfloat16", D, False, None)
+    assert fa4_form.dk_after_dv and fa4_form.do_release_after_dv
+    with pytest.raises(ValueError, match="do_release_after_dv: expected dk_after_dv=True"):
+        dataclasses.replace(fa4_form, dk_after_dv=False)
+    monkeypatch.delenv(bwd_rules.DK_AFTER_DV_ENV)  # without dK after dV: no early release
+    assert not interface.backward_config("bfloat16", D, False, None).do_release_after_dv
+    monkeypatch.delenv(bwd_rules.DO_RELEASE_AFTER_DV_ENV)
     assert not _config(monkeypatch, two_stages=False).dq_by_thread  # padded rows: no
     monkeypatch.delenv(bwd_rules.DQ_BY_THREAD_ENV)  # off unless asked for
     assert not interface.backward_config("bfloat16", D, False, None).dq_by_thread

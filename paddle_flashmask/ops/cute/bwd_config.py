@@ -222,9 +222,17 @@ class BwdConfig:
     # side by side (FA4's dQ^T staging): 10 conflict-free STS.128 per thread instead of 40
     # scalar STS, which session 32's profile of the 80-row form found waiting on the MIO queue
     # (10 % of its samples against 2 % for FA4's). The postprocess scatters each chunk
-    # (flash_bwd_prepost.by_thread_chunk_origin). Off (call 204: no faster, its postprocess
-    # slower); env PADDLE_FLASHMASK_BWD_DQ_BY_THREAD=1 where dq_by_thread_applies.
+    # (flash_bwd_prepost.by_thread_chunk_origin). Each warpgroup's quads are a contiguous
+    # block, handed to the writer on its own (dq_per_wg's barriers and bulk ops, as FA4's two
+    # dQ buffers): the warpgroups no longer meet at the dQ hand-off. Off (call 204, single
+    # block: no faster, its postprocess slower); env PADDLE_FLASHMASK_BWD_DQ_BY_THREAD=1 where
+    # dq_by_thread_applies.
     dq_by_thread: bool = False
+    # The dO stage released as soon as the dV GEMM (its last reader) has completed, before dK,
+    # instead of with Q after dK (FA4's mma_one_m_block): the producer can refill it one GEMM
+    # earlier. Needs dk_after_dv (whose wait establishes dV's completion there). Env only
+    # (PADDLE_FLASHMASK_BWD_DO_RELEASE_AFTER_DV=1; session 32, not yet measured).
+    do_release_after_dv: bool = False
     # Partial tiles' element mask as one bit mask per key row: the key's masked query rows
     # (semantics.masked_row_intervals, measured from the thread's first column) become bits over
     # the thread's columns (mask.pair_column_bits: a few integer ops per band bound), then one
@@ -312,7 +320,7 @@ class BwdConfig:
                 f"tile_m={self.tile_m}: expected head dims ({tall_tile_head_dim(self.tile_m)}, "
                 f"{tall_tile_head_dim(self.tile_m)}), tile_n=128, rs_dkv=True, "
                 f"dQ staged in smem, deterministic only at 128 rows, and has_sink, fused_dq, "
-                f"dq_first_store, dq_per_wg all False, found head dims ({self.head_dim}, {self.head_dim_v}), "
+                f"dq_first_store, dq_per_wg (unless dq_by_thread) all False, found head dims ({self.head_dim}, {self.head_dim_v}), "
                 f"tile_n={self.tile_n}, rs_dkv={self.rs_dkv}, dq_in_smem={self.dq_in_smem} "
                 f"(pds_stages={self.pds_stages}, stage_stats={self.stage_stats}, dq_swizzle="
                 f"{self.dq_swizzle}), deterministic={self.deterministic}, "
@@ -403,6 +411,9 @@ class BwdConfig:
         if self.ds_query_major and not self.rs_dkv:
             raise ValueError("ds_query_major: expected rs_dkv=True (dK's GEMM then takes dS "
                              "from registers), found rs_dkv=False")
+        if self.do_release_after_dv and not self.dk_after_dv:
+            raise ValueError("do_release_after_dv: expected dk_after_dv=True, found "
+                             "dk_after_dv=False")
         if self.dq_by_thread and not self.dq_by_thread_applies:
             raise ValueError(f"dq_by_thread: expected an 80-row tile (dQ transposed) with the "
                              f"swizzled single-block dQ tile, fused_dq=False and dq_frag=False, "
@@ -464,9 +475,10 @@ class BwdConfig:
         the transposed hand-off's column stores are conflict-free in both; two dS^T stages fit
         only beside the unpadded one), and none of the paths whose per-query-tile grids
         (semaphores, first-store flags, pending counts, sink partials) are sized by 64-row
-        blocks or that split the tile by warpgroup columns (dq_per_wg)."""
+        blocks or that split the tile by warpgroup columns (dq_per_wg; except dq_by_thread's
+        staging, whose warpgroup blocks are its own)."""
         return (self.tall_tile_form and self.dq_in_smem
-                and not (self.dq_first_store or self.dq_per_wg))
+                and not (self.dq_first_store or (self.dq_per_wg and not self.dq_by_thread)))
 
     @property
     def tall_tile_form(self) -> bool:
@@ -520,10 +532,10 @@ class BwdConfig:
     @property
     def dq_by_thread_applies(self) -> bool:
         """Whether ``dq_by_thread`` can apply: dQ transposed (80-row tiles) into the swizzled,
-        unpadded single-block tile (the two-dS^T-stage form; its bulk hand-off moves the block
-        whole, whatever its order), converted by the postprocess."""
-        return (self.dq_transposed and self.dq_swizzle and not self.dq_per_wg
-                and not self.fused_dq and not self.dq_frag)
+        unpadded tile (the two-dS^T-stage form; its bulk hand-offs move a block whole, whatever
+        its order), converted by the postprocess."""
+        return (self.dq_transposed and self.dq_swizzle and not self.fused_dq
+                and not self.dq_frag)
 
     @property
     def walk_interleave_applies(self) -> bool:

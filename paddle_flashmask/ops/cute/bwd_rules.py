@@ -652,6 +652,20 @@ def with_ds_query_major(cfg: "BwdConfig") -> "BwdConfig":
     return replace(cfg, ds_query_major=True)
 
 
+DO_RELEASE_AFTER_DV_ENV = "PADDLE_FLASHMASK_BWD_DO_RELEASE_AFTER_DV"
+
+
+def with_do_release_after_dv(cfg: "BwdConfig") -> "BwdConfig":
+    """``cfg`` releasing each dO stage once dV has completed (``BwdConfig.do_release_after_dv``)
+    where env ``PADDLE_FLASHMASK_BWD_DO_RELEASE_AFTER_DV=1`` asks for it and ``dk_after_dv`` is
+    on; else unchanged (session 32: FA4's order, not yet measured)."""
+    from .launch_args import env_choice
+
+    if env_choice(DO_RELEASE_AFTER_DV_ENV, ("0", "1")) != "1" or not cfg.dk_after_dv:
+        return cfg
+    return replace(cfg, do_release_after_dv=True)
+
+
 DQ_BY_THREAD_ENV = "PADDLE_FLASHMASK_BWD_DQ_BY_THREAD"
 
 
@@ -662,12 +676,15 @@ def with_dq_by_thread(cfg: "BwdConfig") -> "BwdConfig":
     attention) found the 40 scalar dQ^T stores per thread holding 10 % of its samples (39
     waiting on the MIO queue), FA4's 10 STS.128 2 %; call 204 (whole backward, oracle 6/6):
     its main kernel no faster (full 8968 against 8929 us, documents 3318 against 3357) and its
-    postprocess, which scatters the chunks, 204 against 132 us: off."""
+    postprocess, which scatters the chunks, 204 against 132 us: off. Since then each
+    warpgroup's block goes to the writer on its own (``dq_per_wg``), not yet measured."""
     from .launch_args import env_choice
 
     if env_choice(DQ_BY_THREAD_ENV, ("0", "1")) != "1" or not cfg.dq_by_thread_applies:
         return cfg
-    return replace(cfg, dq_by_thread=True)
+    # each warpgroup's block handed off on its own (session 32, after call 204 ran the single
+    # block: the two warpgroups and the writer met at every tile's dQ hand-off, FA4's do not)
+    return replace(cfg, dq_by_thread=True, dq_per_wg=True)
 
 
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"

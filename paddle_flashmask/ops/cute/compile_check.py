@@ -174,7 +174,8 @@ def variants(full: bool = False) -> list[Variant]:
             dv_early: Optional[bool] = None, dk_early: bool = False, tile_m: int = 64,
             two_pds_swizzled: bool = False, dk_after_dv: bool = False,
             interior_dkv: bool = False, shfl_stats: bool = False, dq_frag: bool = False,
-            dq_by_thread: bool = False, ds_query_major: bool = False):
+            dq_by_thread: bool = False, ds_query_major: bool = False,
+            do_release_after_dv: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced. The base has
         # 64-row query tiles (``tile_m`` picks a taller one): the options below were built on
         # it; the host's D = 64 default without columns (128 rows in FA4's form, session 30)
@@ -260,6 +261,8 @@ def variants(full: bool = False) -> list[Variant]:
         if dk_after_dv or (host_dk_after_dv and cfg.dk_after_dv_applies):
             # dK only once dV has completed, after dQ's issue (FA4's order)
             cfg = dataclasses.replace(cfg, dk_after_dv=True)
+        if do_release_after_dv:  # ... and the dO stage released right then
+            cfg = dataclasses.replace(cfg, do_release_after_dv=True)
         if claim_list is not None:  # class claims from a class-sorted list, or per pass
             cfg = dataclasses.replace(cfg, claim_list=claim_list)
         if tile_m != cfg.tile_m:  # 80-row query tiles, dQ transposed (env ..._BWD_TILE_M=80)
@@ -278,8 +281,8 @@ def variants(full: bool = False) -> list[Variant]:
             cfg = with_dq_frag(cfg)
             if not cfg.dq_frag:
                 raise ValueError(f"compile_check bwd: dq_frag does not apply to {cfg}")
-        if dq_by_thread:  # 80-row two-stage tiles: dQ^T staged in thread order (dq_by_thread)
-            cfg = dataclasses.replace(cfg, dq_by_thread=True)
+        if dq_by_thread:  # 80-row two-stage tiles: dQ^T staged in thread order (dq_by_thread),
+            cfg = dataclasses.replace(cfg, dq_by_thread=True, dq_per_wg=True)  # per warpgroup
         if ds_query_major:  # dS stored [queries x keys] (ds_query_major)
             cfg = dataclasses.replace(cfg, ds_query_major=True)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
@@ -316,6 +319,7 @@ def variants(full: bool = False) -> list[Variant]:
                          " dq-frag" if dq_frag else "",
                          " dq-by-thread" if dq_by_thread else "",
                          " ds-query-major" if ds_query_major else "",
+                         " do-release-after-dv" if do_release_after_dv else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
                          {None: "", True: " dkv-last", False: " dkv-partials"}[dkv_last],
                          " walk-interleave" if interleave else "",
@@ -399,10 +403,14 @@ def variants(full: bool = False) -> list[Variant]:
     # thread too, and the 64-row default forms
     for c in (None, 2):
         bwd("bfloat16", 128, False, c, tile_m=80, two_pds_swizzled=True, ds_query_major=True)
+    for c in (None, 2):  # ... FA4's whole D = 128 form: dK after dV, dO released before dK
+        bwd("bfloat16", 128, False, c, tile_m=80, two_pds_swizzled=True, ds_query_major=True,
+            dq_by_thread=True, dk_after_dv=True, do_release_after_dv=True)
     bwd("bfloat16", 128, False, None, tile_m=80, two_pds_swizzled=True, ds_query_major=True,
         dq_by_thread=True)
     for c, causal in ((None, False), (1, True), (2, False)):
         bwd("bfloat16", 128, causal, c, ds_query_major=True)
+    bwd("bfloat16", 128, True, 1, dk_after_dv=True, do_release_after_dv=True)  # 64 rows
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)

@@ -1288,6 +1288,8 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                     if const_expr(cfg.dk_after_dv):  # [dV] [dQ] outstanding: dV done first
                         warpgroup.wait_group(1)
                         warpgroup.fence()
+                        if const_expr(cfg.do_release_after_dv):  # dO's last reader is done
+                            pipe_do.consumer_release(state)
                     self._wgmma(tiled_dk, acc_dK, tKrdS, tKrQ[None, None, None, stage], False)
                     warpgroup.commit_group()
                     warpgroup.wait_group(1)
@@ -1298,7 +1300,8 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                     warpgroup.commit_group()
                 warpgroup.wait_group(0)
                 pipe_q.consumer_release(state)
-                pipe_do.consumer_release(state)
+                if const_expr(not cfg.do_release_after_dv):
+                    pipe_do.consumer_release(state)
                 state.advance()
 
                 # dQ (fp32) into the global accumulator

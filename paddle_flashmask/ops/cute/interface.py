@@ -357,7 +357,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dk_after_dv, default_interior_dkv,
                             default_tall_two_pds, default_tile_m, with_two_pds_stages,
                             default_shfl_stats, with_shfl_stats, default_dq_frag,
-                            with_dq_by_thread, with_dq_frag, with_ds_query_major)
+                            with_do_release_after_dv, with_dq_by_thread, with_dq_frag,
+                            with_ds_query_major)
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
@@ -416,6 +417,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
     if default_dq_frag():  # dQ staged in the accumulator's fragment order (STS.128)
         cfg = with_dq_frag(cfg)
     cfg = with_dq_by_thread(cfg)  # (80-row tiles, env only: dQ^T staged in thread order)
+    cfg = with_do_release_after_dv(cfg)  # (env only: dO released before dK)
     return with_ds_query_major(cfg)  # (env only: dS stored [queries x keys])
 
 
