@@ -105,13 +105,17 @@ def default_tall_two_pds(tile_m: int) -> bool:
 def with_two_pds_stages(cfg: "BwdConfig", staged_stats: bool = True) -> "BwdConfig":
     """A taller tile in FA3/FA4's form: two dS^T stages, which fit only beside the swizzled,
     unpadded dQ tile. LSE / delta stay staged with Q / dO where ``staged_stats`` (False when
-    ``with_shfl_stats`` replaces them next), ``cfg`` staged them and they fit (80 rows at D = 128: 231,696 B of 232,448, as FA4's own tile; session 32 corrected the
+    ``with_shfl_stats`` replaces them next), ``cfg`` staged them, the mask has no columns and
+    they fit (80 rows at D = 128: 231,696 B of 232,448, as FA4's own tile; session 32 corrected the
     smem account by the 1 KB the driver reserves outside that limit), else they load from
     global (delta after the mask for multi-column masks). Session 24 measured this form with
     global stats slower than ``with_tile_m``'s (call 138)."""
     two = replace(cfg, pds_stages=2, dq_swizzle=True, dq_uniform_rows=False, stage_stats=False,
                   late_loads=(cfg.num_columns or 0) >= 2)
-    if staged_stats and cfg.stage_stats:
+    # staged where they fit, on the 80-row tile without columns (with two columns the early
+    # column values and staged stats spill 12 B; at D = 64's 128 rows, with the stats not
+    # shuffled, 4 B: those keep the global loads)
+    if staged_stats and cfg.stage_stats and cfg.num_columns is None:
         staged = replace(two, stage_stats=True, late_loads=False)
         if staged.dq_in_smem:
             return staged
