@@ -135,7 +135,7 @@ def test_per_warpgroup_dq_blocks_take_one_bulk_op_each(compile_report):
         copies = (2 * ("dq_first_store=True" in r["config"])
                   + 2 * ("stage_stats=True" in r["config"]))
         for name, k in r["kernels"].items():
-            assert k["sass"].get("UBLKRED") == 2 and k["sass"].get("UBLKCP") == copies, (
+            assert k["sass"].get("UBLKRED", 0) == 2 and k["sass"].get("UBLKCP", 0) == copies, (
                 r["label"], k["sass"])
             checked += 1
     assert checked >= 4
