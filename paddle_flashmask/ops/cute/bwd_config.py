@@ -13,7 +13,8 @@ from paddle_flashmask import semantics
 
 from .bwd_layout import (_CONV_SPARE, _DQ_PAD, _DQ_PAD_TRANSPOSED, _SMEM_BYTES,
                          _SMEM_OVERHEAD)
-from .bwd_rules import DET_SYNC_MODES, TILE_M_CHOICES, default_tile_n, tall_tile_head_dim
+from .bwd_rules import (DET_SYNC_MODES, TILE_M_CHOICES, default_tile_n, deterministic_has_tile_m,
+                        tall_tile_head_dim)
 from .flash_bwd_prepost import ROWS_PER_CTA, _dsl_dtype, row_padding
 
 _SUPPORTED_DIMS = {(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)}
@@ -315,7 +316,7 @@ class BwdConfig:
             raise ValueError(f"tile_n: expected 64 or 128, found {self.tile_n}")
         if self.tile_m != ROWS_PER_CTA and not (
                 self.tall_tile_applies and tall_tile_head_dim(self.tile_m) == self.head_dim
-                and not (self.deterministic and self.tile_m != 128)):
+                and not (self.deterministic and not deterministic_has_tile_m(self.tile_m))):
             raise ValueError(
                 f"tile_m={self.tile_m}: expected head dims ({tall_tile_head_dim(self.tile_m)}, "
                 f"{tall_tile_head_dim(self.tile_m)}), tile_n=128, rs_dkv=True, "

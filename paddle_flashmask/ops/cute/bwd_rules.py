@@ -53,16 +53,25 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
     from .launch_args import env_choice
 
     forced = env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES))
-    if has_sink or (deterministic and forced != "128"):  # deterministic: 128 rows, env only
+    if has_sink or (deterministic and not forced):  # deterministic: taller tiles env only
         return ROWS_PER_CTA
     if not forced:
         return 128 if head_dim == 64 else ROWS_PER_CTA
     wanted = int(forced)
+    if deterministic and not deterministic_has_tile_m(wanted):
+        return ROWS_PER_CTA
     if tall_tile_head_dim(wanted) != head_dim:
         return ROWS_PER_CTA
     if wanted == 80 and (causal or num_columns not in (None, 2)):
         return ROWS_PER_CTA
     return wanted
+
+
+def deterministic_has_tile_m(tile_m: int) -> bool:
+    """Whether the deterministic mode has a path for ``tile_m`` query rows: 64, and 128 (its
+    semaphores counted in the kernel's own tiles since session 32); not 80, whose transposed dQ
+    has no ordered hand-off."""
+    return tile_m in (ROWS_PER_CTA, 128)
 
 
 def tall_tile_head_dim(tile_m: int) -> Optional[int]:
@@ -77,7 +86,7 @@ def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
     the D = 64 stats prefetch, which spills at 128 rows), else ``cfg`` unchanged."""
     if (tile_m == cfg.tile_m or not cfg.tall_tile_form
             or tall_tile_head_dim(tile_m) != cfg.head_dim
-            or (cfg.deterministic and tile_m != 128)):
+            or (cfg.deterministic and not deterministic_has_tile_m(tile_m))):
         return cfg
     # H200 (calls 137-138): one dS^T stage with padded dQ rows measured faster than FA3/FA4's
     # form (two stages, which fit only beside the swizzled unpadded tile and without staged
@@ -641,6 +650,16 @@ def with_dq_frag(cfg: "BwdConfig") -> "BwdConfig":
     return replace(cfg, dq_frag=True) if cfg.dq_frag_applies else cfg
 
 
+def _with_env_switch(cfg: "BwdConfig", env: str, applies: bool, **fields) -> "BwdConfig":
+    """``cfg`` with ``fields`` set where env ``<env>=1`` asks for them and ``applies``; else
+    unchanged. The form of every env-only backward option (none on by default)."""
+    from .launch_args import env_choice
+
+    if env_choice(env, ("0", "1")) != "1" or not applies:
+        return cfg
+    return replace(cfg, **fields)
+
+
 DS_QUERY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_DS_QUERY_MAJOR"
 
 
@@ -649,11 +668,7 @@ def with_ds_query_major(cfg: "BwdConfig") -> "BwdConfig":
     ``PADDLE_FLASHMASK_BWD_DS_QUERY_MAJOR=1`` asks for it and P^T comes from registers; else
     unchanged (off by default: built in session 32 for the 80-row tile, whose [keys x queries]
     dS rows get the 32-byte swizzle)."""
-    from .launch_args import env_choice
-
-    if env_choice(DS_QUERY_MAJOR_ENV, ("0", "1")) != "1" or not cfg.rs_dkv:
-        return cfg
-    return replace(cfg, ds_query_major=True)
+    return _with_env_switch(cfg, DS_QUERY_MAJOR_ENV, cfg.rs_dkv, ds_query_major=True)
 
 
 DO_RELEASE_AFTER_DV_ENV = "PADDLE_FLASHMASK_BWD_DO_RELEASE_AFTER_DV"
@@ -663,11 +678,7 @@ def with_do_release_after_dv(cfg: "BwdConfig") -> "BwdConfig":
     """``cfg`` releasing each dO stage once dV has completed (``BwdConfig.do_release_after_dv``)
     where env ``PADDLE_FLASHMASK_BWD_DO_RELEASE_AFTER_DV=1`` asks for it and ``dk_after_dv`` is
     on; else unchanged (session 32: FA4's order, not yet measured)."""
-    from .launch_args import env_choice
-
-    if env_choice(DO_RELEASE_AFTER_DV_ENV, ("0", "1")) != "1" or not cfg.dk_after_dv:
-        return cfg
-    return replace(cfg, do_release_after_dv=True)
+    return _with_env_switch(cfg, DO_RELEASE_AFTER_DV_ENV, cfg.dk_after_dv, do_release_after_dv=True)
 
 
 DQ_BY_THREAD_ENV = "PADDLE_FLASHMASK_BWD_DQ_BY_THREAD"
@@ -682,13 +693,10 @@ def with_dq_by_thread(cfg: "BwdConfig") -> "BwdConfig":
     its main kernel no faster (full 8968 against 8929 us, documents 3318 against 3357) and its
     postprocess, which scatters the chunks, 204 against 132 us: off. Since then each
     warpgroup's block goes to the writer on its own (``dq_per_wg``), not yet measured."""
-    from .launch_args import env_choice
-
-    if env_choice(DQ_BY_THREAD_ENV, ("0", "1")) != "1" or not cfg.dq_by_thread_applies:
-        return cfg
     # each warpgroup's block handed off on its own (session 32, after call 204 ran the single
     # block: the two warpgroups and the writer met at every tile's dQ hand-off, FA4's do not)
-    return replace(cfg, dq_by_thread=True, dq_per_wg=True)
+    return _with_env_switch(cfg, DQ_BY_THREAD_ENV, cfg.dq_by_thread_applies, dq_by_thread=True,
+                            dq_per_wg=True)
 
 
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"
