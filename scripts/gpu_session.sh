@@ -2357,14 +2357,15 @@ timeout -s INT -k 10 80 $A --kv-heads 8 --masks causal_document,sft_documents,do
 }
 
 call207() {
-  emit "call 207 (session 32, fresh staging) - the deterministic mode with 128-row tiles at D = 64 (env PADDLE_FLASHMASK_BWD_TILE_M=128 now reaches it: its semaphores counted in the kernel's tiles, PrePostConfig.grid_rows; call 206: deterministic / default 1.23-1.33x since the default took 128-row tiles): the oracle and the 10-rerun bit-identity checks on the D = 64 cases plus the 32K-token runs at D = 64 (stops on failure), then deterministic / default at D = 64 MHA with 64- and 128-row tiles [<= 5 min]" \
-    nvidia-h200 320 '[".cutedsl/b", ".devtools"]' \
+  emit "call 207 (session 32, fresh staging) - the deterministic mode with 128-row tiles at D = 64 (env PADDLE_FLASHMASK_BWD_TILE_M=128 now reaches it: its semaphores counted in the kernel's tiles, PrePostConfig.grid_rows; call 206: deterministic / default 1.23-1.33x since the default took 128-row tiles): the oracle and the 10-rerun bit-identity checks on the D = 64 cases plus the 32K-token runs at D = 64 (stops on failure), then deterministic / default at D = 64, MHA (six masks) and GQA 16/8 (four), with 64- and 128-row tiles [<= 5 min]" \
+    nvidia-h200 420 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
 C=d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full
 env ${K}_TILE_M=128 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --only $C --det-cases $C --large-det-dim 64 --json-name bwd_s33_det128.json > $OUT/bwd_det128.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_det128.log | cut -c1-200; grep -c "\"bit_identical\": true" $OUT/bwd_det128.log; [ $rc = 0 ] || exit $rc
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant det128:deterministic=1,${K}_TILE_M=128"
 timeout -s INT -k 10 120 $A --head-dim 64 --masks full,causal,causal_document,document,sliding_window,prefix_lm_causal --tag s33_det128_d64_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-200
+timeout -s INT -k 10 90 $A --kv-heads 8 --head-dim 64 --masks full,causal_document,document,sliding_window --tag s33_det128_d64_gqa > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-200
 '"$(pack_logs 207)"
 }
 
