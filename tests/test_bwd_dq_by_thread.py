@@ -85,13 +85,19 @@ def test_config_rules(monkeypatch):
     assert not interface.backward_config("bfloat16", D, False, None).do_release_after_dv
     monkeypatch.delenv(bwd_rules.DO_RELEASE_AFTER_DV_ENV)
     assert not _config(monkeypatch, two_stages=False).dq_by_thread  # padded rows: no
-    monkeypatch.delenv(bwd_rules.DQ_BY_THREAD_ENV)  # off unless asked for
+    monkeypatch.setenv(bwd_rules.DQ_BY_THREAD_ENV, "0")  # turned off when asked
     assert not interface.backward_config("bfloat16", D, False, None).dq_by_thread
-    monkeypatch.delenv(bwd_rules.TILE_M_ENV)
+    for name in (bwd_rules.DQ_BY_THREAD_ENV, bwd_rules.TILE_M_ENV, bwd_rules.TALL_TWO_PDS_ENV):
+        monkeypatch.delenv(name)
+    # the default on full attention at D = 128 (session 33): FA4's 80-row form with it
     default = interface.backward_config("bfloat16", D, False, None)
-    assert default.tile_m == 64 and not default.dq_by_thread
+    assert default.tile_m == ROWS and default.dq_by_thread and default.dq_per_wg
+    assert default.pds_stages == 2 and default.stage_stats
+    assert not (default.ds_query_major or default.dk_after_dv or default.do_release_after_dv)
+    documents = interface.backward_config("bfloat16", D, False, 2)  # 64 rows with columns
+    assert documents.tile_m == 64 and not documents.dq_by_thread
     with pytest.raises(ValueError, match="dq_by_thread: expected an 80-row tile"):
-        dataclasses.replace(default, dq_by_thread=True)
+        dataclasses.replace(documents, dq_by_thread=True)
     _config(monkeypatch)
     monkeypatch.setenv(bwd_rules.DQ_BY_THREAD_ENV, "yes")  # checked, not ignored
     with pytest.raises(ValueError, match=bwd_rules.DQ_BY_THREAD_ENV):

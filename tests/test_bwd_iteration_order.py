@@ -49,10 +49,12 @@ def test_config_rules(monkeypatch):
 
 
 def _main_loop(env: dict) -> dict:
-    """Opcode histogram of the backward's main loop (d128, full attention) under ``env``."""
+    """Opcode histogram of the backward's main loop (d128, full attention, 64-row tiles: the
+    form these options were built on; full attention's default is 80 rows since session 33)
+    under ``env``."""
     from sass_harness import sass_loop_mix
 
-    loops, _ = sass_loop_mix("bwd", "--head-dim", "128", **env)
+    loops, _ = sass_loop_mix("bwd", "--head-dim", "128", **{bwd.TILE_M_ENV: "64", **env})
     assert len(loops) == 1, loops  # the consumer's query-tile loop
     return loops[0]["histogram"]
 
@@ -260,14 +262,15 @@ def _dq_to_dk(sequence: list[str]) -> list[str]:
 
 
 def test_dk_after_dv_waits_between_the_dq_and_dk_gemms():
-    """SASS (d128 full attention): the same 32 HGMMA; with the option a wgmma wait sits between
+    """SASS (d128 full attention, 64-row tiles): the same 32 HGMMA; with the option a wgmma wait sits between
     dQ's last HGMMA and dK's first (the dV group), without it dK follows dQ with no wait."""
     from sass_harness import sass_loop_mix
 
     pytest.importorskip("cutlass")
     runs = {}
     for value in ("0", "1"):
-        loops, _ = sass_loop_mix("bwd", "--head-dim", "128", **{bwd.DK_AFTER_DV_ENV: value})
+        loops, _ = sass_loop_mix("bwd", "--head-dim", "128",
+                                 **{bwd.DK_AFTER_DV_ENV: value, bwd.TILE_M_ENV: "64"})
         assert len(loops) == 1, loops
         runs[value] = loops[0]
     assert runs["0"]["histogram"]["HGMMA"] == runs["1"]["histogram"]["HGMMA"] == 32

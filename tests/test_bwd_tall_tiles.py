@@ -101,7 +101,13 @@ def test_rows_padded_to_tiles_and_blocks(sq, want):
 
 def test_host_rule(monkeypatch):
     monkeypatch.delenv(bwd.TILE_M_ENV, raising=False)
-    assert bwd.default_tile_m(128, False, None, False, False) == 64  # off until measured
+    # by default (session 33): full attention at D = 128, MHA and GQA; not documents, causal
+    # masks, the deterministic mode or a sink
+    assert bwd.default_tile_m(128, False, None, False, False) == 80
+    for args in ((128, False, 2, False, False), (128, True, None, False, False),
+                 (128, False, None, True, False), (128, False, None, False, True),
+                 (256, False, None, False, False), (96, False, None, False, False)):
+        assert bwd.default_tile_m(*args) == 64, args
     monkeypatch.setenv(bwd.TILE_M_ENV, "80")
     assert bwd.default_tile_m(128, False, None, False, False) == 80  # full attention
     assert bwd.default_tile_m(128, False, 2, False, False) == 80  # documents
@@ -110,10 +116,17 @@ def test_host_rule(monkeypatch):
                  (128, False, None, False, True)):
         assert bwd.default_tile_m(*args) == 64, args
     cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=True)
-    # documents: one dS^T stage, padded dQ rows, LSE / delta staged (the measured form)
+    # documents forced to 80 rows: FA4's form (two dS^T stages, the default for taller tiles
+    # since session 33) with the stats from global (staged ones spill beside the columns)
+    assert cfg.tile_m == 80 and cfg.pds_stages == 2 and cfg.dq_swizzle and not cfg.stage_stats
+    assert cfg.dq_by_thread and cfg.dq_per_wg
+    monkeypatch.setenv(bwd.TALL_TWO_PDS_ENV, "0")  # with_tile_m's one-stage form on request
+    cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=True)
+    # documents: one dS^T stage, padded dQ rows, LSE / delta staged
     assert cfg.tile_m == 80 and cfg.pds_stages == 1 and not cfg.p_in_smem and cfg.stage_stats
-    assert not (cfg.dq_first_store or cfg.dq_per_wg or cfg.dq_swizzle)
+    assert not (cfg.dq_first_store or cfg.dq_per_wg or cfg.dq_swizzle or cfg.dq_by_thread)
     assert bwd.with_two_pds_stages(cfg).dq_in_smem  # FA3/FA4's form fits, without the staged stats
+    monkeypatch.delenv(bwd.TALL_TWO_PDS_ENV)
     assert interface.backward_config("bfloat16", 128, True, 1).tile_m == 64
     assert interface.backward_config("bfloat16", 128, False, 2, deterministic=True).tile_m == 64
     monkeypatch.setenv(bwd.TILE_M_ENV, "96")
@@ -217,27 +230,32 @@ def test_128_row_host_rule_and_form(monkeypatch):
     monkeypatch.delenv(bwd.TILE_M_ENV, raising=False)
     monkeypatch.delenv(bwd.TALL_TWO_PDS_ENV, raising=False)
     monkeypatch.delenv(bwd_rules.SHFL_STATS_ENV, raising=False)
-    # by default (session 31): D = 64, every mask, MHA and GQA; not deterministic, no sink
+    # by default (session 31): D = 64, every mask, MHA and GQA; deterministic too since
+    # session 33; never with a sink
     for causal, c in ((False, None), (True, None), (True, 1), (True, 2), (False, 2), (False, 4)):
         assert bwd.default_tile_m(64, causal, c, False, False) == 128, (causal, c)
-    assert bwd.default_tile_m(64, True, None, True, False) == 64  # deterministic
+        assert bwd.default_tile_m(64, causal, c, True, False) == 128, (causal, c)
     assert bwd.default_tile_m(64, True, None, False, True) == 64  # sink
-    assert bwd.default_tile_m(128, False, None, False, False) == 64
+    assert bwd.default_tile_m(128, False, None, False, False) == 80  # (D = 128: full attention)
     for causal, c, gqa in ((False, None, False), (True, None, True), (True, 1, False),
                            (False, 2, True)):
         # ... in FA4's form: two dS^T stages, the swizzled dQ tile, stats shuffled from lanes
         cfg = interface.backward_config("bfloat16", 64, causal, c, gqa=gqa)
         assert cfg.tile_m == 128 and cfg.pds_stages == 2 and cfg.dq_swizzle, (causal, c)
         assert cfg.shfl_stats and not cfg.stage_stats and not cfg.prefetch_stats, (causal, c)
-    # 64-row forms keep their stats path (the D = 64 prefetch; D = 128's staged stats)
+    # ... the deterministic mode's 128-row tiles too (session 33)
     cfg = interface.backward_config("bfloat16", 64, True, 1, deterministic=True)
-    assert cfg.tile_m == 64 and not cfg.shfl_stats and cfg.prefetch_stats
+    assert cfg.tile_m == 128 and cfg.shfl_stats and not cfg.prefetch_stats
+    assert cfg.prepost.grid_rows == 128
+    # other forms keep their stats path (D = 128's staged stats; 64 rows with a sink)
+    cfg = interface.backward_config("bfloat16", 64, True, 1, has_sink=True)
+    assert cfg.tile_m == 64 and not cfg.shfl_stats
     cfg = interface.backward_config("bfloat16", 128, False, None)
     assert not cfg.shfl_stats and cfg.stage_stats
     monkeypatch.setenv(bwd_rules.SHFL_STATS_ENV, "0")
     assert not interface.backward_config("bfloat16", 64, False, None).shfl_stats
     monkeypatch.setenv(bwd_rules.SHFL_STATS_ENV, "1")  # forced: replaces the staged stats too
-    cfg = interface.backward_config("bfloat16", 128, False, None)
+    cfg = interface.backward_config("bfloat16", 128, True, None)
     assert cfg.shfl_stats and not cfg.stage_stats and not cfg.prefetch_stats
     monkeypatch.setenv(bwd_rules.SHFL_STATS_ENV, "yes")
     with pytest.raises(ValueError, match=bwd_rules.SHFL_STATS_ENV):
@@ -245,6 +263,8 @@ def test_128_row_host_rule_and_form(monkeypatch):
     monkeypatch.delenv(bwd_rules.SHFL_STATS_ENV)
     monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     assert interface.backward_config("bfloat16", 64, True, None).tile_m == 64
+    assert interface.backward_config("bfloat16", 64, True, 1, deterministic=True).tile_m == 64
+    assert interface.backward_config("bfloat16", 128, False, None).tile_m == 64
     monkeypatch.setenv(bwd.TILE_M_ENV, "128")
     monkeypatch.setenv(bwd.TALL_TWO_PDS_ENV, "0")  # with_tile_m's form
     for causal, c in ((False, None), (True, None), (True, 1), (True, 2), (False, 2), (False, 4)):
@@ -272,7 +292,7 @@ def test_128_row_host_rule_and_form(monkeypatch):
 
 
 def test_128_rows_only_at_d64_and_80_only_at_d128():
-    assert bwd.with_tile_m(interface.backward_config("bfloat16", 128, False, None), 128).tile_m == 64
+    assert bwd.with_tile_m(interface.backward_config("bfloat16", 128, True, None), 128).tile_m == 64
     assert bwd.with_tile_m(interface.backward_config("bfloat16", 64, False, 2), 80).tile_m != 80
     with pytest.raises(ValueError, match=r"tile_m=128: expected head dims \(64, 64\)"):
         dataclasses.replace(_tall_config(), tile_m=128)

@@ -26,8 +26,9 @@ TILE_M_ENV = "PADDLE_FLASHMASK_BWD_TILE_M"
 
 def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], deterministic: bool,
                    has_sink: bool) -> int:
-    """``BwdConfig.tile_m`` wanted: 64, except 128 at D = 64 (every mask, MHA and GQA) outside
-    the deterministic mode and without a sink.
+    """``BwdConfig.tile_m`` wanted without a sink: 128 at D = 64 (every mask, MHA and GQA,
+    deterministic or not), 80 at D = 128 on full attention (bidirectional, no columns; not
+    deterministic), else 64.
 
     * ``128`` (FA4's D = 64 tile, in FA4's form with two dS^T stages: ``default_tall_two_pds``,
       and with LSE / delta spread over the lanes: ``default_shfl_stats``): half the per-tile
@@ -39,24 +40,37 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
       D = 64 cases with both. Session 30 (calls 179, 182-184, H100) had measured the tile with
       per-column global stat loads: full / causal 0.957-0.963x, GQA full 1.025x, masks with
       columns 1.019-1.043x (then off there); with one dS^T stage (``with_tile_m``'s form)
-      1.12-1.17x slower everywhere (call 179).
-    * ``80`` (env only): 80 rows for bidirectional masks without columns or with two at D = 128
-      (FA3/FA4's full-attention tile). Measured slower (session 24, calls 137-138; session 32,
-      calls 201, 204-205, in FA4's whole form with its dQ^T staging and dS layout: main kernel
-      0.98-1.05x, and the dQ accumulator then needs zeroing, +92 us at B=4 S=8K H=16).
+      1.12-1.17x slower everywhere (call 179). The deterministic mode since session 33 (call
+      207, an H100, B=2 S=8K H=16, deterministic / default): 1.056-1.129x on six MHA masks
+      against 1.232-1.321x on 64-row tiles; GQA 16/8 1.105-1.170x against 1.248-1.340x;
+      oracle 4/4 and the 10-rerun bit identity on every D = 64 case and the 32K-token runs.
+    * ``80`` (FA3/FA4's full-attention tile at D = 128, in FA4's form: two dS^T stages with
+      LSE / delta staged, dQ^T staged in thread order, each warpgroup's block handed off on its
+      own: ``default_tall_two_pds``, ``with_dq_by_thread``). Session 33 (calls 208-210, an
+      H100, whole backward interleaved against the 64-row tile): MHA B=4 S=8K H=16 full 0.910x
+      (5 rounds; 0.949-0.960x in two other calls with two more of FA4's pieces, which do not
+      help: ``with_ds_query_major``, ``dk_after_dv``), GQA 32/8 B=4 0.929x, GQA 16/8 B=2
+      0.890-0.900x, MHA B=1 S=32K 0.960x; oracle 6/6 (three calls). Not on documents (two
+      columns: the staged stats do not fit beside the early column values), 1.16-1.19x; not
+      in the deterministic mode, whose ordered dQ has no transposed hand-off. Sessions 24 and
+      32 had measured the tile slower without FA4's dQ^T staging or with it handed off as one
+      block (calls 137-138, 201, 204-205: 0.98-1.16x).
 
     Env ``PADDLE_FLASHMASK_BWD_TILE_M=64|80|128`` forces a height where it applies
     (``BwdConfig.tall_tile_applies``: not with a sink, the tile's own head dim; 80 only for
-    bidirectional masks without columns or with two, outside the deterministic mode; 128 also
-    in the deterministic mode since session 32, its semaphores counted in 128-row tiles);
-    elsewhere 64."""
+    bidirectional masks without columns or with two, outside the deterministic mode:
+    ``deterministic_has_tile_m``); elsewhere 64."""
     from .launch_args import env_choice
 
     forced = env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES))
-    if has_sink or (deterministic and not forced):  # deterministic: taller tiles env only
+    if has_sink:
         return ROWS_PER_CTA
     if not forced:
-        return 128 if head_dim == 64 else ROWS_PER_CTA
+        if head_dim == 64:
+            return 128
+        if head_dim == 128 and not causal and num_columns is None and not deterministic:
+            return 80
+        return ROWS_PER_CTA
     wanted = int(forced)
     if deterministic and not deterministic_has_tile_m(wanted):
         return ROWS_PER_CTA
@@ -100,15 +114,17 @@ TALL_TWO_PDS_ENV = "PADDLE_FLASHMASK_BWD_TALL_TWO_PDS"
 
 def default_tall_two_pds(tile_m: int) -> bool:
     """Whether a taller query tile takes FA3/FA4's form (``with_two_pds_stages``) instead of
-    ``with_tile_m``'s: on for 128 rows at D = 64 (FA4's own D = 64 form; session 30, calls 179
-    and 184, H100: 0.957-0.963x of the 64-row default on full / causal, against 1.15-1.17x with
-    one dS^T stage), off for 80 rows at D = 128 (measured slower: call 138 with the stats from
-    global, 1.12-1.16x; session 32's call 201 with them staged, 1.00-1.05x). Env
+    ``with_tile_m``'s: on for every taller tile. 128 rows at D = 64 is FA4's own D = 64 form
+    (session 30, calls 179 and 184, H100: 0.957-0.963x of the 64-row default on full / causal,
+    against 1.15-1.17x with one dS^T stage); 80 rows at D = 128 is FA4's full-attention form,
+    a win once its dQ^T is staged in thread order (``with_dq_by_thread``; session 33, calls
+    209-210: 0.89-0.93x of the 64-row tile, against 1.01-1.02x without that staging and
+    1.12-1.16x in ``with_tile_m``'s one-stage form, call 138). Env
     ``PADDLE_FLASHMASK_BWD_TALL_TWO_PDS=1`` / ``0`` forces it."""
     from .launch_args import env_choice
 
     forced = env_choice(TALL_TWO_PDS_ENV, ("0", "1"))
-    return forced == "1" if forced else tile_m == 128
+    return forced == "1" if forced else tile_m in (80, 128)
 
 
 def with_two_pds_stages(cfg: "BwdConfig", staged_stats: bool = True) -> "BwdConfig":
@@ -685,18 +701,19 @@ DQ_BY_THREAD_ENV = "PADDLE_FLASHMASK_BWD_DQ_BY_THREAD"
 
 
 def with_dq_by_thread(cfg: "BwdConfig") -> "BwdConfig":
-    """``cfg`` staging its transposed dQ in thread order (``BwdConfig.dq_by_thread``) where env
-    ``PADDLE_FLASHMASK_BWD_DQ_BY_THREAD=1`` asks for it and it can apply (80-row tiles in the
-    two-dS^T-stage form); else unchanged. Session 32: call 203 (ncu of the 80-row form on full
-    attention) found the 40 scalar dQ^T stores per thread holding 10 % of its samples (39
-    waiting on the MIO queue), FA4's 10 STS.128 2 %; call 204 (whole backward, oracle 6/6):
-    its main kernel no faster (full 8968 against 8929 us, documents 3318 against 3357) and its
-    postprocess, which scatters the chunks, 204 against 132 us: off. Since then each
-    warpgroup's block goes to the writer on its own (``dq_per_wg``), not yet measured."""
-    # each warpgroup's block handed off on its own (session 32, after call 204 ran the single
-    # block: the two warpgroups and the writer met at every tile's dQ hand-off, FA4's do not)
-    return _with_env_switch(cfg, DQ_BY_THREAD_ENV, cfg.dq_by_thread_applies, dq_by_thread=True,
-                            dq_per_wg=True)
+    """``cfg`` staging its transposed dQ in thread order (``BwdConfig.dq_by_thread``), each
+    warpgroup's block handed to the writer on its own (``dq_per_wg``), wherever it can apply
+    (80-row tiles in the two-dS^T-stage form); env ``PADDLE_FLASHMASK_BWD_DQ_BY_THREAD=0``
+    turns it off. Session 32: call 203 (ncu of the 80-row form on full attention) found the 40
+    scalar dQ^T stores per thread holding 10 % of its samples (39 waiting on the MIO queue),
+    FA4's 10 STS.128 2 %; call 204 (one block for both warpgroups, met by both and the writer at
+    every tile's hand-off): no faster. Session 33 (calls 209-210, per-warpgroup hand-off, full
+    attention): the 80-row form 0.89-0.93x of the 64-row tile with it, 1.01-1.02x without."""
+    from .launch_args import env_choice
+
+    if env_choice(DQ_BY_THREAD_ENV, ("0", "1")) == "0" or not cfg.dq_by_thread_applies:
+        return cfg
+    return replace(cfg, dq_by_thread=True, dq_per_wg=True)
 
 
 STAGE_STATS_ENV = "PADDLE_FLASHMASK_BWD_STAGE_STATS"

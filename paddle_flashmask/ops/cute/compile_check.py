@@ -408,6 +408,11 @@ def variants(full: bool = False) -> list[Variant]:
             dq_by_thread=True, dk_after_dv=True, do_release_after_dv=True)
     bwd("bfloat16", 128, False, None, tile_m=80, two_pds_swizzled=True, ds_query_major=True,
         dq_by_thread=True)
+    # the host's D = 128 full-attention default since session 33: 80 rows, two dS^T stages,
+    # dQ^T staged by thread (MHA and the GQA head walk)
+    for gqa in (False, True):
+        bwd("bfloat16", 128, False, None, gqa=gqa, tile_m=80, two_pds_swizzled=True,
+            dq_by_thread=True)
     for c, causal in ((None, False), (1, True), (2, False)):
         bwd("bfloat16", 128, causal, c, ds_query_major=True)
     bwd("bfloat16", 128, True, 1, dk_after_dv=True, do_release_after_dv=True)  # 64 rows
