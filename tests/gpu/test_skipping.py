@@ -111,11 +111,16 @@ def _tensors(torch, seqlen):
     return q, k, v, dout, out, lse, grads
 
 
-def test_causal_document_time_tracks_computed_tiles(gpu_report):
+def test_causal_document_time_tracks_computed_tiles(gpu_report, monkeypatch):
     import torch
 
     from paddle_flashmask import semantics
     from paddle_flashmask.ops.cute import interface
+    from paddle_flashmask.ops.cute.bwd_rules import TILE_M_ENV
+
+    # the full-attention backward runs the causal documents' 64-row tile form: its own default
+    # since session 33 (80 rows, FA4's form) is 9 % faster per tile pair, which is not skipping
+    monkeypatch.setenv(TILE_M_ENV, "64")
 
     q, k, v, dout, out, lse, grads = _tensors(torch, SEQ_TIMING)
     idx_np = _doc_indices(SEQ_TIMING)
