@@ -27,7 +27,12 @@ _CHUNKS: dict = {}
 
 def _frag_config(monkeypatch, d: int = D):
     monkeypatch.setenv(bwd_rules.DQ_FRAG_ENV, "1")
-    monkeypatch.delenv(bwd_rules.TILE_M_ENV, raising=False)
+    # the host's height at D = 64 (128 rows); at D = 128 the 64-row tile (full attention's
+    # default is 80 rows since session 33, whose transposed dQ has no fragment-order staging)
+    if d == 64:
+        monkeypatch.delenv(bwd_rules.TILE_M_ENV, raising=False)
+    else:
+        monkeypatch.setenv(bwd_rules.TILE_M_ENV, "64")
     cfg = interface.backward_config("bfloat16", d, False, None)
     assert cfg.dq_frag
     return cfg

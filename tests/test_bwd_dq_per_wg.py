@@ -84,7 +84,7 @@ def _dq_columns(kernel, d: int) -> dict:
 
 
 def test_no_loop_around_the_bulk_ops():
-    """d128 full attention with it on: no loop holds a bulk reduce or copy (one elected lane,
+    """d128 full attention on 64-row tiles with it on: no loop holds a bulk reduce or copy (one elected lane,
     addresses from the tile's warp-uniform index: no per-lane ELECT / R2UR loop, no per-row
     ops). tests/test_cute_compile.py checks that the kernel has exactly two of each. Staged
     stats (on with it for full attention since session 25) are pinned off: their producer-side
@@ -92,7 +92,8 @@ def test_no_loop_around_the_bulk_ops():
     from sass_harness import sass_loop_mix
 
     _, report = sass_loop_mix("bwd", "--head-dim", "128", "--all-loops",
-                              **{bwd.DQ_PER_WG_ENV: "1", bwd.STAGE_STATS_ENV: "0"})
+                              **{bwd.DQ_PER_WG_ENV: "1", bwd.STAGE_STATS_ENV: "0",
+                                 bwd.TILE_M_ENV: "64"})
     listing = report.split(": all loops", 1)[1]
     assert listing.strip(), report[-2000:]
     assert not [line for line in listing.splitlines() if "UBLK" in line], listing

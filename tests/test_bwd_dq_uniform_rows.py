@@ -76,7 +76,8 @@ def test_no_per_lane_loop_around_the_bulk_reduce():
     # staged stats, pinned off here): every lane issues its rows; ptxas wraps each op in a loop
     # over the lanes that elects one, moves its addresses to uniform registers and issues (the
     # waterfall)
-    rowwise = {bwd.DQ_PER_WG_ENV: "0", bwd.STAGE_STATS_ENV: "0"}
+    rowwise = {bwd.DQ_PER_WG_ENV: "0", bwd.STAGE_STATS_ENV: "0",
+               bwd.TILE_M_ENV: "64"}  # (full attention's default is 80 rows since session 33)
     [waterfall] = _innermost(_loops_with("UBLKRED", {bwd.DQ_UNIFORM_ROWS_ENV: "0", **rowwise}))
     assert "ELECT=" in waterfall and "R2UR=" in waterfall and "UBLKRED=1 " in waterfall + " "
     # uniform rows: one elected lane runs a rolled loop of 4 ops per trip, addresses already

@@ -48,8 +48,9 @@ def test_80_row_tiles_get_the_128_byte_swizzle(monkeypatch):
 
 def test_config_rules(monkeypatch):
     monkeypatch.delenv(bwd_rules.DS_QUERY_MAJOR_ENV, raising=False)
-    default = interface.backward_config("bfloat16", 128, False, None)
+    default = interface.backward_config("bfloat16", 128, True, None)  # 64 rows
     assert not default.ds_query_major  # off by default
+    assert not interface.backward_config("bfloat16", 128, False, None).ds_query_major  # 80
     monkeypatch.setenv(bwd_rules.DS_QUERY_MAJOR_ENV, "1")
     assert interface.backward_config("bfloat16", 128, True, 1).ds_query_major
     with pytest.raises(ValueError, match="ds_query_major: expected rs_dkv=True"):
