@@ -16,7 +16,7 @@ from paddle_flashmask.ops.cute import bwd_rules
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
 from paddle_flashmask.ops.cute import interface
 from paddle_flashmask.ops.cute.bwd_layout import (_acc_mn, stat_holder_lane, stat_lane_word,
-                                                  stat_pair_step)
+                                                  stat_pair_step, stat_words)
 
 _COLUMNS: dict = {}
 
@@ -44,14 +44,17 @@ def _lane_share(lane: int, word: int) -> int:
     return 2 * (lane + stat_pair_step(word // 2)) + word % 2
 
 
-@pytest.mark.parametrize("head_dim,tile_m", [(64, 128), (64, 64), (128, 64), (256, 64)])
-def test_each_column_is_shuffled_from_its_holder(monkeypatch, head_dim, tile_m):
+@pytest.mark.parametrize("head_dim,tile_m,columns", [(64, 128, None), (64, 64, None),
+                                                     (128, 64, None), (256, 64, None),
+                                                     (128, 80, None), (128, 80, 2)])
+def test_each_column_is_shuffled_from_its_holder(monkeypatch, head_dim, tile_m, columns):
     monkeypatch.setenv(bwd_rules.TILE_M_ENV, str(tile_m))
     monkeypatch.setenv(bwd_rules.SHFL_STATS_ENV, "1")
-    cfg = interface.backward_config("bfloat16", head_dim, False, None)
+    cfg = interface.backward_config("bfloat16", head_dim, False, columns)
     assert cfg.shfl_stats and cfg.tile_m == tile_m
     columns = _columns_by_thread(bwd.FlashMaskBwdSm90(cfg))
-    held = tile_m // 32  # words per lane and statistic
+    held = stat_words(tile_m)  # words per lane and statistic
+    assert held == -(-tile_m // 64) * 2
     for t, cols in columns.items():
         for c, per_row in enumerate(cols):
             assert len(set(per_row)) == 1, (t, c, per_row)  # every row of the thread: one column
@@ -60,9 +63,10 @@ def test_each_column_is_shuffled_from_its_holder(monkeypatch, head_dim, tile_m):
             word = stat_lane_word(c)
             assert word < held, (t, c)
             assert _lane_share(stat_holder_lane(col), word) == col, (head_dim, tile_m, t, c, col)
-    # the warp's lanes together hold every column of the tile, each once
-    shares = {_lane_share(lane, w) for lane in range(32) for w in range(held)}
-    assert shares == set(range(tile_m))
+    # the warp's lanes together hold every column of the tile, each once (at 80 rows the
+    # second word pair of lanes 8-31 would be columns 80-127: _fetch_stats rereads the last)
+    shares = [_lane_share(lane, w) for lane in range(32) for w in range(held)]
+    assert sorted(s for s in shares if s < tile_m) == list(range(tile_m))
 
 
 def test_config_rules(monkeypatch):
@@ -76,12 +80,13 @@ def test_config_rules(monkeypatch):
         dataclasses.replace(cfg, prefetch_stats=True)
     with pytest.raises(ValueError, match="shfl_stats"):
         dataclasses.replace(cfg, stage_stats=True, pds_stages=1, dq_swizzle=False)
+    # 80 rows (session 33): in place of the staged stats, off by default
     tall80 = interface.backward_config("bfloat16", 128, False, None)
-    tall80 = bwd.with_tile_m(dataclasses.replace(tall80, stage_stats=False), 80)
-    assert tall80.tile_m == 80
-    with pytest.raises(ValueError, match="shfl_stats: expected tile_m 64 or 128"):
-        dataclasses.replace(tall80, shfl_stats=True)
-    assert not bwd_rules.with_shfl_stats(tall80).shfl_stats  # where it cannot apply: unchanged
+    assert tall80.tile_m == 80 and tall80.stage_stats and not tall80.shfl_stats
+    shuffled = bwd_rules.with_shfl_stats(tall80)
+    assert shuffled.shfl_stats and not shuffled.stage_stats
+    with pytest.raises(ValueError, match="shfl_stats: expected tile_m 64, 80 or 128"):
+        dataclasses.replace(shuffled, stage_stats=True)
     assert bwd_rules.default_shfl_stats(128) and not bwd_rules.default_shfl_stats(64)
     monkeypatch.setenv(bwd_rules.SHFL_STATS_ENV, "1")
     assert bwd_rules.default_shfl_stats(64)

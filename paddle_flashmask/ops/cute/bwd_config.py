@@ -453,7 +453,7 @@ class BwdConfig:
                              f"late_loads={self.late_loads}")
         if self.shfl_stats and (not self.shfl_stats_applies or self.prefetch_stats
                                 or self.stage_stats):
-            raise ValueError(f"shfl_stats: expected tile_m 64 or 128, walk_interleave=False, "
+            raise ValueError(f"shfl_stats: expected tile_m 64, 80 or 128, walk_interleave=False, "
                              f"prefetch_stats=False and stage_stats=False, found tile_m="
                              f"{self.tile_m}, walk_interleave={self.walk_interleave}, "
                              f"prefetch_stats={self.prefetch_stats}, "
@@ -520,9 +520,9 @@ class BwdConfig:
     @property
     def shfl_stats_applies(self) -> bool:
         """Whether ``shfl_stats`` can apply (in place of the prefetched or staged stats): query
-        tiles of 64 or 128 rows (the column pairs fill whole lanes), and not the interleaved
-        walk (whose consumers need no head: it reads staged stats)."""
-        return self.tile_m in (64, 128) and not self.walk_interleave
+        tiles of 64, 80 or 128 rows (80: the second word pair of lanes 8-31 holds no column),
+        and not the interleaved walk (whose consumers need no head: it reads staged stats)."""
+        return self.tile_m in (64, 80, 128) and not self.walk_interleave
 
     @property
     def dq_frag_applies(self) -> bool:

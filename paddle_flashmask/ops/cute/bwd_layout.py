@@ -113,6 +113,12 @@ def stat_pair_step(word_pair: int) -> int:
     return 32 * word_pair
 
 
+def stat_words(tile_m: int) -> int:
+    """``shfl_stats``: words per lane and statistic: whole word pairs of 32 column pairs each
+    (2 at 64 rows, 4 at 80 and 128; at 80 rows lanes 8-31 hold no column in their second pair)."""
+    return 2 * -(-tile_m // 64)
+
+
 def stat_lane_word(c: int) -> int:
     """``shfl_stats``: the word (of a lane's tile_m / 32) holding accumulator column ``c``'s
     statistic. The wgmma accumulator gives thread t the columns 8j + 2(t % 4) + {0, 1}

@@ -104,7 +104,8 @@ from .bwd_layout import (  # noqa: F401  (the tests read _DQ_PAD_TRANSPOSED and 
     _BAR_DQ, _BAR_DQ_EMPTY, _BAR_DQ_FULL, _BAR_DQ_WG_STEP, _BAR_PDS_FREE, _BAR_PDS_READY,
     _CONV_QUEUE, _CONV_VEC, _DQ_PAD_TRANSPOSED, _DQ_SYNC_THREADS, _DQ_WG_SYNC_THREADS,
     _acc_mn, _acc_to_operand_a, _smem_layout, _transposed, dq_by_thread_view, dq_frag_order,
-    dq_stage_layout, stat_holder_lane, stat_lane_word, stat_pair_step)
+    dq_stage_layout, stat_holder_lane, stat_lane_word, stat_pair_step,
+    stat_words)
 
 _LOG2_E = math.log2(math.e)
 
@@ -717,7 +718,10 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         if const_expr(self.cfg.shfl_stats):
             lane = cute.arch.lane_idx()
             for k in cutlass.range_constexpr(cute.size(out) // 2):
-                pair = mPairs[b, h, m0 // 2 + lane + stat_pair_step(k), None].load()
+                at = m0 // 2 + lane + stat_pair_step(k)
+                if const_expr(self.tile_m % 64 != 0):  # 80 rows: lanes past the tile's last
+                    at = cutlass.min(at, m0 // 2 + self.tile_m // 2 - 1)  # pair reread it
+                pair = mPairs[b, h, at, None].load()
                 out[2 * k] = pair[0]
                 out[2 * k + 1] = pair[1]
         else:
@@ -1131,7 +1135,7 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         # delta); with prefetch_stats they live across iterations and stats_m says whose they are
         prefetch = const_expr(cfg.prefetch_stats or cfg.shfl_stats)
         shfl = const_expr(cfg.shfl_stats)  # lse_c / dlt_c then hold the lane's share
-        held = self.tile_m // 32 if const_expr(shfl) else n_cols
+        held = stat_words(self.tile_m) if const_expr(shfl) else n_cols
         lse_c = cute.make_rmem_tensor(cute.make_layout(held), Float32)
         dlt_c = cute.make_rmem_tensor(cute.make_layout(held), Float32)
         stats_m = Int32(-1)
