@@ -215,7 +215,7 @@ class BwdConfig:
     # transposes the S^T accumulator on the way) instead of [keys x queries], so the dQ GEMM
     # reads it K-major (FA4's sPdS). Session 32 (call 203's SASS of the 80-row form): its
     # [keys x 80 queries] rows allow only the 32-byte swizzle. Needs P^T from registers
-    # (rs_dkv: nothing else reads dS from smem). The host's choice: default_ds_query_major.
+    # (rs_dkv: nothing else reads dS from smem). The host's choice: with_ds_query_major (env only).
     ds_query_major: bool = False
     # The transposed dQ (80-row tiles, dQ^T = K^T dS^T) staged in thread order instead of into
     # the row-major tile: each consumer thread's accumulator quads (two query rows x two D rows)
@@ -225,14 +225,15 @@ class BwdConfig:
     # (10 % of its samples against 2 % for FA4's). The postprocess scatters each chunk
     # (flash_bwd_prepost.by_thread_chunk_origin). Each warpgroup's quads are a contiguous
     # block, handed to the writer on its own (dq_per_wg's barriers and bulk ops, as FA4's two
-    # dQ buffers): the warpgroups no longer meet at the dQ hand-off. Off (call 204, single
-    # block: no faster, its postprocess slower); env PADDLE_FLASHMASK_BWD_DQ_BY_THREAD=1 where
-    # dq_by_thread_applies.
+    # dQ buffers): the warpgroups no longer meet at the dQ hand-off. The host's choice:
+    # with_dq_by_thread (on wherever dq_by_thread_applies since session 33: with it the
+    # 80-row form is 0.89-0.93x of the 64-row tile on full attention; call 204's single block
+    # was no faster).
     dq_by_thread: bool = False
     # The dO stage released as soon as the dV GEMM (its last reader) has completed, before dK,
     # instead of with Q after dK (FA4's mma_one_m_block): the producer can refill it one GEMM
     # earlier. Needs dk_after_dv (whose wait establishes dV's completion there). Env only
-    # (PADDLE_FLASHMASK_BWD_DO_RELEASE_AFTER_DV=1; session 32, not yet measured).
+    # (PADDLE_FLASHMASK_BWD_DO_RELEASE_AFTER_DV=1; session 33, call 208: 1.18-1.38x slower).
     do_release_after_dv: bool = False
     # Partial tiles' element mask as one bit mask per key row: the key's masked query rows
     # (semantics.masked_row_intervals, measured from the thread's first column) become bits over
