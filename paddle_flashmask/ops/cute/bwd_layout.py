@@ -120,7 +120,7 @@ def stat_words(tile_m: int) -> int:
 
 
 def stat_lane_word(c: int) -> int:
-    """``shfl_stats``: the word (of a lane's tile_m / 32) holding accumulator column ``c``'s
+    """``shfl_stats``: the word (of a lane's ``stat_words``) holding accumulator column ``c``'s
     statistic. The wgmma accumulator gives thread t the columns 8j + 2(t % 4) + {0, 1}
     (j = c // 2), i.e. column pair 4j + t % 4; lane l holds pairs l, l + 32, ... in word pairs
     0, 1, ..., so pair 4j + t % 4 sits in word pair j // 8 for every t: one shuffle source word
