@@ -1240,7 +1240,10 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                     for r in cutlass.range_constexpr(n_rows):
                         for c in cutlass.range_constexpr(n_cols):
                             dP[r, c] = S[r, c] * (dP[r, c] - dlt_c[c])
-                if const_expr(prefetch):  # the next tile's stats load under this tile's GEMMs
+                # the next tile's stats load under this tile's GEMMs; not at 80 rows with
+                # shuffled stats (held across the loop they spill there: each tile loads its
+                # own right after its GEMMs are issued)
+                if const_expr(prefetch and not (shfl and self.tile_m % 64 != 0)):
                     if m_blk + 1 < m_hi:
                         self._fetch_stats(lse_c, mLSE2, b, h, m0 + self.tile_m, tScS)
                         self._fetch_stats(dlt_c, mDelta, b, h, m0 + self.tile_m, tScS)
