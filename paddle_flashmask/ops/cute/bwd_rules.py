@@ -65,13 +65,11 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
     forced = env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES))
     if has_sink:
         return ROWS_PER_CTA
-    if not forced:
-        if head_dim == 64:
-            return 128
-        if head_dim == 128 and not causal and num_columns is None and not deterministic:
-            return 80
-        return ROWS_PER_CTA
-    wanted = int(forced)
+    if forced:
+        wanted = int(forced)
+    else:  # each head dim's taller tile (80 rows: full attention only), then where it applies
+        wanted = tall_tile_for_head_dim(head_dim) if num_columns is None or head_dim != 128 \
+            else ROWS_PER_CTA
     if deterministic and not deterministic_has_tile_m(wanted):
         return ROWS_PER_CTA
     if tall_tile_head_dim(wanted) != head_dim:
@@ -92,6 +90,11 @@ def tall_tile_head_dim(tile_m: int) -> Optional[int]:
     """The head dim a query tile of ``tile_m`` rows (other than 64) is built for: 80 rows at
     D = 128 (dQ computed transposed), 128 rows at D = 64."""
     return {80: 128, 128: 64}.get(tile_m)
+
+
+def tall_tile_for_head_dim(head_dim: int) -> int:
+    """The taller query tile built for ``head_dim`` (``tall_tile_head_dim``'s inverse), else 64."""
+    return {128: 80, 64: 128}.get(head_dim, ROWS_PER_CTA)
 
 
 def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
