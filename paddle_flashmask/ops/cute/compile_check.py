@@ -415,6 +415,11 @@ def variants(full: bool = False) -> list[Variant]:
             dq_by_thread=True)
     for c, causal in ((None, False), (1, True), (2, False)):
         bwd("bfloat16", 128, causal, c, ds_query_major=True)
+    # documents on 80-row tiles with the stats shuffled from the lanes, delta after the mask
+    # (session 34; env TILE_M=80 SHFL_STATS=1): MHA and the GQA head walk
+    for gqa in (False, True):
+        bwd("bfloat16", 128, False, 2, gqa=gqa, tile_m=80, two_pds_swizzled=True,
+            dq_by_thread=True, shfl_stats=True)
     bwd("bfloat16", 128, True, 1, dk_after_dv=True, do_release_after_dv=True)  # 64 rows
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)

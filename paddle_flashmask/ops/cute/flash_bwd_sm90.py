@@ -158,6 +158,10 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         # tiles, whose 20 query columns per thread of LSE and delta held across the exp spill:
         # d128 full 36 B, documents 120 B, compile_check)
         self.late_delta = self.late_loads or cfg.tile_m != ROWS_PER_CTA
+        # shuffled stats on 80-row tiles with the key's columns read late (documents): delta's
+        # lane share is loaded after the mask too, not beside LSE's before the exp
+        self.late_shfl_delta = (cfg.shfl_stats and self.late_loads
+                                and cfg.tile_m % ROWS_PER_CTA != 0)
 
     # ---- host side -------------------------------------------------------------------------------
     def _mmas(self):
@@ -1172,7 +1176,8 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                 elif const_expr(prefetch):
                     if stats_m != m_blk:  # not prefetched: the first tile, or after a skipped one
                         self._fetch_stats(lse_c, mLSE2, b, h, m0, tScS)
-                        self._fetch_stats(dlt_c, mDelta, b, h, m0, tScS)
+                        if const_expr(not self.late_shfl_delta):
+                            self._fetch_stats(dlt_c, mDelta, b, h, m0, tScS)
                 else:
                     self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
                     if const_expr(not self.late_delta):
@@ -1227,6 +1232,8 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                 if const_expr(self.late_delta):
                     if const_expr(self.stats_bytes):
                         self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
+                    elif const_expr(self.late_shfl_delta):
+                        self._fetch_stats(dlt_c, mDelta, b, h, m0, tScS)
                     elif const_expr(not prefetch):
                         self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
                 warpgroup.wait_group(0)
