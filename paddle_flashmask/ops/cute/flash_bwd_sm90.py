@@ -1139,6 +1139,9 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         # delta); with prefetch_stats they live across iterations and stats_m says whose they are
         prefetch = const_expr(cfg.prefetch_stats or cfg.shfl_stats)
         shfl = const_expr(cfg.shfl_stats)  # lse_c / dlt_c then hold the lane's share
+        # at 80 rows the shuffled stats are loaded per tile, never prefetched: held across the
+        # loop (a conditional load keeps them live) they spill there
+        per_tile_shfl = const_expr(shfl and self.tile_m % ROWS_PER_CTA != 0)
         held = stat_words(self.tile_m) if const_expr(shfl) else n_cols
         lse_c = cute.make_rmem_tensor(cute.make_layout(held), Float32)
         dlt_c = cute.make_rmem_tensor(cute.make_layout(held), Float32)
@@ -1173,11 +1176,14 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                     self._read_column_stats(lse_c, ops.stats.sLSE, stage, tScS)
                     if const_expr(not self.late_delta):
                         self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
+                elif const_expr(per_tile_shfl):  # unconditional: nothing lives across tiles
+                    self._fetch_stats(lse_c, mLSE2, b, h, m0, tScS)
+                    if const_expr(not self.late_shfl_delta):
+                        self._fetch_stats(dlt_c, mDelta, b, h, m0, tScS)
                 elif const_expr(prefetch):
                     if stats_m != m_blk:  # not prefetched: the first tile, or after a skipped one
                         self._fetch_stats(lse_c, mLSE2, b, h, m0, tScS)
-                        if const_expr(not self.late_shfl_delta):
-                            self._fetch_stats(dlt_c, mDelta, b, h, m0, tScS)
+                        self._fetch_stats(dlt_c, mDelta, b, h, m0, tScS)
                 else:
                     self._load_column_stats(lse_c, mLSE2, b, h, m0, tScS)
                     if const_expr(not self.late_delta):
@@ -1247,10 +1253,8 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                     for r in cutlass.range_constexpr(n_rows):
                         for c in cutlass.range_constexpr(n_cols):
                             dP[r, c] = S[r, c] * (dP[r, c] - dlt_c[c])
-                # the next tile's stats load under this tile's GEMMs; not at 80 rows with
-                # shuffled stats (held across the loop they spill there: each tile loads its
-                # own right after its GEMMs are issued)
-                if const_expr(prefetch and not (shfl and self.tile_m % 64 != 0)):
+                # the next tile's stats load under this tile's GEMMs (not at 80 rows)
+                if const_expr(prefetch and not per_tile_shfl):
                     if m_blk + 1 < m_hi:
                         self._fetch_stats(lse_c, mLSE2, b, h, m0 + self.tile_m, tScS)
                         self._fetch_stats(dlt_c, mDelta, b, h, m0 + self.tile_m, tScS)
