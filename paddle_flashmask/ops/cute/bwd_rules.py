@@ -130,7 +130,8 @@ def default_tall_two_pds(tile_m: int) -> bool:
     return forced == "1" if forced else tile_m in (80, 128)
 
 
-def with_two_pds_stages(cfg: "BwdConfig", staged_stats: bool = True) -> "BwdConfig":
+def with_two_pds_stages(cfg: "BwdConfig", staged_stats: bool = True,
+                        staged_columns: Optional[bool] = None) -> "BwdConfig":
     """A taller tile in FA3/FA4's form: two dS^T stages, which fit only beside the swizzled,
     unpadded dQ tile. LSE / delta stay staged with Q / dO where ``staged_stats`` (False when
     ``with_shfl_stats`` replaces them next), ``cfg`` staged them, the mask has no columns and
@@ -143,11 +144,27 @@ def with_two_pds_stages(cfg: "BwdConfig", staged_stats: bool = True) -> "BwdConf
     # staged where they fit, on the 80-row tile without columns (with two columns the early
     # column values and staged stats spill 12 B; at D = 64's 128 rows, with the stats not
     # shuffled, 4 B: those keep the global loads)
-    if staged_stats and cfg.stage_stats and cfg.num_columns is None:
+    if staged_columns is None:
+        staged_columns = _tall_staged_columns()
+    if staged_stats and cfg.stage_stats and (cfg.num_columns is None or staged_columns):
         staged = replace(two, stage_stats=True, late_loads=False)
         if staged.dq_in_smem:
             return staged
     return two
+
+
+TALL_STAGED_COLUMNS_ENV = "PADDLE_FLASHMASK_BWD_TALL_STAGED_COLUMNS"
+
+
+def _tall_staged_columns() -> bool:
+    """Whether the taller tile stages LSE / delta for masks with columns too (each column's
+    pair read from shared memory where it is used, not held: ``flash_bwd_sm90``'s ``at_use``);
+    env ``PADDLE_FLASHMASK_BWD_TALL_STAGED_COLUMNS=1``, off by default (session 34: the 80-row
+    documents form with global or lane-shuffled stats measured 1.15-1.16x of the 64-row tile,
+    call 215, where full attention with staged stats gains)."""
+    from .launch_args import env_choice
+
+    return env_choice(TALL_STAGED_COLUMNS_ENV, ("0", "1")) == "1"
 
 
 def default_tile_n(head_dim: int) -> int:

@@ -270,7 +270,8 @@ def variants(full: bool = False) -> list[Variant]:
             if cfg.tile_m != tile_m:
                 raise ValueError(f"compile_check bwd: tile_m={tile_m} does not apply to {cfg}")
         if two_pds_swizzled:  # FA3/FA4's form of a taller tile (two dS^T stages)
-            cfg = with_two_pds_stages(cfg, staged_stats=not shfl_stats)
+            cfg = with_two_pds_stages(cfg, staged_stats=not shfl_stats,
+                                      staged_columns=stage_stats)
         if interior_dkv:  # dK/dV stored without row bounds inside the sequence (interior_dkv)
             cfg = dataclasses.replace(cfg, interior_dkv=True)
         if shfl_stats:  # LSE / delta spread over the lanes, shuffled at use (shfl_stats)
@@ -415,11 +416,14 @@ def variants(full: bool = False) -> list[Variant]:
             dq_by_thread=True)
     for c, causal in ((None, False), (1, True), (2, False)):
         bwd("bfloat16", 128, causal, c, ds_query_major=True)
-    # documents on 80-row tiles with the stats shuffled from the lanes, delta after the mask
-    # (session 34; env TILE_M=80 SHFL_STATS=1): MHA and the GQA head walk
+    # documents on 80-row tiles (session 34), MHA and the GQA head walk: the stats shuffled
+    # from the lanes, delta after the mask (env TILE_M=80 SHFL_STATS=1), or staged and read
+    # where used (env TILE_M=80 TALL_STAGED_COLUMNS=1)
     for gqa in (False, True):
         bwd("bfloat16", 128, False, 2, gqa=gqa, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, shfl_stats=True)
+        bwd("bfloat16", 128, False, 2, gqa=gqa, tile_m=80, two_pds_swizzled=True,
+            dq_by_thread=True, stage_stats=True)
     bwd("bfloat16", 128, True, 1, dk_after_dv=True, do_release_after_dv=True)  # 64 rows
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)

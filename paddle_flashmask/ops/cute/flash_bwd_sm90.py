@@ -748,6 +748,12 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                 mPairs[b, h, m_blk * (self.tile_m // 2), None].iterator, mbar, self.stats_bytes)
 
     @cute.jit
+    def _staged_pair(self, sStat, stage, tScS, j):
+        """The staged statistic of this thread's column pair ``j`` (columns 2j, 2j + 1): one
+        8-byte LDS, loaded where it is used."""
+        return sStat[tScS[0, 2 * j][1] // 2, None, stage].load()
+
+    @cute.jit
     def _read_column_stats(self, out, sStat, stage, tScS):
         """The statistic from its Q/dO stage's shared copy (``stage_stats``): 8-byte LDS."""
         self._column_pairs_into(out, tScS, lambda col: sStat[col // 2, None, stage])
@@ -1142,6 +1148,11 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
         # at 80 rows the shuffled stats are loaded per tile, never prefetched: held across the
         # loop (a conditional load keeps them live) they spill there
         per_tile_shfl = const_expr(shfl and self.tile_m % ROWS_PER_CTA != 0)
+        # staged stats on 80-row tiles of masks with columns: each column pair read from shared
+        # memory where it is used (20 columns of LSE and delta held beside the key's column
+        # values spill there)
+        at_use = const_expr(self.stats_bytes and self.tile_m % ROWS_PER_CTA != 0
+                            and cfg.num_columns is not None)
         held = stat_words(self.tile_m) if const_expr(shfl) else n_cols
         lse_c = cute.make_rmem_tensor(cute.make_layout(held), Float32)
         dlt_c = cute.make_rmem_tensor(cute.make_layout(held), Float32)
@@ -1172,7 +1183,9 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                 # column values inside it, so neither is live across the exp and the element
                 # rule (d128 spills: causal C=2 108 B, bidirectional C=2 92 B, C=4 120 B -> 0)
                 # (self.late_delta: so is delta on 80-row tiles, staged or not)
-                if const_expr(self.stats_bytes):  # staged with Q / dO: both waits are behind us
+                if const_expr(at_use):  # read below, column pair by column pair
+                    pass
+                elif const_expr(self.stats_bytes):  # staged with Q / dO: both waits are behind us
                     self._read_column_stats(lse_c, ops.stats.sLSE, stage, tScS)
                     if const_expr(not self.late_delta):
                         self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
@@ -1191,7 +1204,14 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
 
                 warpgroup.wait_group(1)
                 S = _acc_mn(acc_S)
-                if const_expr(shfl):
+                if const_expr(at_use):
+                    for j in cutlass.range_constexpr(n_cols // 2):
+                        pair = self._staged_pair(ops.stats.sLSE, stage, tScS, j)
+                        for e in cutlass.range_constexpr(2):
+                            for r in cutlass.range_constexpr(n_rows):
+                                S[r, 2 * j + e] = cute.math.exp2(
+                                    S[r, 2 * j + e] * scale_log2 - pair[e], fastmath=True)
+                elif const_expr(shfl):
                     for c in cutlass.range_constexpr(n_cols):
                         lse = self._shuffled_stat(lse_c, tScS, c)
                         for r in cutlass.range_constexpr(n_rows):
@@ -1235,7 +1255,7 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                                                                 rel_bands, cfg.causal, 0)
                                 if dead | beyond:
                                     S[r, c] = Float32(0.0)
-                if const_expr(self.late_delta):
+                if const_expr(self.late_delta and not at_use):
                     if const_expr(self.stats_bytes):
                         self._read_column_stats(dlt_c, ops.stats.sDelta, stage, tScS)
                     elif const_expr(self.late_shfl_delta):
@@ -1244,7 +1264,13 @@ class FlashMaskBwdSm90(BwdDqWriter, BwdDkvStore):
                         self._load_column_stats(dlt_c, mDelta, b, h, m0, tScS)
                 warpgroup.wait_group(0)
                 dP = _acc_mn(acc_dP)
-                if const_expr(shfl):
+                if const_expr(at_use):
+                    for j in cutlass.range_constexpr(n_cols // 2):
+                        pair = self._staged_pair(ops.stats.sDelta, stage, tScS, j)
+                        for e in cutlass.range_constexpr(2):
+                            for r in cutlass.range_constexpr(n_rows):
+                                dP[r, 2 * j + e] = S[r, 2 * j + e] * (dP[r, 2 * j + e] - pair[e])
+                elif const_expr(shfl):
                     for c in cutlass.range_constexpr(n_cols):
                         dlt = self._shuffled_stat(dlt_c, tScS, c)
                         for r in cutlass.range_constexpr(n_rows):
