@@ -2422,14 +2422,15 @@ for i in 1 2; do timeout -s INT -k 10 50 python3 old31/bench/kernel_ab.py $A --t
 }
 
 call217() {
-  emit "call 217 (session 34, fresh staging) - documents (bidirectional C = 2) on 80-row tiles with LSE / delta staged with Q / dO and each column pair read from shared memory where it is used (env TALL_STAGED_COLUMNS=1; call 215: global or lane-shuffled stats 1.15-1.16x of the 64-row default): the oracle (stops on failure), then the whole-backward A/B, MHA and GQA 32/8, documents and prefix-LM [<= 4 min]" \
-    nvidia-h200 275 '[".cutedsl/b", ".devtools"]' \
+  emit "call 217 (session 34, fresh staging) - documents (bidirectional C = 2) on 80-row tiles with LSE / delta staged with Q / dO and each column pair read from shared memory where it is used (env TALL_STAGED_COLUMNS=1; call 215: global or lane-shuffled stats 1.15-1.16x of the 64-row default): the oracle (stops on failure), then the whole-backward A/B, MHA and GQA 32/8, documents and prefix-LM; then where the bench's backward time goes (bench/profile_call.py: frontend against direct calls and kernel sums; session 33's table put the causal backward at 5.63 ms, call 216's kernels at 4.98) [<= 6.5 min]" \
+    nvidia-h200 400 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
 env ${K}_TILE_M=80 ${K}_TALL_STAGED_COLUMNS=1 timeout -s INT -k 10 100 python3 tests/gpu/bwd_check.py --only full_d128_sq_ne_sk,doc_C2_padding,random_C2,full_gqa_sq_gt_sk,doc_C2_gqa_partial,random_C4 --no-determinism --json-name bwd_s34_m80staged.json > $OUT/bwd_m80staged.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_m80staged.log | cut -c1-200; [ $rc = 0 ] || exit $rc
 V="--variant base: --variant m80st:${K}_TILE_M=80,${K}_TALL_STAGED_COLUMNS=1 --variant m80:${K}_TILE_M=80"
 timeout -s INT -k 10 60 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 $V --batch 4 --heads 16 --head-dim 128 --masks document,prefix_lm_causal --tag s34_m80staged_mha > $OUT/kab_mha.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_mha.log | cut -c1-220
 timeout -s INT -k 10 60 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 $V --batch 4 --heads 32 --kv-heads 8 --head-dim 128 --masks document,prefix_lm_causal --tag s34_m80staged_gqa > $OUT/kab_gqa.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_gqa.log | cut -c1-220
+timeout -s INT -k 10 120 python3 bench/profile_call.py --masks causal,full,document,causal_document,sliding_window > $OUT/profile_call.log 2>&1; tail -n 12 $OUT/profile_call.log | cut -c1-400
 '"$(pack_logs 217)"
 }
 
