@@ -169,9 +169,13 @@ def test_prepost_rejects_64_row_grids_with_other_padding():
 
     base = _tall_config().prepost
     assert base.row_pad == 320
-    for field in ("first_store", "has_sink"):
+    assert base.dq_by_thread_rows == 80
+    plain = dataclasses.replace(base, dq_by_thread_rows=0)
+    for cfg, field in ((plain, "first_store"), (base, "has_sink"), (plain, "has_sink")):
         with pytest.raises(ValueError, match="row_pad=320"):
-            dataclasses.replace(base, **{field: True})
+            dataclasses.replace(cfg, **{field: True})
+    # dq_by_thread's first-store flags are per main-kernel query tile (flag_tiles)
+    assert dataclasses.replace(base, first_store=True).first_store
     # the deterministic mode's semaphores are counted in grid_rows (the main kernel's tiles)
     assert dataclasses.replace(base, deterministic=True, grid_rows=80).grid_rows == 80
     with pytest.raises(ValueError, match="row_pad: expected a multiple of 64"):

@@ -87,6 +87,10 @@ CASES_FULL = FWD_CASES + [  # the forward check's matrix, then:
     # PADDLE_FLASHMASK_BWD_TILE_M=80): Sq > Sk, and documents with a per-head mask
     ("full_gqa_sq_gt_sk", "bf16", 128, 128, "full", 2, 1000, 600, 8, 2, "1", False),
     ("doc_C2_gqa_partial", "bf16", 128, 128, "doc", 1, 777, 777, 4, 2, "H", False),
+    # whole query tiles no key visits (rows 388-776: 80-row tiles 5-9): with the first store
+    # (PADDLE_FLASHMASK_BWD_TALL_FIRST_STORE=1) their accumulator is never written, so the
+    # postprocess must give them zeros from their tile flags
+    ("empty_tail_C2_sq_ne_sk", "bf16", 128, 128, "empty_tail2", 2, 777, 700, 4, 2, "1", False),
     # D = 64 without a sink (the sink keeps 64-row tiles), so that PADDLE_FLASHMASK_BWD_TILE_M=128
     # runs 128-row tiles: partial last tiles, Sq != Sk, GQA (the head walk), C = 4 with empty rows
     ("d64_causal_doc_gqa_partial", "bf16", 64, 64, "causal_doc", 2, 777, 777, 4, 2, "1", False),

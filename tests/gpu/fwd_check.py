@@ -96,6 +96,8 @@ def make_mask(kind: str, rng, b: int, hm: int, sq: int, sk: int):
             uts = rng.integers(0, sq + 1, size=sk)
             ute = np.minimum(uts + rng.integers(0, sq // 2 + 1, size=sk), sq)
             v = np.stack([lts, lte, uts, ute], axis=1)
+        elif kind == "empty_tail2":  # non-causal C=2: the rows from sq // 2 on see nothing
+            v = np.stack([np.full(sk, sq // 2), np.zeros(sk, dtype=np.int64)], axis=1)
         elif kind == "empty_rows4":  # C=4 where a block of rows sees nothing
             lo, hi = sq // 3, sq // 3 + 70
             v = np.stack([np.full(sk, lo), np.full(sk, hi), np.full(sk, sq), np.full(sk, sq)], 1)

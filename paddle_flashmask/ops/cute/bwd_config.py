@@ -480,7 +480,7 @@ class BwdConfig:
         blocks or that split the tile by warpgroup columns (dq_per_wg; except dq_by_thread's
         staging, whose warpgroup blocks are its own)."""
         return (self.tall_tile_form and self.dq_in_smem
-                and not (self.dq_first_store or (self.dq_per_wg and not self.dq_by_thread)))
+                and not ((self.dq_first_store or self.dq_per_wg) and not self.dq_by_thread))
 
     @property
     def tall_tile_form(self) -> bool:
@@ -538,6 +538,14 @@ class BwdConfig:
         its order), converted by the postprocess."""
         return (self.dq_transposed and self.dq_swizzle and not self.fused_dq
                 and not self.dq_frag)
+
+    @property
+    def tall_first_store_applies(self) -> bool:
+        """Whether a taller tile's dQ can take ``dq_first_store`` (its first writer stores, no
+        zeroed accumulator): with ``dq_by_thread`` (the postprocess reads each chunk's tile
+        flag), outside the deterministic mode."""
+        return (self.tile_m != ROWS_PER_CTA and self.dq_by_thread and not self.deterministic
+                and self.dq_in_smem and not self.fused_dq)
 
     @property
     def walk_interleave_applies(self) -> bool:

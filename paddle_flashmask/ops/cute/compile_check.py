@@ -175,7 +175,7 @@ def variants(full: bool = False) -> list[Variant]:
             two_pds_swizzled: bool = False, dk_after_dv: bool = False,
             interior_dkv: bool = False, shfl_stats: bool = False, dq_frag: bool = False,
             dq_by_thread: bool = False, ds_query_major: bool = False,
-            do_release_after_dv: bool = False):
+            do_release_after_dv: bool = False, tall_first_store: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced. The base has
         # 64-row query tiles (``tile_m`` picks a taller one): the options below were built on
         # it; the host's D = 64 default without columns (128 rows in FA4's form, session 30)
@@ -284,6 +284,10 @@ def variants(full: bool = False) -> list[Variant]:
                 raise ValueError(f"compile_check bwd: dq_frag does not apply to {cfg}")
         if dq_by_thread:  # 80-row two-stage tiles: dQ^T staged in thread order (dq_by_thread),
             cfg = dataclasses.replace(cfg, dq_by_thread=True, dq_per_wg=True)  # per warpgroup
+        if tall_first_store:  # ... and its first writer stores (no zeroed accumulator)
+            if not cfg.tall_first_store_applies:
+                raise ValueError(f"compile_check bwd: tall_first_store does not apply to {cfg}")
+            cfg = dataclasses.replace(cfg, dq_first_store=True)
         if ds_query_major:  # dS stored [queries x keys] (ds_query_major)
             cfg = dataclasses.replace(cfg, ds_query_major=True)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
@@ -319,6 +323,7 @@ def variants(full: bool = False) -> list[Variant]:
                          " shfl-stats" if shfl_stats else "",
                          " dq-frag" if dq_frag else "",
                          " dq-by-thread" if dq_by_thread else "",
+                         " tall-first-store" if tall_first_store else "",
                          " ds-query-major" if ds_query_major else "",
                          " do-release-after-dv" if do_release_after_dv else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
@@ -424,6 +429,12 @@ def variants(full: bool = False) -> list[Variant]:
             dq_by_thread=True, shfl_stats=True)
         bwd("bfloat16", 128, False, 2, gqa=gqa, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, stage_stats=True)
+        # ... and the first writer of a query tile storing its dQ (env TALL_FIRST_STORE=1),
+        # with full attention's default form
+        bwd("bfloat16", 128, False, 2, gqa=gqa, tile_m=80, two_pds_swizzled=True,
+            dq_by_thread=True, stage_stats=True, tall_first_store=True)
+        bwd("bfloat16", 128, False, None, gqa=gqa, tile_m=80, two_pds_swizzled=True,
+            dq_by_thread=True, tall_first_store=True)
     bwd("bfloat16", 128, True, 1, dk_after_dv=True, do_release_after_dv=True)  # 64 rows
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)

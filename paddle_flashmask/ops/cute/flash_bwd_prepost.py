@@ -260,8 +260,10 @@ class PrePostConfig:
                              f"{self.grid_rows}, found {self.row_pad}")
         # the other per-query-tile grids (first-store flags, pending counts, sink partials) are
         # read per 64-row block, which only matches the main kernel's tiles at row_pad 64
-        if self.row_pad != ROWS_PER_CTA and (self.first_store or self.fused_dq
-                                              or self.has_sink):
+        # (dq_by_thread's flags are per main-kernel query tile: flag_tiles)
+        tile_flags = self.first_store and self.dq_by_thread_rows and not self.deterministic
+        if self.row_pad != ROWS_PER_CTA and ((self.first_store and not tile_flags)
+                                              or self.fused_dq or self.has_sink):
             raise ValueError(f"row_pad={self.row_pad}: expected first_store, fused_dq and "
                              f"has_sink all False, found {self.first_store}, {self.fused_dq}, "
                              f"{self.has_sink}")
@@ -270,6 +272,12 @@ class PrePostConfig:
     def has_post(self) -> bool:
         """Whether the postprocess has anything to do (dq, GQA dk/dv partials or sums, dsink)."""
         return not self.fused_dq or self.gqa or self.dkv_sums or self.has_sink
+
+
+def flag_tiles(cfg: PrePostConfig, sq):
+    """``first_store``'s flags per (batch, head): one per 64-row block, or with
+    ``dq_by_thread`` one per main-kernel query tile (its ``dq_by_thread_rows``)."""
+    return cute.ceil_div(sq, cfg.dq_by_thread_rows or ROWS_PER_CTA)
 
 
 class _Preprocess:
@@ -305,7 +313,8 @@ class _Preprocess:
         visits = None
         if const_expr(self.cfg.first_store and not self.cfg.deterministic):
             # per-query-tile flags, in place of the pending counts
-            visits = SimpleNamespace(mFlags=rowmajor(pending_ptr, (b, h, n_blk)))
+            visits = SimpleNamespace(mFlags=rowmajor(pending_ptr,
+                                                     (b, h, flag_tiles(self.cfg, sq))))
         if const_expr(self.cfg.fused_dq):
             mSumMin = mSumMax = None
             if const_expr(self.cfg.num_columns is not None):
@@ -346,7 +355,8 @@ class _Preprocess:
             if const_expr(not self.cfg.deterministic):  # (deterministic: the semaphores below)
                 mFlags = visits.mFlags  # a local: no subscript store through a namespace in an if
                 if tidx == 0:
-                    mFlags[b, h, blk] = Int32(0)
+                    if blk < mFlags.shape[2]:  # (dq_by_thread: fewer, taller tiles)
+                        mFlags[b, h, blk] = Int32(0)
         else:
             # zero this CTA's dQ-accumulator block (padding rows included): 16-byte stores
             zeros = cute.full(_VEC_ACC, 0.0, Float32)
@@ -476,7 +486,8 @@ class _Postprocess:
             mFlags = None  # first_store: per query tile, or (deterministic) per chain and tile
             if const_expr(self.cfg.first_store):
                 mFlags = rowmajor(flags_ptr, (b, h * (self.cfg.dq_chains
-                                                      if self.cfg.deterministic else 1), n_blk))
+                                                      if self.cfg.deterministic else 1),
+                                              flag_tiles(self.cfg, mdQ.shape[1])))
             self.dq_kernel(mdQacc, mdQ, softmax_scale, mFlags).launch(
                 grid=[n_blk, h, b], block=[_THREADS, 1, 1], stream=stream)
         if const_expr(self.cfg.gqa or self.cfg.dkv_sums):
@@ -544,12 +555,13 @@ class _Postprocess:
                 for k in cutlass.range_constexpr(n_chunks):
                     vals[k] = vals[k] + mdQacc[b, h * chains + c, blk, tidx + k * _THREADS,
                                                None].load()
-        if const_expr(self.cfg.first_store and (chains == 1 or not self.cfg.deterministic)):
+        if const_expr(self.cfg.first_store and (chains == 1 or not self.cfg.deterministic)
+                      and not self.cfg.dq_by_thread_rows):
             # flag 0: no key tile wrote this block (every row fully masked), so its accumulator
-            # was never initialised and dq is zero
+            # was never initialised and dq is zero (dq_by_thread: per chunk, its tile's flag)
             written = mFlags[b, h, blk]
         if const_expr(self.cfg.dq_by_thread_rows):
-            self._store_by_thread(mdQ, b, h, blk, tidx, vals, written, softmax_scale)
+            self._store_by_thread(mdQ, b, h, blk, tidx, vals, written, softmax_scale, mFlags)
         else:
             for k in cutlass.range_constexpr(n_chunks):
                 chunk = tidx + k * _THREADS
@@ -577,10 +589,11 @@ class _Postprocess:
                             cute.full(_VEC_ACC, 0.0, mdQ.element_type))
 
     @cute.jit
-    def _store_by_thread(self, mdQ, b, h, blk, tidx, vals, written, softmax_scale):
+    def _store_by_thread(self, mdQ, b, h, blk, tidx, vals, written, softmax_scale, mFlags):
         """``dq_by_thread``: this thread's chunks of 64-row block ``blk`` of the accumulator,
         each scattered to its four (row, column) places (``by_thread_chunk_origin``; the chunk
-        index counted from the query tile holding it)."""
+        index counted from the query tile holding it); with ``first_store`` zeros where that
+        tile's flag says nobody wrote it."""
         d, rows = self.cfg.head_dim, self.cfg.dq_by_thread_rows
         sq = mdQ.shape[1]
         tile_chunks = rows * d // _VEC_ACC
@@ -592,6 +605,10 @@ class _Postprocess:
             i0 = tile * rows + q0
             scaled = cute.make_rmem_tensor(cute.make_layout(_VEC_ACC), Float32)
             scaled.store(vals[k] * softmax_scale)
+            if const_expr(self.cfg.first_store):
+                written = Int32(0)
+                if tile < mFlags.shape[2]:  # (rows padded past the last tile: never stored)
+                    written = mFlags[b, h, tile]
             if written == 0:
                 scaled.fill(0.0)
             for v in cutlass.range_constexpr(_VEC_ACC):  # (e, row half) = (v % 2, v // 2)

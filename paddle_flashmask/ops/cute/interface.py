@@ -355,7 +355,8 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             default_dkv_red, default_walk_interleave,
                             default_dkv_bulk, default_dv_early, default_dk_early,
                             default_dk_after_dv, default_interior_dkv,
-                            default_tall_two_pds, default_tile_m, with_two_pds_stages,
+                            default_tall_two_pds, default_tile_m, with_tall_first_store,
+                            with_two_pds_stages,
                             default_shfl_stats, with_shfl_stats, default_dq_frag,
                             with_do_release_after_dv, with_dq_by_thread, with_dq_frag,
                             with_ds_query_major)
@@ -417,6 +418,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
     if default_dq_frag():  # dQ staged in the accumulator's fragment order (STS.128)
         cfg = with_dq_frag(cfg)
     cfg = with_dq_by_thread(cfg)  # (80-row tiles: dQ^T staged in thread order)
+    cfg = with_tall_first_store(cfg)  # (env only: ... and its first writer stores)
     cfg = with_do_release_after_dv(cfg)  # (env only: dO released before dK)
     return with_ds_query_major(cfg)  # (env only: dS stored [queries x keys])
 
