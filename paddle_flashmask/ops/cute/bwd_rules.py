@@ -27,8 +27,8 @@ TILE_M_ENV = "PADDLE_FLASHMASK_BWD_TILE_M"
 def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], deterministic: bool,
                    has_sink: bool) -> int:
     """``BwdConfig.tile_m`` wanted without a sink: 128 at D = 64 (every mask, MHA and GQA,
-    deterministic or not), 80 at D = 128 on full attention (bidirectional, no columns; not
-    deterministic), else 64.
+    deterministic or not), 80 at D = 128 on bidirectional masks without columns (full attention)
+    or with two (documents, prefix-LM; not deterministic), else 64.
 
     * ``128`` (FA4's D = 64 tile, in FA4's form with two dS^T stages: ``default_tall_two_pds``,
       and with LSE / delta spread over the lanes: ``default_shfl_stats``): half the per-tile
@@ -50,9 +50,15 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
       H100, whole backward interleaved against the 64-row tile): MHA B=4 S=8K H=16 full 0.910x
       (5 rounds; 0.949-0.960x in two other calls with two more of FA4's pieces, which do not
       help: ``with_ds_query_major``, ``dk_after_dv``), GQA 32/8 B=4 0.929x, GQA 16/8 B=2
-      0.890-0.900x, MHA B=1 S=32K 0.960x; oracle 6/6 (three calls). Not on documents (two
-      columns: the staged stats do not fit beside the early column values), 1.16-1.19x; not
-      in the deterministic mode, whose ordered dQ has no transposed hand-off. Sessions 24 and
+      0.890-0.900x, MHA B=1 S=32K 0.960x; oracle 6/6 (three calls). With two columns
+      (documents, prefix-LM) since session 35, with LSE / delta staged and each column pair
+      read where it is used (``_tall_staged_columns``) and the first writer of a query tile
+      storing its dQ (``with_tall_first_store``): call 218 (an H100, whole backward,
+      interleaved, against the 64-row tile) MHA B=4 S=8K H=16 documents 0.969x, prefix-LM
+      0.911x, GQA 32/8 documents 0.929x (call 217, stats staged, without the first store:
+      GQA prefix-LM 0.962x); oracle 7/7 with both forced. With global or lane-shuffled stats
+      there the tile had measured 1.15-1.19x (calls 215, 209). Not in the deterministic mode,
+      whose ordered dQ has no transposed hand-off. Sessions 24 and
       32 had measured the tile slower without FA4's dQ^T staging or with it handed off as one
       block (calls 137-138, 201, 204-205: 0.98-1.16x).
 
@@ -68,8 +74,7 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
     if forced:
         wanted = int(forced)
     else:  # each head dim's taller tile (80 rows: full attention only), then where it applies
-        wanted = tall_tile_for_head_dim(head_dim) if num_columns is None or head_dim != 128 \
-            else ROWS_PER_CTA
+        wanted = tall_tile_for_head_dim(head_dim)
     if deterministic and not deterministic_has_tile_m(wanted):
         return ROWS_PER_CTA
     if tall_tile_head_dim(wanted) != head_dim:
@@ -145,7 +150,7 @@ def with_two_pds_stages(cfg: "BwdConfig", staged_stats: bool = True,
     # column values and staged stats spill 12 B; at D = 64's 128 rows, with the stats not
     # shuffled, 4 B: those keep the global loads)
     if staged_columns is None:
-        staged_columns = _tall_staged_columns()
+        staged_columns = _tall_staged_columns(cfg.tile_m)
     if staged_stats and cfg.stage_stats and (cfg.num_columns is None or staged_columns):
         staged = replace(two, stage_stats=True, late_loads=False)
         if staged.dq_in_smem:
@@ -156,15 +161,19 @@ def with_two_pds_stages(cfg: "BwdConfig", staged_stats: bool = True,
 TALL_STAGED_COLUMNS_ENV = "PADDLE_FLASHMASK_BWD_TALL_STAGED_COLUMNS"
 
 
-def _tall_staged_columns() -> bool:
-    """Whether the taller tile stages LSE / delta for masks with columns too (each column's
-    pair read from shared memory where it is used, not held: ``flash_bwd_sm90``'s ``at_use``);
-    env ``PADDLE_FLASHMASK_BWD_TALL_STAGED_COLUMNS=1``, off by default (session 34: the 80-row
-    documents form with global or lane-shuffled stats measured 1.15-1.16x of the 64-row tile,
-    call 215, where full attention with staged stats gains)."""
+def _tall_staged_columns(tile_m: int) -> bool:
+    """Whether a taller tile of ``tile_m`` rows stages LSE / delta for masks with columns too
+    (each column's pair read from shared memory where it is used, not held:
+    ``flash_bwd_sm90``'s ``at_use``): on at 80 rows, the only tile measured with it. Session 34
+    (call 217, an H100, B=4 S=8K D=128, whole backward against the 64-row tile): main kernel
+    -4.4 % MHA documents, -7.8 % GQA 32/8; with the first store (call 218) the whole backward
+    0.911-0.969x. With global or lane-shuffled stats instead the 80-row documents form measured
+    1.15-1.16x (call 215). Env ``PADDLE_FLASHMASK_BWD_TALL_STAGED_COLUMNS=1`` / ``0`` forces
+    it."""
     from .launch_args import env_choice
 
-    return env_choice(TALL_STAGED_COLUMNS_ENV, ("0", "1")) == "1"
+    forced = env_choice(TALL_STAGED_COLUMNS_ENV, ("0", "1"))
+    return forced == "1" if forced else tile_m == 80
 
 
 def default_tile_n(head_dim: int) -> int:
@@ -701,14 +710,21 @@ TALL_FIRST_STORE_ENV = "PADDLE_FLASHMASK_BWD_TALL_FIRST_STORE"
 
 def with_tall_first_store(cfg: "BwdConfig") -> "BwdConfig":
     """``cfg`` with ``dq_first_store`` on a taller tile staged by thread
-    (``BwdConfig.tall_first_store_applies``) where env
-    ``PADDLE_FLASHMASK_BWD_TALL_FIRST_STORE=1`` asks for it (and the first store is not off):
-    the preprocess then zeroes a flag per query tile instead of the fp32 accumulator (session
-    34, call 217: at 80 rows the pre- and postprocess take 192 + 205 us against 100 + 132 at
-    64 rows, B=4 S=8K H=16 D=128)."""
-    return _with_env_switch(cfg, TALL_FIRST_STORE_ENV,
-                            cfg.tall_first_store_applies and default_dq_first_store(),
-                            dq_first_store=True)
+    (``BwdConfig.tall_first_store_applies``) unless env
+    ``PADDLE_FLASHMASK_BWD_TALL_FIRST_STORE=0`` (or ``FIRST_STORE=0``) turns it off: the
+    preprocess zeroes a flag per query tile instead of the fp32 accumulator. Session 35 (call
+    218, an H100, B=4 S=8K D=128, whole backward): the 80-row preprocess 192 -> 99 us (MHA H=16)
+    and 384 -> 195 us (GQA 32/8), the postprocess -8 / -15 us; full attention 0.953x MHA (within
+    that call's noise: the same config measured 0.965x of itself) and 0.965x GQA; documents
+    with staged stats 0.969 / 0.929x of the 64-row tile against 1.007 / 0.938x without it;
+    oracle 7/7 forced (a case of whole unvisited query tiles among them)."""
+    from .launch_args import env_choice
+
+    forced = env_choice(TALL_FIRST_STORE_ENV, ("0", "1"))
+    wanted = forced != "0"
+    if not (wanted and cfg.tall_first_store_applies and default_dq_first_store()):
+        return cfg
+    return replace(cfg, dq_first_store=True)
 
 
 DS_QUERY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_DS_QUERY_MAJOR"

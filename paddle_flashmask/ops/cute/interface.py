@@ -418,7 +418,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
     if default_dq_frag():  # dQ staged in the accumulator's fragment order (STS.128)
         cfg = with_dq_frag(cfg)
     cfg = with_dq_by_thread(cfg)  # (80-row tiles: dQ^T staged in thread order)
-    cfg = with_tall_first_store(cfg)  # (env only: ... and its first writer stores)
+    cfg = with_tall_first_store(cfg)  # (... and its first writer stores)
     cfg = with_do_release_after_dv(cfg)  # (env only: dO released before dK)
     return with_ds_query_major(cfg)  # (env only: dS stored [queries x keys])
 
