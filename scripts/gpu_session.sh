@@ -2447,7 +2447,33 @@ timeout -s INT -k 10 80 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rou
 '"$(pack_logs 218)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199 call200 call201 call202 call203 call204 call205 call206 call207 call208 call211 call212 call215 call216 call217 call218"
+call219() {
+  emit "call 219 (session 36, fresh staging) - the GPU suite at session 35's defaults in one piece (D = 128 documents / prefix-LM backward on 80-row tiles with staged stats read where used, the first store on every 80-row tile; call 218: oracle 7/7 forced) [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+'"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 240 python3}"'
+'"$(pack_logs 219)"
+}
+
+call220() {
+  emit "call 220 (session 36, on call 219's warm machine, the FA4 wheels carried) - the same-run table at B=4 S=8K H=16 D=128 with every peer at session 35's defaults (session 33's table: documents 0.88, prefix-LM 0.95 of the best peer; call 218's backward A/B: 0.969x / 0.911x of session 34's) [<= 6.5 min]" \
+    nvidia-h200 400 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 270 python3 bench/bench_attention.py --cases 0 --systems '"$BENCH_SYSTEMS_8K"' --tag s36_cases0 > $OUT/bench_s36_cases0.log 2>&1; tail -n 40 $OUT/bench_s36_cases0.log | cut -c1-200
+'"$(pack_logs 220)"
+}
+
+call221() {
+  emit "call 221 (session 36, on call 220's warm machine, the FA4 wheels carried) - the GQA 32/8 row (B=4 S=8K D=128), ours and FA4 native/varlen, at session 35's defaults (call 218: GQA documents backward 0.929x, full 0.965x of session 34's) [<= 5 min]" \
+    nvidia-h200 300 '[".devtools", ".whl"]' \
+"$PRELUDE
+$PEERS"'
+timeout -s INT -k 10 170 python3 bench/bench_attention.py --cases 2 --systems paddle_flashmask,fa4 --tag s36_cases2 > $OUT/bench_s36_cases2.log 2>&1; tail -n 12 $OUT/bench_s36_cases2.log | cut -c1-300
+'"$(pack_logs 221)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199 call200 call201 call202 call203 call204 call205 call206 call207 call208 call211 call212 call215 call216 call217 call218 call219 call220 call221"
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2478,8 +2504,9 @@ for i, call in enumerate(calls):
     for path in call["carry"]:
         if os.path.exists(path):
             carried += int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
-        elif path not in (".whl", ".devtools") and not path.startswith(".cutedsl"):
-            # the staging folders are built per machine (docs/gpu_session.md), absent in a clean clone
+        elif path not in (".whl", ".devtools", "old31") and not path.startswith(".cutedsl"):
+            # the staging folders are built per machine (docs/gpu_session.md), absent in a clean
+            # clone; old31/ is session 31's code, `git archive 646f5fb` (call 216's COMMANDS.md)
             errors.append(f"{name}: carried path {path} does not exist here")
     if tree + carried > 64 * 2**20:
         errors.append(f"{name}: working tree + carry = {(tree + carried) / 2**20:.1f} MiB > 64 MiB")
@@ -2623,7 +2650,7 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165|call166|call167|call168|call169|call170|call171|call172|call173|call174|call175|call176|call177|call178|call179|call187|call188|call189|call196|call197|call198|call199|call200|call201|call202|call203|call204|call205|call206|call207|call208|call211|call212|call215|call216|call217|call218) "$1" ;;
+  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165|call166|call167|call168|call169|call170|call171|call172|call173|call174|call175|call176|call177|call178|call179|call187|call188|call189|call196|call197|call198|call199|call200|call201|call202|call203|call204|call205|call206|call207|call208|call211|call212|call215|call216|call217|call218|call219|call220|call221) "$1" ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;

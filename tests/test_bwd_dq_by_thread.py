@@ -94,10 +94,15 @@ def test_config_rules(monkeypatch):
     assert default.tile_m == ROWS and default.dq_by_thread and default.dq_per_wg
     assert default.pds_stages == 2 and default.stage_stats
     assert not (default.ds_query_major or default.dk_after_dv or default.do_release_after_dv)
-    documents = interface.backward_config("bfloat16", D, False, 2)  # 64 rows with columns
-    assert documents.tile_m == 64 and not documents.dq_by_thread
+    assert default.dq_first_store  # its first writer stores (session 35)
+    # documents / prefix-LM (two columns) take the same form since session 35; causal masks
+    # stay on 64 rows
+    documents = interface.backward_config("bfloat16", D, False, 2)
+    assert documents.tile_m == ROWS and documents.dq_by_thread and documents.dq_first_store
+    causal = interface.backward_config("bfloat16", D, True, 2)
+    assert causal.tile_m == 64 and not causal.dq_by_thread
     with pytest.raises(ValueError, match="dq_by_thread: expected an 80-row tile"):
-        dataclasses.replace(documents, dq_by_thread=True)
+        dataclasses.replace(causal, dq_by_thread=True)
     _config(monkeypatch)
     monkeypatch.setenv(bwd_rules.DQ_BY_THREAD_ENV, "yes")  # checked, not ignored
     with pytest.raises(ValueError, match=bwd_rules.DQ_BY_THREAD_ENV):

@@ -115,8 +115,9 @@ def test_config_rules(monkeypatch):
     assert cfg.prepost == dataclasses.replace(cfg, dq_frag=False).prepost
     frag = _frag_config(monkeypatch)
     assert frag.prepost.dq_frag and frag.prepost != cfg.prepost
-    # where it does not apply: the padded dQ rows (D = 128 documents), 80-row tiles (dQ
-    # transposed); forced there, an error naming the conditions
+    # where it does not apply: the padded dQ rows (D = 128 documents on 64-row tiles), 80-row
+    # tiles (dQ transposed); forced there, an error naming the conditions
+    monkeypatch.setenv(bwd_rules.TILE_M_ENV, "64")
     padded = interface.backward_config("bfloat16", 128, False, 2)
     assert not padded.dq_swizzle and not padded.dq_frag
     with pytest.raises(ValueError, match="dq_frag: expected dq_swizzle=True"):

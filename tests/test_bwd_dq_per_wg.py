@@ -6,6 +6,9 @@ postprocess's chunk mapping is the layout's inverse, the writer issues one bulk 
 and the config rule. Not yet run on a GPU (off by default)."""
 from __future__ import annotations
 
+import os
+from unittest import mock
+
 import pytest
 
 import cutlass
@@ -106,13 +109,17 @@ def test_config_rule(monkeypatch):
                  bwd.DQ_UNIFORM_ROWS_ENV):
         monkeypatch.delenv(name, raising=False)
     for d, causal, columns, gqa in ((64, True, 1, True), (64, False, 2, False),
-                                    (256, True, None, True), (128, False, 2, True),
-                                    (128, False, 2, False), (64, False, None, False),
+                                    (256, True, None, True), (64, False, None, False),
                                     (128, True, 2, False), (128, True, 2, True)):
         cfg = interface.backward_config("bfloat16", d, causal, columns, gqa=gqa)
-        # off: D = 64 / 256 but D = 64's MHA causal masks with columns, bidirectional with
-        # columns, or causal C = 2 at D = 128 (not measured)
+        # off: D = 64 / 256 but D = 64's MHA causal masks with columns, or causal C = 2 at
+        # D = 128 (not measured)
         assert not cfg.dq_per_wg, (d, causal, columns, gqa)
+    for gqa in (False, True):  # D = 128 bidirectional C = 2: the 80-row tile's by-thread
+        cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=gqa)  # blocks (s35)
+        assert cfg.tile_m == 80 and cfg.dq_per_wg and cfg.dq_by_thread, gqa
+        with mock.patch.dict(os.environ, {bwd.TILE_M_ENV: "64"}):  # on 64 rows: off
+            assert not interface.backward_config("bfloat16", 128, False, 2, gqa=gqa).dq_per_wg
     # D = 64 (session 30): MHA causal masks with columns on 64-row tiles (the default 128-row
     # tiles hand dQ over by query rows: test_bwd_tall_tiles), outside the deterministic mode
     assert not interface.backward_config("bfloat16", 64, True, 1).dq_per_wg

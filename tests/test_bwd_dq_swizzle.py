@@ -61,7 +61,13 @@ def test_config_rule(monkeypatch):
     # by default on for D = 64 only (the H200 A/B: faster there, slower at D = 128), and at D = 128
     # as the per-warpgroup blocks of causal masks (dq_per_wg, session 21)
     assert interface.backward_config("bfloat16", 64, True, 1).dq_swizzle
+    assert not interface.backward_config("bfloat16", 128, True, 2).dq_swizzle
+    # (D = 128 bidirectional C = 2 runs the 80-row tile since session 35, whose two dS^T
+    # stages need the swizzled tile; on 64 rows it is off)
+    assert interface.backward_config("bfloat16", 128, False, 2).dq_swizzle
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     assert not interface.backward_config("bfloat16", 128, False, 2).dq_swizzle
+    monkeypatch.delenv(bwd.TILE_M_ENV)
     per_wg = interface.backward_config("bfloat16", 128, True, 1)
     assert per_wg.dq_swizzle and per_wg.dq_per_wg
     assert not interface.backward_config("bfloat16", 256, True, 1).dq_swizzle

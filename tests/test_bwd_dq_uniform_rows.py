@@ -19,6 +19,9 @@ def test_config_rule(monkeypatch):
     # too (with mask columns since session 15: faster despite the producer's few spilled bytes),
     # except where per-warpgroup blocks take the hand-off (causal masks, session 21; in the
     # deterministic mode on MHA only, session 22); not at the other head dims (not measured)
+    # (on 64-row tiles: D = 128 bidirectional C = 2 runs 80 rows by default since session 35,
+    # its dQ^T staged by thread, per warpgroup)
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     for columns, det, gqa in ((1, False, False), (None, False, False), (2, True, False),
                               (None, False, True), (None, True, True), (1, False, True),
                               (2, False, True), (4, True, True), (2, False, False),
@@ -30,6 +33,7 @@ def test_config_rule(monkeypatch):
         assert cfg.gqa_in_cta == (gqa and not det), (columns, det, gqa)
         per_wg = causal and not (det and gqa)
         assert cfg.dq_per_wg == per_wg and cfg.dq_uniform_rows == (not per_wg), (columns, det, gqa)
+    monkeypatch.delenv(bwd.TILE_M_ENV)
     for d in (64, 96, 192, 256):
         assert not interface.backward_config("bfloat16", d, True, 1).dq_uniform_rows, d
     monkeypatch.setenv(bwd.DQ_UNIFORM_ROWS_ENV, "0")

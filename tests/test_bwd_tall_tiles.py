@@ -26,9 +26,22 @@ TILE_M, D = 80, 128
 _PLACES: dict = {}
 
 
-def _tall_config(num_columns=None, gqa=False):
-    return bwd.with_tile_m(interface.backward_config("bfloat16", D, False, num_columns, gqa=gqa),
-                           TILE_M)
+def _tall_config(num_columns=None, gqa=False, first_store=False):
+    """The host's 80-row config (FA4's form), with or without its first store (default since
+    session 35; without it the preprocess zeroes the fp32 accumulator)."""
+    env = {bwd_rules.TALL_FIRST_STORE_ENV: "1" if first_store else "0"}
+    with mock.patch.dict(os.environ, env):
+        cfg = interface.backward_config("bfloat16", D, False, num_columns, gqa=gqa)
+    assert cfg.tile_m == TILE_M and cfg.dq_first_store == first_store
+    return cfg
+
+
+def _one_stage_config(num_columns=None):
+    """``with_tile_m``'s one-dS^T-stage form of 80 rows, built on the 64-row config."""
+    with mock.patch.dict(os.environ, {bwd.TILE_M_ENV: "64"}):
+        base = interface.backward_config("bfloat16", D, False, num_columns)
+    assert base.tile_m == 64
+    return bwd.with_tile_m(base, TILE_M)
 
 
 def _probe_dq_places(kernel) -> dict:
@@ -97,17 +110,31 @@ def test_rows_padded_to_tiles_and_blocks(sq, want):
     assert shapes["dq_accum"][0] == (2, 4, want, D)
     assert cfg.prepost.row_pad == 320
     assert "dq_flags" not in shapes and "semaphores" not in shapes
+    # the first store (default since session 35): one flag per main-kernel query tile
+    flagged = bwd.workspace_shapes(_tall_config(first_store=True), 2, sq, sq, 4, 4)
+    assert flagged["dq_accum"][0] == (2, 4, want, D) and "semaphores" not in flagged
+    assert flagged["dq_flags"][0] == (2, 4, -(-sq // TILE_M))  # the tiles the main kernel has
 
 
 def test_host_rule(monkeypatch):
     monkeypatch.delenv(bwd.TILE_M_ENV, raising=False)
-    # by default (session 33): full attention at D = 128, MHA and GQA; not documents, causal
-    # masks, the deterministic mode or a sink
+    # by default: full attention at D = 128 (session 33) and documents / prefix-LM (two
+    # columns, session 35), MHA and GQA; not causal masks, four columns, the deterministic
+    # mode or a sink
     assert bwd.default_tile_m(128, False, None, False, False) == 80
-    for args in ((128, False, 2, False, False), (128, True, None, False, False),
+    assert bwd.default_tile_m(128, False, 2, False, False) == 80
+    for args in ((128, False, 4, False, False), (128, True, None, False, False),
+                 (128, True, 2, False, False),
                  (128, False, None, True, False), (128, False, None, False, True),
+                 (128, False, 2, True, False),
                  (256, False, None, False, False), (96, False, None, False, False)):
         assert bwd.default_tile_m(*args) == 64, args
+    for gqa in (False, True):  # documents: FA4's form, stats staged and read where used,
+        cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=gqa)  # first store
+        assert cfg.tile_m == 80 and cfg.pds_stages == 2 and cfg.stage_stats
+        assert cfg.dq_by_thread and cfg.dq_first_store and not cfg.late_loads
+        full = interface.backward_config("bfloat16", 128, False, None, gqa=gqa)
+        assert full.tile_m == 80 and full.stage_stats and full.dq_first_store
     monkeypatch.setenv(bwd.TILE_M_ENV, "80")
     assert bwd.default_tile_m(128, False, None, False, False) == 80  # full attention
     assert bwd.default_tile_m(128, False, 2, False, False) == 80  # documents
@@ -115,11 +142,17 @@ def test_host_rule(monkeypatch):
                  (64, False, None, False, False), (128, False, None, True, False),
                  (128, False, None, False, True)):
         assert bwd.default_tile_m(*args) == 64, args
+    monkeypatch.setenv(bwd_rules.TALL_STAGED_COLUMNS_ENV, "0")
     cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=True)
-    # documents forced to 80 rows: FA4's form (two dS^T stages, the default for taller tiles
-    # since session 33) with the stats from global (staged ones spill beside the columns)
+    # documents on 80 rows without the staged stats (session 34's default): FA4's form with
+    # the stats from global, delta after the mask
     assert cfg.tile_m == 80 and cfg.pds_stages == 2 and cfg.dq_swizzle and not cfg.stage_stats
-    assert cfg.dq_by_thread and cfg.dq_per_wg
+    assert cfg.dq_by_thread and cfg.dq_per_wg and cfg.late_loads
+    monkeypatch.delenv(bwd_rules.TALL_STAGED_COLUMNS_ENV)
+    monkeypatch.setenv(bwd_rules.TALL_STAGED_COLUMNS_ENV, "2")
+    with pytest.raises(ValueError, match=bwd_rules.TALL_STAGED_COLUMNS_ENV):
+        interface.backward_config("bfloat16", 128, False, 2, gqa=True)
+    monkeypatch.delenv(bwd_rules.TALL_STAGED_COLUMNS_ENV)
     monkeypatch.setenv(bwd.TALL_TWO_PDS_ENV, "0")  # with_tile_m's one-stage form on request
     cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=True)
     # documents: one dS^T stage, padded dQ rows, LSE / delta staged
@@ -145,7 +178,7 @@ def test_with_tile_m_leaves_what_it_cannot_serve():
                                           ("dq_per_wg", True), ("has_sink", True),
                                           ("tile_n", 64)])
 def test_invalid_tall_variants_name_tile_m(field, value):
-    cfg = _tall_config(num_columns=2)
+    cfg = _one_stage_config(num_columns=2)
     with pytest.raises(ValueError, match="tile_m=80"):  # (pds_stages: smem no longer fits)
         dataclasses.replace(cfg, **{field: value})
     with pytest.raises(ValueError, match="tile_m: expected one of"):

@@ -79,7 +79,9 @@ def _main_kernels(report):
 # registers: the producer warp and the dQ writer); the bound keeps them from growing unnoticed:
 # - the GQA head walk over a mask with columns, with the uniform-row dQ writer: a few bytes of
 #   per-head state, and the kernel is still 2-3.5 % faster than the spill-free per-lane writer
-#   (session 15, bench/results/README.md);
+#   (session 15, bench/results/README.md); the 80-row documents default (staged stats, first
+#   store) spills 12 B there, its consumer loop clean, and measured 0.929x of the 64-row tile
+#   (session 35, call 218);
 # - the deterministic dQ writer with the first store (its store and add row loops side by side):
 #   24 / 36 B at mask C = 1, and the deterministic backward measured with it is 1.07-1.12x of the
 #   default on every MHA mask (session 18, call 95). The single-loop form without the spill was

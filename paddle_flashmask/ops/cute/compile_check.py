@@ -414,23 +414,25 @@ def variants(full: bool = False) -> list[Variant]:
             dq_by_thread=True, dk_after_dv=True, do_release_after_dv=True)
     bwd("bfloat16", 128, False, None, tile_m=80, two_pds_swizzled=True, ds_query_major=True,
         dq_by_thread=True)
-    # the host's D = 128 full-attention default since session 33: 80 rows, two dS^T stages,
-    # dQ^T staged by thread (MHA and the GQA head walk)
+    # session 33's D = 128 full-attention default: 80 rows, two dS^T stages, dQ^T staged by
+    # thread (MHA and the GQA head walk; env TALL_FIRST_STORE=0 since session 35)
     for gqa in (False, True):
         bwd("bfloat16", 128, False, None, gqa=gqa, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True)
     for c, causal in ((None, False), (1, True), (2, False)):
         bwd("bfloat16", 128, causal, c, ds_query_major=True)
     # documents on 80-row tiles (session 34), MHA and the GQA head walk: the stats shuffled
-    # from the lanes, delta after the mask (env TILE_M=80 SHFL_STATS=1), or staged and read
-    # where used (env TILE_M=80 TALL_STAGED_COLUMNS=1)
+    # from the lanes, delta after the mask (env SHFL_STATS=1), or staged and read where used
+    # (session 34's env TALL_STAGED_COLUMNS=1; without the first store: env
+    # TALL_FIRST_STORE=0)
     for gqa in (False, True):
         bwd("bfloat16", 128, False, 2, gqa=gqa, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, shfl_stats=True)
         bwd("bfloat16", 128, False, 2, gqa=gqa, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, stage_stats=True)
-        # ... and the first writer of a query tile storing its dQ (env TALL_FIRST_STORE=1),
-        # with full attention's default form
+        # ... and the first writer of a query tile storing its dQ: the host's D = 128
+        # defaults since session 35 for documents / prefix-LM (C = 2) and full attention (the
+        # GQA documents walk spills 12 B in the producer, within _spill_allowed's walk bound)
         bwd("bfloat16", 128, False, 2, gqa=gqa, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, stage_stats=True, tall_first_store=True)
         bwd("bfloat16", 128, False, None, gqa=gqa, tile_m=80, two_pds_swizzled=True,
