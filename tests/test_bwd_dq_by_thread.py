@@ -17,7 +17,9 @@ from paddle_flashmask.ops.cute import bwd_rules
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
 from paddle_flashmask.ops.cute import interface
 from paddle_flashmask.ops.cute.bwd_layout import dq_by_thread_start, dq_by_thread_view
-from paddle_flashmask.ops.cute.flash_bwd_prepost import by_thread_chunk_origin
+from paddle_flashmask.ops.cute.flash_bwd_prepost import (GATHER_VEC, by_thread_chunk_origin,
+                                                         gather_origin, gather_send_value,
+                                                         gather_slot, gather_source_lane)
 
 ROWS, D = 80, 128
 _PLACES: dict = {}
@@ -107,3 +109,51 @@ def test_config_rules(monkeypatch):
     monkeypatch.setenv(bwd_rules.DQ_BY_THREAD_ENV, "yes")  # checked, not ignored
     with pytest.raises(ValueError, match=bwd_rules.DQ_BY_THREAD_ENV):
         interface.backward_config("bfloat16", D, False, None)
+
+
+@pytest.mark.parametrize("rows, d", [(80, 128)])
+def test_post_gather_regroups_each_warp_into_row_vectors(rows, d):
+    """BwdConfig.post_gather: in each of the four shuffle rounds every lane is read by exactly
+    one lane, and after them lane L holds GATHER_VEC adjacent columns of one row, each value the
+    one by_thread_chunk_origin placed there; the warp's 128 values land once each."""
+    tile_chunks = rows * d // 4
+    for base in range(0, tile_chunks, 32):  # a warp's 32 consecutive chunks of one tile
+        held = {}  # lane -> its four values' (row, column), value v: (+v % 2, +8 (v // 2))
+        for lane in range(32):
+            q0, col = by_thread_chunk_origin(base + lane, rows, d)
+            held[lane] = [(q0 + v % 2, col + 8 * (v // 2)) for v in range(4)]
+        gathered = {lane: [None] * GATHER_VEC for lane in range(32)}
+        for rnd in range(4):
+            sources = [gather_source_lane(lane, rnd) for lane in range(32)]
+            assert sorted(sources) == list(range(32)), (base, rnd)
+            for lane, src in enumerate(sources):
+                slot = gather_slot(lane, rnd)
+                assert gathered[lane][slot] is None
+                gathered[lane][slot] = held[src][gather_send_value(src, rnd)]
+        seen = set()
+        for lane in range(32):
+            row_off, col_off = gather_origin(lane)
+            q0, col = held[lane][0]
+            want = [(q0 + row_off, col + col_off + j) for j in range(GATHER_VEC)]
+            assert gathered[lane] == want, (base, lane)
+            assert (col + col_off) % GATHER_VEC == 0  # an aligned 8-byte store
+            seen.update(want)
+        assert seen == {p for lane in range(32) for p in held[lane]}, base
+
+
+def test_post_gather_config(monkeypatch):
+    monkeypatch.delenv(bwd_rules.POST_GATHER_ENV, raising=False)
+    default = interface.backward_config("bfloat16", 128, False, 2)
+    assert default.dq_by_thread and not default.post_gather  # env only
+    monkeypatch.setenv(bwd_rules.POST_GATHER_ENV, "1")
+    cfg = interface.backward_config("bfloat16", 128, False, 2)
+    assert cfg.post_gather and cfg.prepost.by_thread_gather
+    assert cfg.prepost != default.prepost
+    # where dQ^T is not staged by thread it does not apply
+    assert not interface.backward_config("bfloat16", 128, True, 1).post_gather
+    with pytest.raises(ValueError, match="post_gather: expected dq_by_thread=True"):
+        dataclasses.replace(interface.backward_config("bfloat16", 128, True, 1),
+                            post_gather=True)
+    monkeypatch.setenv(bwd_rules.POST_GATHER_ENV, "yes")
+    with pytest.raises(ValueError, match=bwd_rules.POST_GATHER_ENV):
+        interface.backward_config("bfloat16", 128, False, 2)

@@ -230,6 +230,12 @@ class BwdConfig:
     # 80-row form is 0.89-0.93x of the 64-row tile on full attention; call 204's single block
     # was no faster).
     dq_by_thread: bool = False
+    # dq_by_thread's postprocess gathering each row's four adjacent columns across the warp
+    # (four index shuffles per 16-byte chunk: flash_bwd_prepost.gather_source_lane) into one
+    # 8-byte store per lane, instead of scattering four 2-byte stores (session 34: the 80-row
+    # postprocess 198-205 us against 133 us at 64 rows, MHA B=4 S=8K H=16). Env only
+    # (PADDLE_FLASHMASK_BWD_POST_GATHER=1; built in session 35, not yet measured).
+    post_gather: bool = False
     # The dO stage released as soon as the dV GEMM (its last reader) has completed, before dK,
     # instead of with Q after dK (FA4's mma_one_m_block): the producer can refill it one GEMM
     # earlier. Needs dk_after_dv (whose wait establishes dV's completion there). Env only
@@ -416,6 +422,8 @@ class BwdConfig:
         if self.do_release_after_dv and not self.dk_after_dv:
             raise ValueError("do_release_after_dv: expected dk_after_dv=True, found "
                              "dk_after_dv=False")
+        if self.post_gather and not self.dq_by_thread:
+            raise ValueError("post_gather: expected dq_by_thread=True, found dq_by_thread=False")
         if self.dq_by_thread and not self.dq_by_thread_applies:
             raise ValueError(f"dq_by_thread: expected an 80-row tile (dQ transposed) with the "
                              f"swizzled single-block dQ tile, fused_dq=False and dq_frag=False, "
@@ -678,6 +686,8 @@ class BwdConfig:
             extra["dq_frag"] = True
         if self.dq_by_thread:
             extra["dq_by_thread_rows"] = self.tile_m
+            if self.post_gather:  # (likewise)
+                extra["by_thread_gather"] = True
         return PrePostConfig(self.dtype, self.head_dim, self.head_dim_v, self.dkv_partials,
                              self.has_sink, self.deterministic, self.dq_chains,
                              first_store=self.dq_first_store, dq_swizzle=self.dq_swizzle,

@@ -727,6 +727,18 @@ def with_tall_first_store(cfg: "BwdConfig") -> "BwdConfig":
     return replace(cfg, dq_first_store=True)
 
 
+POST_GATHER_ENV = "PADDLE_FLASHMASK_BWD_POST_GATHER"
+
+
+def with_post_gather(cfg: "BwdConfig") -> "BwdConfig":
+    """``cfg`` with ``post_gather`` (the by-thread postprocess storing four adjacent dQ values
+    per lane after four warp shuffles, instead of four 2-byte stores) where env
+    ``PADDLE_FLASHMASK_BWD_POST_GATHER=1`` asks for it and dQ^T is staged by thread; else
+    unchanged (built in session 35 after call 218 put the 80-row postprocess at 197-198 us
+    against 133 us at 64 rows, MHA B=4 S=8K H=16 D=128; not measured yet)."""
+    return _with_env_switch(cfg, POST_GATHER_ENV, cfg.dq_by_thread, post_gather=True)
+
+
 DS_QUERY_MAJOR_ENV = "PADDLE_FLASHMASK_BWD_DS_QUERY_MAJOR"
 
 

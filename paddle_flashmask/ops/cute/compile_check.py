@@ -175,7 +175,8 @@ def variants(full: bool = False) -> list[Variant]:
             two_pds_swizzled: bool = False, dk_after_dv: bool = False,
             interior_dkv: bool = False, shfl_stats: bool = False, dq_frag: bool = False,
             dq_by_thread: bool = False, ds_query_major: bool = False,
-            do_release_after_dv: bool = False, tall_first_store: bool = False):
+            do_release_after_dv: bool = False, tall_first_store: bool = False,
+            post_gather: bool = False):
         # first_store / swizzle: None = the host's default, True / False = forced. The base has
         # 64-row query tiles (``tile_m`` picks a taller one): the options below were built on
         # it; the host's D = 64 default without columns (128 rows in FA4's form, session 30)
@@ -288,6 +289,8 @@ def variants(full: bool = False) -> list[Variant]:
             if not cfg.tall_first_store_applies:
                 raise ValueError(f"compile_check bwd: tall_first_store does not apply to {cfg}")
             cfg = dataclasses.replace(cfg, dq_first_store=True)
+        if post_gather:  # ... and the postprocess gathers rows by shuffles (post_gather)
+            cfg = dataclasses.replace(cfg, post_gather=True)
         if ds_query_major:  # dS stored [queries x keys] (ds_query_major)
             cfg = dataclasses.replace(cfg, ds_query_major=True)
         extra = "".join([" gqa" if gqa else "", " sink" if sink else "", " det" if det else "",
@@ -324,6 +327,7 @@ def variants(full: bool = False) -> list[Variant]:
                          " dq-frag" if dq_frag else "",
                          " dq-by-thread" if dq_by_thread else "",
                          " tall-first-store" if tall_first_store else "",
+                         " post-gather" if post_gather else "",
                          " ds-query-major" if ds_query_major else "",
                          " do-release-after-dv" if do_release_after_dv else "",
                          {None: "", True: " claim-list", False: " claim-passes"}[claim_list],
@@ -437,6 +441,9 @@ def variants(full: bool = False) -> list[Variant]:
             dq_by_thread=True, stage_stats=True, tall_first_store=True)
         bwd("bfloat16", 128, False, None, gqa=gqa, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, tall_first_store=True)
+    # the by-thread postprocess gathering rows by warp shuffles (env POST_GATHER=1, session 35)
+    bwd("bfloat16", 128, False, 2, tile_m=80, two_pds_swizzled=True, dq_by_thread=True,
+        stage_stats=True, tall_first_store=True, post_gather=True)
     bwd("bfloat16", 128, True, 1, dk_after_dv=True, do_release_after_dv=True)  # 64 rows
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)

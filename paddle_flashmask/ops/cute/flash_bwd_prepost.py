@@ -123,6 +123,49 @@ def by_thread_chunk_origin(chunk, tile_rows: int, d: int) -> tuple:
     return 8 * k + 2 * (t % 4), col
 
 
+GATHER_VEC = 4  # by_thread_gather: dQ values per lane's store (8 bytes of bf16 / fp16)
+
+
+def gather_source_lane(lane, rnd: int):
+    """``by_thread_gather``, round ``rnd`` (0..3) of four: the lane whose value lane ``lane``
+    receives. In a warp's 32 chunks of a query tile (``by_thread_chunk_origin``) lane L holds
+    rows r0 + 2 (L % 4) + {0, 1} at columns c0 + L // 4 + {0, 8} (value v: row + v % 2, column
+    + 8 (v // 2)), i.e. 8 rows x 16 columns. Lane L = 4 m + a gathers row r0 + 2a + (m % 2),
+    columns c0 + 8 ((m // 2) % 2) + 4 (m // 4) + j for j = 0..3, value j from lane
+    4 (4 (m // 4) + j) + a. Each round the four lanes sharing (a, m // 4) read their four
+    sources in a rotation (j = rnd + e, e = m % 4), so every lane is read by exactly one lane
+    per round::
+
+        lane L = 4m + a      m:  0    1    2    3    4 ...
+        row offset 2a +          0    1    0    1    0
+        column offset            0    0    8    8    4
+
+    Ints (tests) or Int32 (postprocess)."""
+    m, a = lane // 4, lane % 4
+    return 4 * (4 * (m // 4) + (rnd + m % 4) % 4) + a
+
+
+def gather_send_value(lane, rnd: int):
+    """``by_thread_gather``: which of its four values (v) lane ``lane`` sends in round ``rnd``:
+    the one its reader (``gather_source_lane``) wants, v = e = (j - rnd) mod 4 for the lane's
+    column j = (lane // 4) % 4 within its group of four."""
+    return ((lane // 4) % 4 - rnd + 4) % 4
+
+
+def gather_slot(lane, rnd: int):
+    """``by_thread_gather``: the column j (0..3) of its gathered four that lane ``lane``
+    receives in round ``rnd``."""
+    return (rnd + (lane // 4) % 4) % 4
+
+
+def gather_origin(lane) -> tuple:
+    """``by_thread_gather``: (row offset, column offset) of lane ``lane``'s gathered four from
+    its own first value's (row, column) in ``by_thread_chunk_origin``'s terms (that value sits
+    at row + 2 (lane % 4) ... of the warp's block, so the row offset is the lane's m % 2)."""
+    m = lane // 4
+    return m % 2, 8 * ((m // 2) % 2) + 4 * (m // 4) - m
+
+
 def vector_rows(ptr: cute.Pointer, outer: tuple, row_len: int, vec: int) -> cute.Tensor:
     """Row-major ``outer + (row_len,)`` tensor viewed as ``outer + (row_len // vec, vec)``.
 
@@ -235,6 +278,9 @@ class PrePostConfig:
     # BwdConfig.dq_by_thread: the main kernel's query tiles of this many rows (0: off) staged dQ^T
     # in thread order (by_thread_chunk_origin); the postprocess scatters each chunk's four values
     dq_by_thread_rows: int = 0
+    # BwdConfig.post_gather: with dq_by_thread_rows, each warp gathers every row's four adjacent
+    # columns into one lane by shuffles (gather_source_lane) and stores them as one 8-byte vector
+    by_thread_gather: bool = False
     causal: bool = False
     num_columns: Optional[int] = None
     tile_n: int = 0
@@ -255,6 +301,8 @@ class PrePostConfig:
     grid_rows: int = ROWS_PER_CTA
 
     def __post_init__(self):
+        if self.by_thread_gather and not self.dq_by_thread_rows:
+            raise ValueError("by_thread_gather: expected dq_by_thread_rows > 0, found 0")
         if self.row_pad % ROWS_PER_CTA or self.row_pad % self.grid_rows:
             raise ValueError(f"row_pad: expected a multiple of {ROWS_PER_CTA} and of grid_rows="
                              f"{self.grid_rows}, found {self.row_pad}")
@@ -481,7 +529,7 @@ class _Postprocess:
             if const_expr(self.cfg.dq_frag):
                 vec = 2
             if const_expr(self.cfg.dq_by_thread_rows):
-                vec = 1
+                vec = GATHER_VEC if const_expr(self.cfg.by_thread_gather) else 1
             mdQ = vector_rows(dq_ptr, (b, sq, h), d, vec)
             mFlags = None  # first_store: per query tile, or (deterministic) per chain and tile
             if const_expr(self.cfg.first_store):
@@ -611,12 +659,39 @@ class _Postprocess:
                     written = mFlags[b, h, tile]
             if written == 0:
                 scaled.fill(0.0)
-            for v in cutlass.range_constexpr(_VEC_ACC):  # (e, row half) = (v % 2, v // 2)
-                i = i0 + v % 2
-                if i < sq:
-                    one = cute.make_rmem_tensor(cute.make_layout(1), mdQ.element_type)
-                    one[0] = scaled[v].to(mdQ.element_type)
-                    mdQ[b, i, h, col + 8 * (v // 2), None].store(one.load())
+            if const_expr(self.cfg.by_thread_gather):
+                self._gather_store(mdQ, b, h, i0, col, scaled)
+            else:
+                for v in cutlass.range_constexpr(_VEC_ACC):  # (e, row half) = (v % 2, v // 2)
+                    i = i0 + v % 2
+                    if i < sq:
+                        one = cute.make_rmem_tensor(cute.make_layout(1), mdQ.element_type)
+                        one[0] = scaled[v].to(mdQ.element_type)
+                        mdQ[b, i, h, col + 8 * (v // 2), None].store(one.load())
+
+    @cute.jit
+    def _gather_store(self, mdQ, b, h, i0, col, scaled):
+        """``by_thread_gather``: the warp's 32 chunks (8 rows x 16 columns) regrouped by four
+        index shuffles so that each lane holds four adjacent columns of one row
+        (``gather_source_lane``), then one 8-byte store per lane (``GATHER_VEC``)."""
+        lane = cute.arch.lane_idx()
+        gathered = cute.make_rmem_tensor(cute.make_layout(GATHER_VEC), Float32)
+        for rnd in cutlass.range_constexpr(4):
+            send_v = gather_send_value(lane, rnd)
+            send = scaled[0]
+            for v in cutlass.range_constexpr(1, 4):  # (selects: no local-memory indexing)
+                if send_v == v:
+                    send = scaled[v]
+            got = cute.arch.shuffle_sync(send, gather_source_lane(lane, rnd))
+            slot = gather_slot(lane, rnd)
+            for j in cutlass.range_constexpr(4):
+                if slot == j:
+                    gathered[j] = got
+        row_off, col_off = gather_origin(lane)
+        i = i0 + row_off
+        if i < mdQ.shape[1]:
+            mdQ[b, i, h, (col + col_off) // GATHER_VEC, None].store(
+                gathered.load().to(mdQ.element_type))
 
     @cute.jit
     def _store_frag_chunk(self, mdQ, b, i, h, chunk, vals, written, softmax_scale):

@@ -359,7 +359,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             with_two_pds_stages,
                             default_shfl_stats, with_shfl_stats, default_dq_frag,
                             with_do_release_after_dv, with_dq_by_thread, with_dq_frag,
-                            with_ds_query_major)
+                            with_ds_query_major, with_post_gather)
 
     row_ranges = default_row_ranges(num_columns)
     # the interleaved walk (the deterministic mode's way through the head walk) needs LSE / delta
@@ -419,6 +419,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
         cfg = with_dq_frag(cfg)
     cfg = with_dq_by_thread(cfg)  # (80-row tiles: dQ^T staged in thread order)
     cfg = with_tall_first_store(cfg)  # (... and its first writer stores)
+    cfg = with_post_gather(cfg)  # (env only: ... and the postprocess gathers rows by shuffles)
     cfg = with_do_release_after_dv(cfg)  # (env only: dO released before dK)
     return with_ds_query_major(cfg)  # (env only: dS stored [queries x keys])
 
