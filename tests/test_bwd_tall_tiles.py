@@ -336,7 +336,9 @@ def test_128_rows_only_at_d64_and_80_only_at_d128():
     with pytest.raises(ValueError, match=r"tile_m=80: expected head dims \(128, 128\)"):
         dataclasses.replace(_config_128(), tile_m=80)
     with pytest.raises(ValueError, match="tile_m=128"):
-        dataclasses.replace(_config_128(True, 1), dq_first_store=True)
+        dataclasses.replace(_config_128(True, 1), dq_per_wg=True)
+    # the first store has flags per 128-row tile since session 35 (env TALL_FIRST_STORE=1)
+    assert dataclasses.replace(_config_128(True, 1), dq_first_store=True).prepost.flag_rows == 128
 
 
 def test_tall_two_pds_env(monkeypatch):
@@ -352,3 +354,41 @@ def test_tall_two_pds_env(monkeypatch):
     monkeypatch.setenv(bwd.TALL_TWO_PDS_ENV, "2")
     with pytest.raises(ValueError, match=bwd.TALL_TWO_PDS_ENV):
         interface.backward_config("bfloat16", 64, True, 1)
+
+
+def test_128_row_first_store_on_request(monkeypatch):
+    """env TALL_FIRST_STORE=1 (session 35): D = 64's 128-row tiles take the first store, its
+    flags (or, deterministic, the chains' semaphores) per 128-row tile; unset, they keep the
+    zeroed accumulator (not measured yet), and the 80-row by-thread tiles keep it on."""
+    from paddle_flashmask.ops.cute.flash_bwd_prepost import PrePostConfig
+
+    monkeypatch.delenv(bwd_rules.TALL_FIRST_STORE_ENV, raising=False)
+    for det in (False, True):
+        assert not interface.backward_config("bfloat16", 64, False, 2, gqa=True,
+                                             deterministic=det).dq_first_store
+    monkeypatch.setenv(bwd_rules.TALL_FIRST_STORE_ENV, "1")
+    for det, causal, c in ((False, False, None), (False, True, 1), (True, False, 2),
+                           (True, True, 1)):
+        cfg = interface.backward_config("bfloat16", 64, causal, c, gqa=True, deterministic=det)
+        assert cfg.tile_m == 128 and cfg.dq_first_store, (det, causal, c)
+        pre = cfg.prepost
+        assert pre.first_store and pre.flag_rows == 128 and pre.row_pad == 128
+        shapes = bwd.workspace_shapes(cfg, 2, 1000, 1000, 4, 2)
+        if det:  # the postprocess reads the chains' semaphores, one per 128-row tile
+            assert shapes["semaphores"][0] == (2, 4 * cfg.dq_chains, 8)
+            assert "dq_flags" not in shapes
+        else:
+            assert shapes["dq_flags"][0] == (2, 4, 8)
+    # 80-row by-thread tiles: unchanged by the env (their default already)
+    assert interface.backward_config("bfloat16", 128, False, 2).dq_first_store
+    # flags counted in 64-row blocks cannot serve 128-row padding, nor 128-row flags 320
+    plain = PrePostConfig("bfloat16", 64, 64, False, False, False, row_pad=128, grid_rows=128)
+    assert dataclasses.replace(plain, first_store=True).flag_rows == 128
+    with pytest.raises(ValueError, match="row_pad=128"):
+        dataclasses.replace(plain, first_store=True, grid_rows=64)
+    with pytest.raises(ValueError, match="row_pad=320"):
+        PrePostConfig("bfloat16", 128, 128, False, False, False, row_pad=320, grid_rows=64,
+                      first_store=True)
+    monkeypatch.setenv(bwd_rules.TALL_FIRST_STORE_ENV, "on")
+    with pytest.raises(ValueError, match=bwd_rules.TALL_FIRST_STORE_ENV):
+        interface.backward_config("bfloat16", 64, False, None)

@@ -328,7 +328,8 @@ class BwdConfig:
                 f"tile_m={self.tile_m}: expected head dims ({tall_tile_head_dim(self.tile_m)}, "
                 f"{tall_tile_head_dim(self.tile_m)}), tile_n=128, rs_dkv=True, "
                 f"dQ staged in smem, deterministic only at 128 rows, and has_sink, fused_dq, "
-                f"dq_first_store, dq_per_wg (unless dq_by_thread) all False, found head dims ({self.head_dim}, {self.head_dim_v}), "
+                f"dq_per_wg (unless dq_by_thread) and dq_first_store (unless dq_by_thread or "
+                f"128 rows) all False, found head dims ({self.head_dim}, {self.head_dim_v}), "
                 f"tile_n={self.tile_n}, rs_dkv={self.rs_dkv}, dq_in_smem={self.dq_in_smem} "
                 f"(pds_stages={self.pds_stages}, stage_stats={self.stage_stats}, dq_swizzle="
                 f"{self.dq_swizzle}), deterministic={self.deterministic}, "
@@ -487,8 +488,10 @@ class BwdConfig:
         (semaphores, first-store flags, pending counts, sink partials) are sized by 64-row
         blocks or that split the tile by warpgroup columns (dq_per_wg; except dq_by_thread's
         staging, whose warpgroup blocks are its own)."""
+        first_store_ok = self.dq_by_thread or self.tile_m == 128  # flags per kernel tile
         return (self.tall_tile_form and self.dq_in_smem
-                and not ((self.dq_first_store or self.dq_per_wg) and not self.dq_by_thread))
+                and not (self.dq_per_wg and not self.dq_by_thread)
+                and not (self.dq_first_store and not first_store_ok))
 
     @property
     def tall_tile_form(self) -> bool:
@@ -550,10 +553,13 @@ class BwdConfig:
     @property
     def tall_first_store_applies(self) -> bool:
         """Whether a taller tile's dQ can take ``dq_first_store`` (its first writer stores, no
-        zeroed accumulator): with ``dq_by_thread`` (the postprocess reads each chunk's tile
-        flag), outside the deterministic mode."""
-        return (self.tile_m != ROWS_PER_CTA and self.dq_by_thread and not self.deterministic
-                and self.dq_in_smem and not self.fused_dq)
+        zeroed accumulator): with ``dq_by_thread`` outside the deterministic mode (the
+        postprocess reads each chunk's tile flag), or on 128-row tiles (each 64-row block's
+        tile flag, or in the deterministic mode each chain's semaphore, counted in 128-row
+        tiles: ``PrePostConfig.flag_rows``)."""
+        by_tile = (self.dq_by_thread and not self.deterministic) or self.tile_m == 128
+        return (self.tile_m != ROWS_PER_CTA and by_tile and self.dq_in_smem
+                and not self.fused_dq)
 
     @property
     def walk_interleave_applies(self) -> bool:
@@ -680,8 +686,8 @@ class BwdConfig:
             extra = dict(dkv_tiles=True, tile_n=self.tile_n)
         if self.tile_m != ROWS_PER_CTA:  # (the default's key stays as it was)
             extra["row_pad"] = row_padding(self.tile_m)
-            if self.deterministic:  # its semaphores count the kernel's tiles
-                extra["grid_rows"] = self.tile_m
+            if self.deterministic or (self.dq_first_store and not self.dq_by_thread):
+                extra["grid_rows"] = self.tile_m  # semaphores / flags count the kernel's tiles
         if self.dq_frag:  # (likewise)
             extra["dq_frag"] = True
         if self.dq_by_thread:

@@ -717,12 +717,18 @@ def with_tall_first_store(cfg: "BwdConfig") -> "BwdConfig":
     and 384 -> 195 us (GQA 32/8), the postprocess -8 / -15 us; full attention 0.953x MHA (within
     that call's noise: the same config measured 0.965x of itself) and 0.965x GQA; documents
     with staged stats 0.969 / 0.929x of the 64-row tile against 1.007 / 0.938x without it;
-    oracle 7/7 forced (a case of whole unvisited query tiles among them)."""
+    oracle 7/7 forced (a case of whole unvisited query tiles among them). Env ``=1`` also
+    gives it to D = 64's 128-row tiles (flags, or the deterministic semaphores, per 128-row
+    tile; not measured yet: ``scripts/gpu_session.sh call223``)."""
     from .launch_args import env_choice
 
     forced = env_choice(TALL_FIRST_STORE_ENV, ("0", "1"))
-    wanted = forced != "0"
-    if not (wanted and cfg.tall_first_store_applies and default_dq_first_store()):
+    # unset: the measured form only (80 rows staged by thread, outside the deterministic mode);
+    # 1: also the 128-row tiles of D = 64, deterministic or not (built in session 35, not
+    # measured: the preprocess then zeroes no fp32 accumulator there either)
+    wanted = forced == "1" or (not forced and cfg.dq_by_thread and not cfg.deterministic)
+    host_default = default_det_first_store() if cfg.deterministic else default_dq_first_store()
+    if not (wanted and cfg.tall_first_store_applies and host_default):
         return cfg
     return replace(cfg, dq_first_store=True)
 

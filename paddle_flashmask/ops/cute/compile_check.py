@@ -441,6 +441,14 @@ def variants(full: bool = False) -> list[Variant]:
             dq_by_thread=True, stage_stats=True, tall_first_store=True)
         bwd("bfloat16", 128, False, None, gqa=gqa, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, tall_first_store=True)
+    # the first store on D = 64's 128-row tiles (env TALL_FIRST_STORE=1, session 35): flags per
+    # 128-row tile, or the deterministic chains' semaphores
+    for c, causal, gqa in ((None, False, False), (1, True, False), (2, False, True)):
+        bwd("bfloat16", 64, causal, c, gqa=gqa, tile_m=128, two_pds_swizzled=True,
+            shfl_stats=True, tall_first_store=True)
+    for c, causal, gqa in ((2, False, True), (1, True, False)):
+        bwd("bfloat16", 64, causal, c, gqa=gqa, det=True, tile_m=128, two_pds_swizzled=True,
+            shfl_stats=True, tall_first_store=True)
     # the by-thread postprocess gathering rows by warp shuffles (env POST_GATHER=1, session 35)
     bwd("bfloat16", 128, False, 2, tile_m=80, two_pds_swizzled=True, dq_by_thread=True,
         stage_stats=True, tall_first_store=True, post_gather=True)

@@ -306,15 +306,23 @@ class PrePostConfig:
         if self.row_pad % ROWS_PER_CTA or self.row_pad % self.grid_rows:
             raise ValueError(f"row_pad: expected a multiple of {ROWS_PER_CTA} and of grid_rows="
                              f"{self.grid_rows}, found {self.row_pad}")
-        # the other per-query-tile grids (first-store flags, pending counts, sink partials) are
-        # read per 64-row block, which only matches the main kernel's tiles at row_pad 64
-        # (dq_by_thread's flags are per main-kernel query tile: flag_tiles)
-        tile_flags = self.first_store and self.dq_by_thread_rows and not self.deterministic
+        # the other per-query-tile grids (pending counts, sink partials) are read per 64-row
+        # block, which only matches the main kernel's tiles at row_pad 64; first-store flags
+        # (and the deterministic semaphores) are per main-kernel query tile of flag_rows
+        tile_flags = (self.first_store and row_padding(self.flag_rows) == self.row_pad
+                      and (self.dq_by_thread_rows or self.grid_rows in (ROWS_PER_CTA, 128))
+                      and not (self.dq_by_thread_rows and self.deterministic))
         if self.row_pad != ROWS_PER_CTA and ((self.first_store and not tile_flags)
                                               or self.fused_dq or self.has_sink):
             raise ValueError(f"row_pad={self.row_pad}: expected first_store, fused_dq and "
                              f"has_sink all False, found {self.first_store}, {self.fused_dq}, "
                              f"{self.has_sink}")
+
+    @property
+    def flag_rows(self) -> int:
+        """Query rows per first-store flag (or deterministic semaphore): the main kernel's
+        tile, ``dq_by_thread_rows`` or ``grid_rows``."""
+        return self.dq_by_thread_rows or self.grid_rows
 
     @property
     def has_post(self) -> bool:
@@ -323,9 +331,9 @@ class PrePostConfig:
 
 
 def flag_tiles(cfg: PrePostConfig, sq):
-    """``first_store``'s flags per (batch, head): one per 64-row block, or with
-    ``dq_by_thread`` one per main-kernel query tile (its ``dq_by_thread_rows``)."""
-    return cute.ceil_div(sq, cfg.dq_by_thread_rows or ROWS_PER_CTA)
+    """``first_store``'s flags per (batch, head): one per main-kernel query tile
+    (``PrePostConfig.flag_rows``)."""
+    return cute.ceil_div(sq, cfg.flag_rows)
 
 
 class _Preprocess:
@@ -583,16 +591,21 @@ class _Postprocess:
         for k in cutlass.range_constexpr(n_chunks):
             vals.append(mdQacc[b, h * chains, blk, tidx + k * _THREADS, None].load())
         written = Int32(1)
+        # this block's first-store flag / semaphore: per main-kernel tile (flag_rows; by-thread
+        # tiles read theirs per chunk in _store_by_thread)
+        flag_blk = blk
+        if const_expr(self.cfg.flag_rows == 128):
+            flag_blk = blk // (128 // ROWS_PER_CTA)
         if const_expr(self.cfg.first_store and self.cfg.deterministic and chains > 1):
             # a chain nobody added to (semaphore 0) holds garbage: its rows count as zeros. The
             # sum keeps the zero-initialised order: chain 0 (or 0.0) + chain 1 + ...
-            written = mFlags[b, h * chains, blk]
+            written = mFlags[b, h * chains, flag_blk]
             zeros = cute.full(_VEC_ACC, 0.0, Float32)
             keep = cute.full(_VEC_ACC, written, Int32) != 0
             for k in cutlass.range_constexpr(n_chunks):
                 vals[k] = cute.where(keep, vals[k], zeros)
             for c in cutlass.range_constexpr(1, chains):
-                flag = mFlags[b, h * chains + c, blk]
+                flag = mFlags[b, h * chains + c, flag_blk]
                 written = written | flag
                 keep = cute.full(_VEC_ACC, flag, Int32) != 0
                 for k in cutlass.range_constexpr(n_chunks):
@@ -607,7 +620,7 @@ class _Postprocess:
                       and not self.cfg.dq_by_thread_rows):
             # flag 0: no key tile wrote this block (every row fully masked), so its accumulator
             # was never initialised and dq is zero (dq_by_thread: per chunk, its tile's flag)
-            written = mFlags[b, h, blk]
+            written = mFlags[b, h, flag_blk]
         if const_expr(self.cfg.dq_by_thread_rows):
             self._store_by_thread(mdQ, b, h, blk, tidx, vals, written, softmax_scale, mFlags)
         else:
