@@ -139,9 +139,10 @@ def test_host_rule(monkeypatch):
     assert bwd.default_tile_m(128, False, None, False, False) == 80  # full attention
     assert bwd.default_tile_m(128, False, 2, False, False) == 80  # documents
     for args in ((128, True, None, False, False), (128, False, 4, False, False),
-                 (64, False, None, False, False), (128, False, None, True, False),
-                 (128, False, None, False, True)):
+                 (64, False, None, False, False), (128, False, None, False, True)):
         assert bwd.default_tile_m(*args) == 64, args
+    # the deterministic mode: 80 rows only when forced (session 35, not measured)
+    assert bwd.default_tile_m(128, False, None, True, False) == 80
     monkeypatch.setenv(bwd_rules.TALL_STAGED_COLUMNS_ENV, "0")
     cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=True)
     # documents on 80 rows without the staged stats (session 34's default): FA4's form with
@@ -161,7 +162,11 @@ def test_host_rule(monkeypatch):
     assert bwd.with_two_pds_stages(cfg).dq_in_smem  # FA3/FA4's form fits, without the staged stats
     monkeypatch.delenv(bwd.TALL_TWO_PDS_ENV)
     assert interface.backward_config("bfloat16", 128, True, 1).tile_m == 64
-    assert interface.backward_config("bfloat16", 128, False, 2, deterministic=True).tile_m == 64
+    det80 = interface.backward_config("bfloat16", 128, False, 2, deterministic=True)
+    assert det80.tile_m == 80 and det80.dq_by_thread and not det80.dq_first_store
+    assert det80.prepost.grid_rows == 80 and det80.prepost.row_pad == 320
+    assert bwd.workspace_shapes(det80, 2, 1000, 1000, 4, 4)["semaphores"][0] == (
+        2, 4 * det80.dq_chains, 13)  # one per 80-row tile and chain
     monkeypatch.setenv(bwd.TILE_M_ENV, "96")
     with pytest.raises(ValueError, match=bwd.TILE_M_ENV):
         bwd.default_tile_m(128, False, None, False, False)
@@ -169,9 +174,11 @@ def test_host_rule(monkeypatch):
 
 def test_with_tile_m_leaves_what_it_cannot_serve():
     for cfg in (interface.backward_config("bfloat16", 64, False, None),
-                interface.backward_config("bfloat16", 128, False, 2, deterministic=True),
                 interface.backward_config("bfloat16", 128, False, None, has_sink=True)):
         assert bwd.with_tile_m(cfg, TILE_M) is cfg
+    # the deterministic mode's default stays on 64 rows; 80 serves it since session 35
+    det = interface.backward_config("bfloat16", 128, False, 2, deterministic=True)
+    assert det.tile_m == 64 and bwd.with_tile_m(det, TILE_M).tile_m == TILE_M
 
 
 @pytest.mark.parametrize("field, value", [("dq_first_store", True), ("pds_stages", 2),
@@ -319,7 +326,9 @@ def test_128_row_host_rule_and_form(monkeypatch):
     assert det.tile_m == 128 and det.prepost.grid_rows == 128 and det.prepost.row_pad == 128
     assert bwd.workspace_shapes(det, 2, 300, 300, 4, 4)["semaphores"][0] == (
         2, 4 * det.dq_chains, 3)  # ceil(300 / 128) tiles
-    monkeypatch.setenv(bwd.TILE_M_ENV, "80")  # ... but not 80 (at D = 128)
+    monkeypatch.setenv(bwd.TILE_M_ENV, "80")  # ... and 80 at D = 128 when forced (session 35)
+    assert bwd.default_tile_m(128, False, None, True, False) == 80
+    monkeypatch.delenv(bwd.TILE_M_ENV)
     assert bwd.default_tile_m(128, False, None, True, False) == 64
     monkeypatch.setenv(bwd.TILE_M_ENV, "128")
     assert interface.backward_config("bfloat16", 128, False, None).tile_m == 64

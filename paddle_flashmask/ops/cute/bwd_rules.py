@@ -64,8 +64,8 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
 
     Env ``PADDLE_FLASHMASK_BWD_TILE_M=64|80|128`` forces a height where it applies
     (``BwdConfig.tall_tile_applies``: not with a sink, the tile's own head dim; 80 only for
-    bidirectional masks without columns or with two, outside the deterministic mode:
-    ``deterministic_has_tile_m``); elsewhere 64."""
+    bidirectional masks without columns or with two; in the deterministic mode 80 only when
+    forced: ``deterministic_has_tile_m``); elsewhere 64."""
     from .launch_args import env_choice
 
     forced = env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES))
@@ -77,6 +77,8 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
         wanted = tall_tile_for_head_dim(head_dim)
     if deterministic and not deterministic_has_tile_m(wanted):
         return ROWS_PER_CTA
+    if deterministic and wanted == 80 and not forced:  # built in session 35, not measured
+        return ROWS_PER_CTA
     if tall_tile_head_dim(wanted) != head_dim:
         return ROWS_PER_CTA
     if wanted == 80 and (causal or num_columns not in (None, 2)):
@@ -85,10 +87,14 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
 
 
 def deterministic_has_tile_m(tile_m: int) -> bool:
-    """Whether the deterministic mode has a path for ``tile_m`` query rows: 64, and 128 (its
-    semaphores counted in the kernel's own tiles since session 32); not 80, whose transposed dQ
-    has no ordered hand-off."""
-    return tile_m in (ROWS_PER_CTA, 128)
+    """Whether the deterministic mode has a path for ``tile_m`` query rows: 64, 128 (its
+    semaphores counted in the kernel's own tiles since session 32) and, since session 35, 80
+    (dQ^T staged by thread in per-warpgroup blocks: the writer adds both blocks of a tile after
+    its chain turn and publishes the tile once both adds completed, as for dq_per_wg; the
+    accumulator zeroed, no first store). 80 rows only when forced (env
+    ``PADDLE_FLASHMASK_BWD_TILE_M=80``): not measured yet (``scripts/gpu_session.sh
+    call224``)."""
+    return tile_m in (ROWS_PER_CTA, 80, 128)
 
 
 def tall_tile_head_dim(tile_m: int) -> Optional[int]:

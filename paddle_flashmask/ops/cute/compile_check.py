@@ -449,6 +449,11 @@ def variants(full: bool = False) -> list[Variant]:
     for c, causal, gqa in ((2, False, True), (1, True, False)):
         bwd("bfloat16", 64, causal, c, gqa=gqa, det=True, tile_m=128, two_pds_swizzled=True,
             shfl_stats=True, tall_first_store=True)
+    # the deterministic mode on 80-row tiles at D = 128 (env TILE_M=80, session 35): dQ^T staged
+    # by thread, each tile's two blocks added after its chain turn
+    for c, gqa in ((None, False), (2, False), (2, True)):
+        bwd("bfloat16", 128, False, c, gqa=gqa, det=True, tile_m=80, two_pds_swizzled=True,
+            dq_by_thread=True, stage_stats=c is not None)
     # the by-thread postprocess gathering rows by warp shuffles (env POST_GATHER=1, session 35)
     bwd("bfloat16", 128, False, 2, tile_m=80, two_pds_swizzled=True, dq_by_thread=True,
         stage_stats=True, tall_first_store=True, post_gather=True)
