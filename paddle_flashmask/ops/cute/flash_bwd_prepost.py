@@ -591,11 +591,11 @@ class _Postprocess:
         for k in cutlass.range_constexpr(n_chunks):
             vals.append(mdQacc[b, h * chains, blk, tidx + k * _THREADS, None].load())
         written = Int32(1)
-        # this block's first-store flag / semaphore: per main-kernel tile (flag_rows; by-thread
-        # tiles read theirs per chunk in _store_by_thread)
+        # this block's first-store flag / semaphore: per main-kernel tile of flag_rows, a
+        # multiple of 64 here (by-thread tiles read theirs per chunk in _store_by_thread)
         flag_blk = blk
-        if const_expr(self.cfg.flag_rows == 128):
-            flag_blk = blk // (128 // ROWS_PER_CTA)
+        if const_expr(not self.cfg.dq_by_thread_rows and self.cfg.flag_rows != ROWS_PER_CTA):
+            flag_blk = blk // (self.cfg.flag_rows // ROWS_PER_CTA)
         if const_expr(self.cfg.first_store and self.cfg.deterministic and chains > 1):
             # a chain nobody added to (semaphore 0) holds garbage: its rows count as zeros. The
             # sum keeps the zero-initialised order: chain 0 (or 0.0) + chain 1 + ...
