@@ -215,6 +215,14 @@ pack_logs() {  # pack_logs N [GLOB]: logs, plots (and GLOB's files) into one tar
   printf '%s' "cd \$OUT && tar czf /tmp/logs$1.tgz \$(ls *.log *.png$extra 2>/dev/null) && rm -f *.log *.png$extra && mv /tmp/logs$1.tgz . ; ls -la \$OUT"
 }
 
+# det_oracle ENV TIMEOUT_S JSON LOG [EXTRA_ARGS]: the backward oracle and the 10-rerun bit identity
+# on the cases in $C with env ENV (stops the call on failure), as calls 207, 223 and 224 run it
+det_oracle() {
+  printf '%s' "env $1 timeout -s INT -k 10 $2 python3 tests/gpu/bwd_check.py --only \$C --det-cases \$C${5:+ $5} --json-name $3 > \$OUT/$4 2>&1; rc=\$?; tail -n 1 \$OUT/$4 | cut -c1-200; grep -c \"\\\"bit_identical\\\": true\" \$OUT/$4; [ \$rc = 0 ] || exit \$rc"
+}
+# the D = 64 cases of those checks (calls 207, 223)
+D64_DET_CASES=d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full
+
 # the skipping test as a shell function `skip TAG` (JSON + log under $OUT), for A/B calls
 SKIP_FN='skip() { PFM_GPU_REPORT=$OUT/skip_$1.json timeout -s INT -k 10 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_$1.log 2>&1; }'
 
@@ -2361,8 +2369,8 @@ call207() {
     nvidia-h200 420 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
-C=d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full
-env ${K}_TILE_M=128 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --only $C --det-cases $C --large-det-dim 64 --json-name bwd_s33_det128.json > $OUT/bwd_det128.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_det128.log | cut -c1-200; grep -c "\"bit_identical\": true" $OUT/bwd_det128.log; [ $rc = 0 ] || exit $rc
+C='"$D64_DET_CASES"'
+'"$(det_oracle '${K}_TILE_M=128' 150 bwd_s33_det128.json bwd_det128.log '--large-det-dim 64')"'
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant det128:deterministic=1,${K}_TILE_M=128"
 timeout -s INT -k 10 120 $A --head-dim 64 --masks full,causal,causal_document,document,sliding_window,prefix_lm_causal --tag s33_det128_d64_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-200
 timeout -s INT -k 10 90 $A --kv-heads 8 --head-dim 64 --masks full,causal_document,document,sliding_window --tag s33_det128_d64_gqa > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-200
@@ -2490,8 +2498,8 @@ call223() {
     nvidia-h200 430 '[".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
-C=d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full
-env ${K}_TALL_FIRST_STORE=1 timeout -s INT -k 10 150 python3 tests/gpu/bwd_check.py --only $C --det-cases $C --large-det-dim 64 --json-name bwd_s36_d64_first_store.json > $OUT/bwd_d64fs.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_d64fs.log | cut -c1-200; grep -c "\"bit_identical\": true" $OUT/bwd_d64fs.log; [ $rc = 0 ] || exit $rc
+C='"$D64_DET_CASES"'
+'"$(det_oracle '${K}_TALL_FIRST_STORE=1' 150 bwd_s36_d64_first_store.json bwd_d64fs.log '--large-det-dim 64')"'
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --batch 2 --heads 16 --rounds 3 --calls 3 --head-dim 64 --variant base: --variant fs:${K}_TALL_FIRST_STORE=1 --variant det:deterministic=1 --variant detfs:deterministic=1,${K}_TALL_FIRST_STORE=1"
 timeout -s INT -k 10 110 $A --masks full,causal,causal_document,document,sliding_window --tag s36_d64fs_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-220
 timeout -s INT -k 10 90 $A --kv-heads 8 --masks full,causal_document,document,sliding_window --tag s36_d64fs_gqa > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-220
@@ -2504,7 +2512,7 @@ call224() {
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
 C=full_d128_sq_ne_sk,doc_C2_padding,random_C2,full_gqa_sq_gt_sk,doc_C2_gqa_partial,empty_tail_C2_sq_ne_sk
-env ${K}_TILE_M=80 timeout -s INT -k 10 170 python3 tests/gpu/bwd_check.py --only $C --det-cases $C --json-name bwd_s36_det80.json > $OUT/bwd_det80.log 2>&1; rc=$?; tail -n 1 $OUT/bwd_det80.log | cut -c1-200; grep -c "\"bit_identical\": true" $OUT/bwd_det80.log; [ $rc = 0 ] || exit $rc
+'"$(det_oracle '${K}_TILE_M=80' 170 bwd_s36_det80.json bwd_det80.log)"'
 A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --head-dim 128 --variant base: --variant det:deterministic=1 --variant det80:deterministic=1,${K}_TILE_M=80"
 timeout -s INT -k 10 110 $A --batch 4 --heads 16 --masks full,document,prefix_lm_causal --tag s36_det80_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-220
 timeout -s INT -k 10 90 $A --batch 2 --heads 16 --kv-heads 8 --masks full,document --tag s36_det80_gqa > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-220
