@@ -2529,6 +2529,11 @@ timeout -s INT -k 10 200 python3 bench/bench_attention.py --cases 0 --systems pa
 }
 
 CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199 call200 call201 call202 call203 call204 call205 call206 call207 call208 call211 call212 call215 call216 call217 call218 call219 call220 call221 call222 call223 call224 call225"
+BY_NAME_ONLY="call5"  # plan B of call 4, run by name only: not printed by `all`
+
+usage() {
+  echo "usage: $0 [all|${CALLS// /|}|$BY_NAME_ONLY|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2
+}
 
 check() {  # check [FILE]: static checks of the printed calls (or of FILE's), no GPU needed
   local tmp
@@ -2705,10 +2710,10 @@ PY
 
 case "${1:-all}" in
   all) for c in $CALLS; do "$c"; done ;;
-  call0|call1|call2|call2b|call3|call4|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call28|call29|call29b|call30|call31|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|call55|call56|call57|call58|call59|call60|call61|call62|call63|call64|call65|call66|call66s|call67|call68|call69|call69b|call70|call70b|call71|call72|call73|call74|call75|call76|call77|call78|call79|call80|call81|call82|call83|call84|call85|call86|call87|call88|call89|call90|call91|call92|call93|call94|call95|call96|call97|call98|call99|call100|call101|call102|call103|call104|call105|call106|call107|call108|call109|call110|call111|call112|call113|call114|call115|call116|call117|call118|call119|call120|call121|call122|call123|call124|call125|call126|call127|call128|call129|call130|call131|call132|call133|call134|call135|call136|call137|call138|call139|call140|call141|call142|call143|call144|call145|call146|call147|call148|call149|call150|call151|call152|call153|call154|call155|call156|call157|call158|call159|call160|call161|call162|call163|call164|call165|call166|call167|call168|call169|call170|call171|call172|call173|call174|call175|call176|call177|call178|call179|call187|call188|call189|call196|call197|call198|call199|call200|call201|call202|call203|call204|call205|call206|call207|call208|call211|call212|call215|call216|call217|call218|call219|call220|call221|call222|call223|call224|call225) "$1" ;;
+  call*) if [[ " $CALLS $BY_NAME_ONLY " == *" $1 "* ]]; then "$1"; else usage; fi ;;
   check) shift; check "$@" ;;
   collect) shift; collect "$@" ;;
   summary) summary ;;
   appendix) appendix ;;
-  *) echo "usage: $0 [all|call0..call4|call2b|call4b|call5a|call5b|call5|call6|call7|call10|call11|call12|call13|call14|call15|call16|call17|call18|call19|call20|call21|call22|call23|call24|call25|call26|call27|call35|call36|call37|call38|call39|call40|call41|call42|call43|call44|call45|call46|call47|call48|call49|call50|call51|call52|call53|call54|check [FILE]|collect DIR|summary|appendix]" >&2; exit 2 ;;
+  *) usage ;;
 esac
