@@ -2528,7 +2528,29 @@ timeout -s INT -k 10 200 python3 bench/bench_attention.py --cases 0 --systems pa
 '"$(pack_logs 225)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199 call200 call201 call202 call203 call204 call205 call206 call207 call208 call211 call212 call215 call216 call217 call218 call219 call220 call221 call222 call223 call224 call225"
+call226() {
+  emit "call 226 (session 37, fresh staging with .cutedsl/b) - the deterministic mode with dq_early (env DET_DQ_EARLY=1: the dQ GEMM before dK, its hand-off to the writer warp, which waits for the chain's semaphore, under the dK GEMM; call 224: deterministic / default at D = 128 1.15-1.25x): the oracle and the 10-rerun bit identity on D = 128 and D = 64 cases (stops on failure), then default / deterministic / deterministic + dq_early, whole backward, MHA B=4 H=16 D=128, GQA 16/8 B=2 D=128 and D=64 documents [<= 8.5 min]" \
+    nvidia-h200 500 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+C=full_d128_sq_ne_sk,doc_C2_padding,causal_d128_rs,gqa3_causal_doc,doc_C2_gqa_partial,empty_tail_C2_sq_ne_sk,d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk
+'"$(det_oracle '${K}_DET_DQ_EARLY=1' 180 bwd_s37_det_early.json bwd_det_early.log)"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1 --variant dete:deterministic=1,${K}_DET_DQ_EARLY=1"
+timeout -s INT -k 10 120 $A --batch 4 --heads 16 --head-dim 128 --masks full,causal,document,prefix_lm_causal --tag s37_det_early_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-220
+timeout -s INT -k 10 80 $A --batch 2 --heads 16 --kv-heads 8 --head-dim 128 --masks full,document --tag s37_det_early_gqa > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-220
+timeout -s INT -k 10 50 $A --batch 2 --heads 16 --kv-heads 8 --head-dim 64 --masks document,causal_document --tag s37_det_early_d64 > $OUT/kab_d64.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_d64.log | cut -c1-220
+'"$(pack_logs 226)"
+}
+
+call227() {
+  emit "call 227 (session 37, on call 226's warm machine) - the GPU suite at session 37's defaults (the first store on D = 64's 128-row tiles, default and deterministic; call 223: oracle 4/4 and bit identity forced) [<= 5.5 min]" \
+    nvidia-h200 340 '[".devtools"]' \
+"$PRELUDE"'
+'"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 200 python3}"'
+'"$(pack_logs 227)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199 call200 call201 call202 call203 call204 call205 call206 call207 call208 call211 call212 call215 call216 call217 call218 call219 call220 call221 call222 call223 call224 call225 call226 call227"
 BY_NAME_ONLY="call5"  # plan B of call 4, run by name only: not printed by `all`
 
 usage() {

@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 
+from paddle_flashmask.ops.cute import bwd_rules
 from paddle_flashmask.ops.cute import flash_bwd_sm90 as bwd
 
 def test_config_rules(monkeypatch):
@@ -33,7 +34,20 @@ def test_config_rules(monkeypatch):
     d256 = interface.backward_config("bfloat16", 256, True, 1)  # tile_n 64: P^T through smem
     assert d256.pds_stages == 1
     det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
-    assert det.pds_stages == 2 and not det.dq_early  # its dQ hand-off waits on the semaphores
+    # deterministic too at D = 64 / 128 since session 37 (the writer waits, not the WGs)
+    assert det.pds_stages == 2 and det.dq_early
+    for d, causal, c in ((128, False, None), (64, False, 2)):
+        assert interface.backward_config("bfloat16", d, causal, c, deterministic=True).dq_early
+    assert not interface.backward_config("bfloat16", 256, True, 1, deterministic=True).dq_early
+    monkeypatch.setenv(bwd_rules.DET_DQ_EARLY_ENV, "1")  # every head dim, on request
+    assert interface.backward_config("bfloat16", 256, True, 1, deterministic=True).dq_early
+    monkeypatch.setenv(bwd_rules.DET_DQ_EARLY_ENV, "0")
+    assert not interface.backward_config("bfloat16", 128, True, 1, deterministic=True).dq_early
+    assert interface.backward_config("bfloat16", 128, True, 1).dq_early  # (default mode: own env)
+    monkeypatch.setenv(bwd_rules.DET_DQ_EARLY_ENV, "yes")
+    with pytest.raises(ValueError, match=bwd_rules.DET_DQ_EARLY_ENV):
+        interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    monkeypatch.delenv(bwd_rules.DET_DQ_EARLY_ENV)
     monkeypatch.setenv(bwd.RS_DKV_ENV, "0")
     assert interface.backward_config("bfloat16", 128, True, 1).pds_stages == 1
     # an explicit config that cannot work is an error naming the field
@@ -41,8 +55,8 @@ def test_config_rules(monkeypatch):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=False, pds_stages=2)
     with pytest.raises(ValueError, match="pds_stages"):
         bwd.BwdConfig("bfloat16", 128, 128, True, 1, rs_dkv=True, pds_stages=3)
-    with pytest.raises(ValueError, match="dq_early"):
-        bwd.BwdConfig("bfloat16", 128, 128, True, 1, deterministic=True, dq_early=True)
+    with pytest.raises(ValueError, match="dq_early: expected dQ staged in smem"):
+        bwd.BwdConfig("bfloat16", 256, 256, True, 1, qdo_stages=2, dq_early=True)
     monkeypatch.setenv(bwd.PDS_STAGES_ENV, "4")
     with pytest.raises(ValueError, match=bwd.PDS_STAGES_ENV):
         interface.backward_config("bfloat16", 128, False, 2)

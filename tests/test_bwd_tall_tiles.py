@@ -119,14 +119,15 @@ def test_rows_padded_to_tiles_and_blocks(sq, want):
 def test_host_rule(monkeypatch):
     monkeypatch.delenv(bwd.TILE_M_ENV, raising=False)
     # by default: full attention at D = 128 (session 33) and documents / prefix-LM (two
-    # columns, session 35), MHA and GQA; not causal masks, four columns, the deterministic
-    # mode or a sink
-    assert bwd.default_tile_m(128, False, None, False, False) == 80
-    assert bwd.default_tile_m(128, False, 2, False, False) == 80
+    # columns, session 35), MHA and GQA, deterministic too (session 37); not causal masks,
+    # four columns or a sink
+    for det in (False, True):
+        assert bwd.default_tile_m(128, False, None, det, False) == 80
+        assert bwd.default_tile_m(128, False, 2, det, False) == 80
     for args in ((128, False, 4, False, False), (128, True, None, False, False),
-                 (128, True, 2, False, False),
-                 (128, False, None, True, False), (128, False, None, False, True),
-                 (128, False, 2, True, False),
+                 (128, True, 2, False, False), (128, True, 1, True, False),
+                 (128, False, 4, True, False), (128, False, None, False, True),
+                 (128, False, None, True, True),
                  (256, False, None, False, False), (96, False, None, False, False)):
         assert bwd.default_tile_m(*args) == 64, args
     for gqa in (False, True):  # documents: FA4's form, stats staged and read where used,
@@ -141,8 +142,7 @@ def test_host_rule(monkeypatch):
     for args in ((128, True, None, False, False), (128, False, 4, False, False),
                  (64, False, None, False, False), (128, False, None, False, True)):
         assert bwd.default_tile_m(*args) == 64, args
-    # the deterministic mode: 80 rows only when forced (session 35, not measured)
-    assert bwd.default_tile_m(128, False, None, True, False) == 80
+    assert bwd.default_tile_m(128, False, None, True, False) == 80  # deterministic
     monkeypatch.setenv(bwd_rules.TALL_STAGED_COLUMNS_ENV, "0")
     cfg = interface.backward_config("bfloat16", 128, False, 2, gqa=True)
     # documents on 80 rows without the staged stats (session 34's default): FA4's form with
@@ -176,9 +176,12 @@ def test_with_tile_m_leaves_what_it_cannot_serve():
     for cfg in (interface.backward_config("bfloat16", 64, False, None),
                 interface.backward_config("bfloat16", 128, False, None, has_sink=True)):
         assert bwd.with_tile_m(cfg, TILE_M) is cfg
-    # the deterministic mode's default stays on 64 rows; 80 serves it since session 35
+    # the deterministic mode: 80 rows serve it since session 35, by default since 37; its
+    # causal masks keep 64 by default (with_tile_m serves them on request)
     det = interface.backward_config("bfloat16", 128, False, 2, deterministic=True)
-    assert det.tile_m == 64 and bwd.with_tile_m(det, TILE_M).tile_m == TILE_M
+    assert det.tile_m == TILE_M and det.dq_early and not det.dq_first_store
+    causal_det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
+    assert causal_det.tile_m == 64 and bwd.with_tile_m(causal_det, TILE_M).tile_m == TILE_M
 
 
 @pytest.mark.parametrize("field, value", [("dq_first_store", True), ("pds_stages", 2),
@@ -326,9 +329,10 @@ def test_128_row_host_rule_and_form(monkeypatch):
     assert det.tile_m == 128 and det.prepost.grid_rows == 128 and det.prepost.row_pad == 128
     assert bwd.workspace_shapes(det, 2, 300, 300, 4, 4)["semaphores"][0] == (
         2, 4 * det.dq_chains, 3)  # ceil(300 / 128) tiles
-    monkeypatch.setenv(bwd.TILE_M_ENV, "80")  # ... and 80 at D = 128 when forced (session 35)
-    assert bwd.default_tile_m(128, False, None, True, False) == 80
+    # ... and 80 at D = 128 (forced since session 35, by default since 37); 64 when forced
     monkeypatch.delenv(bwd.TILE_M_ENV)
+    assert bwd.default_tile_m(128, False, None, True, False) == 80
+    monkeypatch.setenv(bwd.TILE_M_ENV, "64")
     assert bwd.default_tile_m(128, False, None, True, False) == 64
     monkeypatch.setenv(bwd.TILE_M_ENV, "128")
     assert interface.backward_config("bfloat16", 128, False, None).tile_m == 64
@@ -346,7 +350,7 @@ def test_128_rows_only_at_d64_and_80_only_at_d128():
         dataclasses.replace(_config_128(), tile_m=80)
     with pytest.raises(ValueError, match="tile_m=128"):
         dataclasses.replace(_config_128(True, 1), dq_per_wg=True)
-    # the first store has flags per 128-row tile since session 35 (env TALL_FIRST_STORE=1)
+    # the first store has flags per 128-row tile (session 35; the D = 64 default since 37)
     assert dataclasses.replace(_config_128(True, 1), dq_first_store=True).prepost.flag_rows == 128
 
 
@@ -365,17 +369,19 @@ def test_tall_two_pds_env(monkeypatch):
         interface.backward_config("bfloat16", 64, True, 1)
 
 
-def test_128_row_first_store_on_request(monkeypatch):
-    """env TALL_FIRST_STORE=1 (session 35): D = 64's 128-row tiles take the first store, its
-    flags (or, deterministic, the chains' semaphores) per 128-row tile; unset, they keep the
-    zeroed accumulator (not measured yet), and the 80-row by-thread tiles keep it on."""
+def test_128_row_first_store_by_default(monkeypatch):
+    """D = 64's 128-row tiles take the first store by default since session 37 (call 223), its
+    flags (or, deterministic, the chains' semaphores) per 128-row tile; env TALL_FIRST_STORE=0
+    gives them the zeroed accumulator back, and the 80-row by-thread tiles keep it on unless
+    the env turns it off."""
     from paddle_flashmask.ops.cute.flash_bwd_prepost import PrePostConfig
 
-    monkeypatch.delenv(bwd_rules.TALL_FIRST_STORE_ENV, raising=False)
+    monkeypatch.setenv(bwd_rules.TALL_FIRST_STORE_ENV, "0")
     for det in (False, True):
         assert not interface.backward_config("bfloat16", 64, False, 2, gqa=True,
                                              deterministic=det).dq_first_store
-    monkeypatch.setenv(bwd_rules.TALL_FIRST_STORE_ENV, "1")
+    assert not interface.backward_config("bfloat16", 128, False, 2).dq_first_store
+    monkeypatch.delenv(bwd_rules.TALL_FIRST_STORE_ENV, raising=False)
     for det, causal, c in ((False, False, None), (False, True, 1), (True, False, 2),
                            (True, True, 1)):
         cfg = interface.backward_config("bfloat16", 64, causal, c, gqa=True, deterministic=det)
@@ -388,8 +394,9 @@ def test_128_row_first_store_on_request(monkeypatch):
             assert "dq_flags" not in shapes
         else:
             assert shapes["dq_flags"][0] == (2, 4, 8)
-    # 80-row by-thread tiles: unchanged by the env (their default already)
-    assert interface.backward_config("bfloat16", 128, False, 2).dq_first_store
+    assert interface.backward_config("bfloat16", 128, False, 2).dq_first_store  # 80 rows
+    monkeypatch.setenv(bwd_rules.TALL_FIRST_STORE_ENV, "1")  # (the default spelled out)
+    assert interface.backward_config("bfloat16", 64, True, 1, deterministic=True).dq_first_store
     # flags counted in 64-row blocks cannot serve 128-row padding, nor 128-row flags 320
     plain = PrePostConfig("bfloat16", 64, 64, False, False, False, row_pad=128, grid_rows=128)
     assert dataclasses.replace(plain, first_store=True).flag_rows == 128

@@ -452,9 +452,9 @@ class BwdConfig:
         if self.dv_early and not self.rs_dkv:
             raise ValueError("dv_early: expected rs_dkv=True (P^T from registers), found "
                              "rs_dkv=False")
-        if self.dq_early and (self.deterministic or not self.dq_in_smem):
-            raise ValueError(f"dq_early: expected deterministic=False and dQ staged in smem, found "
-                             f"deterministic={self.deterministic}, dq_in_smem={self.dq_in_smem}")
+        if self.dq_early and not self.dq_in_smem:
+            raise ValueError(f"dq_early: expected dQ staged in smem, found "
+                             f"dq_in_smem={self.dq_in_smem}")
         if self.prefetch_stats and self.late_loads:
             raise ValueError("prefetch_stats: expected late_loads=False, found late_loads=True")
         if self.stage_stats and (self.prefetch_stats or self.late_loads):

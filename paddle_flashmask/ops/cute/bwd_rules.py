@@ -28,7 +28,7 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
                    has_sink: bool) -> int:
     """``BwdConfig.tile_m`` wanted without a sink: 128 at D = 64 (every mask, MHA and GQA,
     deterministic or not), 80 at D = 128 on bidirectional masks without columns (full attention)
-    or with two (documents, prefix-LM; not deterministic), else 64.
+    or with two (documents, prefix-LM; deterministic or not), else 64.
 
     * ``128`` (FA4's D = 64 tile, in FA4's form with two dS^T stages: ``default_tall_two_pds``,
       and with LSE / delta spread over the lanes: ``default_shfl_stats``): half the per-tile
@@ -57,15 +57,20 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
       interleaved, against the 64-row tile) MHA B=4 S=8K H=16 documents 0.969x, prefix-LM
       0.911x, GQA 32/8 documents 0.929x (call 217, stats staged, without the first store:
       GQA prefix-LM 0.962x); oracle 7/7 with both forced. With global or lane-shuffled stats
-      there the tile had measured 1.15-1.19x (calls 215, 209). Not in the deterministic mode,
-      whose ordered dQ has no transposed hand-off. Sessions 24 and
+      there the tile had measured 1.15-1.19x (calls 215, 209). In the deterministic mode since
+      session 37, with its dQ handed over under the dK GEMM (``default_det_dq_early``): calls
+      228-231 (an H100, whole backward, deterministic / default) MHA B=4 S=8K H=16 full 1.077x
+      (64 rows: 1.163x), documents 1.101x (1.101x), prefix-LM 1.077x (1.131x); GQA 16/8 B=2
+      full 1.120x (1.183x), documents 1.187x (1.209x), prefix-LM 1.151x (1.172x); oracle 3/3
+      and the 10-rerun bit identity (6 runs, 32K tokens among them). Without ``dq_early`` it
+      had measured 1.163-1.249x against 1.150-1.246x on 64 rows (call 224). Sessions 24 and
       32 had measured the tile slower without FA4's dQ^T staging or with it handed off as one
       block (calls 137-138, 201, 204-205: 0.98-1.16x).
 
     Env ``PADDLE_FLASHMASK_BWD_TILE_M=64|80|128`` forces a height where it applies
     (``BwdConfig.tall_tile_applies``: not with a sink, the tile's own head dim; 80 only for
-    bidirectional masks without columns or with two; in the deterministic mode 80 only when
-    forced: ``deterministic_has_tile_m``); elsewhere 64."""
+    bidirectional masks without columns or with two; ``deterministic_has_tile_m``); elsewhere
+    64."""
     from .launch_args import env_choice
 
     forced = env_choice(TILE_M_ENV, tuple(str(t) for t in TILE_M_CHOICES))
@@ -76,8 +81,6 @@ def default_tile_m(head_dim: int, causal: bool, num_columns: Optional[int], dete
     else:  # each head dim's taller tile (80 rows: full attention only), then where it applies
         wanted = tall_tile_for_head_dim(head_dim)
     if deterministic and not deterministic_has_tile_m(wanted):
-        return ROWS_PER_CTA
-    if deterministic and wanted == 80 and not forced:  # built in session 35, not measured
         return ROWS_PER_CTA
     if tall_tile_head_dim(wanted) != head_dim:
         return ROWS_PER_CTA
@@ -91,9 +94,8 @@ def deterministic_has_tile_m(tile_m: int) -> bool:
     semaphores counted in the kernel's own tiles since session 32) and, since session 35, 80
     (dQ^T staged by thread in per-warpgroup blocks: the writer adds both blocks of a tile after
     its chain turn and publishes the tile once both adds completed, as for dq_per_wg; the
-    accumulator zeroed, no first store). 80 rows only when forced (env
-    ``PADDLE_FLASHMASK_BWD_TILE_M=80``): not measured yet (``scripts/gpu_session.sh
-    call224``)."""
+    accumulator zeroed, no first store). 80 rows by default since session 37 (with
+    ``default_det_dq_early``; ``default_tile_m`` has the numbers)."""
     return tile_m in (ROWS_PER_CTA, 80, 128)
 
 
@@ -587,6 +589,29 @@ def default_dq_early() -> bool:
     return env_flag(DQ_EARLY_ENV, default="1")
 
 
+DET_DQ_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DET_DQ_EARLY"
+
+
+def default_det_dq_early(head_dim: int) -> bool:
+    """Whether the deterministic mode also takes ``dq_early``: at D = 64 and 128 since session
+    37 (env ``PADDLE_FLASHMASK_BWD_DET_DQ_EARLY=1`` at every head dim, ``=0`` nowhere). Its
+    consumers hand dQ to the writer warp as the default mode's do (the writer, not the
+    consumers, waits for the chain's semaphore), so the hand-off runs under the dK GEMM here
+    too. Call 226 (an H100, whole backward, deterministic / default, 64-row tiles at D = 128,
+    without -> with it): MHA B=4 S=8K H=16 D=128 full 1.191 -> 1.165, causal 1.045 -> 1.034,
+    documents 1.155 -> 1.094, prefix-LM 1.159 -> 1.098; GQA 16/8 B=2 full 1.281 -> 1.198,
+    documents 1.251 -> 1.203; D = 64 GQA 16/8 documents 1.159 -> 1.139, causal documents
+    1.140 -> 1.121. Oracle 8/8 (D = 128 and 64, MHA and GQA) and the 10-rerun bit identity
+    (11 runs, 32K tokens among them); the GPU suite 34/34 with it (call 227). D = 256 (and
+    96 / 192) not measured."""
+    from .launch_args import env_choice
+
+    forced = env_choice(DET_DQ_EARLY_ENV, ("0", "1"))
+    if forced:
+        return forced == "1"
+    return head_dim in (64, 128)
+
+
 DV_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DV_EARLY"
 
 
@@ -723,16 +748,19 @@ def with_tall_first_store(cfg: "BwdConfig") -> "BwdConfig":
     and 384 -> 195 us (GQA 32/8), the postprocess -8 / -15 us; full attention 0.953x MHA (within
     that call's noise: the same config measured 0.965x of itself) and 0.965x GQA; documents
     with staged stats 0.969 / 0.929x of the 64-row tile against 1.007 / 0.938x without it;
-    oracle 7/7 forced (a case of whole unvisited query tiles among them). Env ``=1`` also
-    gives it to D = 64's 128-row tiles (flags, or the deterministic semaphores, per 128-row
-    tile; not measured yet: ``scripts/gpu_session.sh call223``)."""
+    oracle 7/7 forced (a case of whole unvisited query tiles among them). On D = 64's 128-row
+    tiles (flags, or in the deterministic mode the chains' semaphores, per 128-row tile) since
+    session 37: call 223 (an H100, B=2 S=8K H=16 D=64, whole backward, interleaved against the
+    zeroed accumulator) MHA 0.967-0.992x on five masks, GQA 16/8 0.966-0.985x on four;
+    deterministic 0.925-0.994x MHA and 0.963-0.995x GQA; oracle 4/4 and the 10-rerun bit
+    identity with it forced."""
     from .launch_args import env_choice
 
     forced = env_choice(TALL_FIRST_STORE_ENV, ("0", "1"))
-    # unset: the measured form only (80 rows staged by thread, outside the deterministic mode);
-    # 1: also the 128-row tiles of D = 64, deterministic or not (built in session 35, not
-    # measured: the preprocess then zeroes no fp32 accumulator there either)
-    wanted = forced == "1" or (not forced and cfg.dq_by_thread and not cfg.deterministic)
+    # unset: the measured forms, those with the swizzled dQ tile (80 rows staged by thread
+    # outside the deterministic mode, D = 64's 128 rows with two dS^T stages in either mode);
+    # 1: also the one-stage 128-row form (env TALL_TWO_PDS=0, never measured with it)
+    wanted = forced == "1" or (not forced and cfg.dq_swizzle)
     host_default = default_det_first_store() if cfg.deterministic else default_dq_first_store()
     if not (wanted and cfg.tall_first_store_applies and host_default):
         return cfg

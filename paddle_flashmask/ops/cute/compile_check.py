@@ -458,6 +458,13 @@ def variants(full: bool = False) -> list[Variant]:
     bwd("bfloat16", 128, False, 2, tile_m=80, two_pds_swizzled=True, dq_by_thread=True,
         stage_stats=True, tall_first_store=True, post_gather=True)
     bwd("bfloat16", 128, True, 1, dk_after_dv=True, do_release_after_dv=True)  # 64 rows
+    # the deterministic mode with its dQ handed over under the dK GEMM (env DET_DQ_EARLY=1,
+    # session 37): D = 128's 64-row tiles, MHA and GQA, and D = 64's 128-row tiles
+    for c, causal, gqa in ((None, False, False), (2, False, True), (1, True, False)):
+        bwd("bfloat16", 128, causal, c, gqa=gqa, det=True, dq_early=True)
+    for c, causal, gqa in ((2, False, True), (1, True, False)):
+        bwd("bfloat16", 64, causal, c, gqa=gqa, det=True, tile_m=128, two_pds_swizzled=True,
+            shfl_stats=True, tall_first_store=True, dq_early=True)
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)
