@@ -222,6 +222,11 @@ det_oracle() {
 }
 # the D = 64 cases of those checks (calls 207, 223)
 D64_DET_CASES=d64_causal_doc_gqa_partial,d64_doc_C2_sq_gt_sk,d64_empty_rows_C4_sq_lt_sk,d64_full
+# session 37's short warm calls (228-231): the prelude they ran with, and their A/B command $A
+DET80E_PRELUDE='export PYTHONUNBUFFERED=1 PADDLE_FLASHMASK_BWD_DET_DQ_EARLY=1; set -o pipefail
+source .devtools/cutedsl-env.sh || exit $?
+K=PADDLE_FLASHMASK_BWD'
+DET80E_AB='A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --head-dim 128 --variant base: --variant dete:deterministic=1 --variant dete80:deterministic=1,${K}_TILE_M=80"'
 
 # the skipping test as a shell function `skip TAG` (JSON + log under $OUT), for A/B calls
 SKIP_FN='skip() { PFM_GPU_REPORT=$OUT/skip_$1.json timeout -s INT -k 10 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_skipping.py -k causal_document > $OUT/skip_$1.log 2>&1; }'
@@ -2543,14 +2548,77 @@ timeout -s INT -k 10 50 $A --batch 2 --heads 16 --kv-heads 8 --head-dim 64 --mas
 }
 
 call227() {
-  emit "call 227 (session 37, on call 226's warm machine) - the GPU suite at session 37's defaults (the first store on D = 64's 128-row tiles, default and deterministic; call 223: oracle 4/4 and bit identity forced) [<= 5.5 min]" \
+  emit "call 227 (session 37, on call 226's warm machine; as run) - the GPU suite at session 37's first defaults (the first store on D = 64's 128-row tiles, default and deterministic; call 223: oracle 4/4 and bit identity forced) with the deterministic dQ hand-off under dK exported (env DET_DQ_EARLY=1, the default since) [<= 5.5 min]" \
     nvidia-h200 340 '[".devtools"]' \
-"$PRELUDE"'
+"${PRELUDE/NVSHMEM_DISABLE_NVLS=1;/NVSHMEM_DISABLE_NVLS=1 PADDLE_FLASHMASK_BWD_DET_DQ_EARLY=1;}"'
 '"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 200 python3}"'
 '"$(pack_logs 227)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199 call200 call201 call202 call203 call204 call205 call206 call207 call208 call211 call212 call215 call216 call217 call218 call219 call220 call221 call222 call223 call224 call225 call226 call227"
+call228() {
+  emit "call 228 (session 37, on call 227's warm machine; as run) - the deterministic mode on 80-row tiles at D = 128 with the dQ hand-off under dK (env TILE_M=80 + DET_DQ_EARLY=1): the oracle and the 10-rerun bit identity on three bidirectional cases, then default / deterministic 64 rows / deterministic 80 rows, MHA B=4 H=16 and GQA 16/8 B=2 full [<= 4.5 min]" \
+    nvidia-h200 270 '[".devtools"]' \
+"${PRELUDE/NVSHMEM_DISABLE_NVLS=1;/NVSHMEM_DISABLE_NVLS=1 PADDLE_FLASHMASK_BWD_DET_DQ_EARLY=1;}"'
+K=PADDLE_FLASHMASK_BWD
+C=full_d128_sq_ne_sk,doc_C2_padding,doc_C2_gqa_partial
+env ${K}_TILE_M=80 timeout -s INT -k 10 80 python3 tests/gpu/bwd_check.py --only $C --det-cases $C --json-name bwd_s37_det80_early.json > $OUT/bwd_det80e.log 2>&1; tail -n 1 $OUT/bwd_det80e.log | cut -c1-200
+'"$DET80E_AB"'
+timeout -s INT -k 10 90 $A --batch 4 --heads 16 --masks full,document,prefix_lm_causal --tag s37_det80_early_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-220
+timeout -s INT -k 10 50 $A --batch 2 --heads 16 --kv-heads 8 --masks full --tag s37_det80_early_gqa > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-220
+cd $OUT && tar czf /tmp/logs228.tgz $(ls *.log 2>/dev/null) && rm -f *.log && mv /tmp/logs228.tgz . ; ls $OUT'
+}
+
+call229() {
+  emit "call 229 (session 37, warm; as run) - call 228's A/B on GQA 16/8 B=2 documents and prefix-LM [<= 2 min]" \
+    nvidia-h200 110 '[".devtools"]' \
+"$DET80E_PRELUDE"'
+'"$DET80E_AB"'
+timeout -s INT -k 10 70 $A --batch 2 --heads 16 --kv-heads 8 --masks document,prefix_lm_causal --tag s37_det80_early_gqa_doc > $OUT/kab_gd.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_gd.log | cut -c1-220
+cd $OUT && tar czf /tmp/logs229.tgz $(ls *.log 2>/dev/null) && rm -f *.log && mv /tmp/logs229.tgz . ; ls $OUT'
+}
+
+call230() {
+  emit "call 230 (session 37, warm; as run) - deterministic / default at session 37's final defaults on the other four MHA masks (64-row tiles there), B=4 H=16 D=128 [<= 2.5 min]" \
+    nvidia-h200 140 '[".devtools"]' \
+"$DET80E_PRELUDE"'
+'"${DET80E_AB/--variant dete:deterministic=1 /}"'
+timeout -s INT -k 10 100 $A --batch 4 --heads 16 --masks causal_document,sliding_window,shared_question,global_sliding_window --tag s37_det80_early_mha_rest > $OUT/kab_r.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_r.log | cut -c1-220
+cd $OUT && tar czf /tmp/logs230.tgz $(ls *.log 2>/dev/null) && rm -f *.log && mv /tmp/logs230.tgz . ; ls $OUT'
+}
+
+call231() {
+  emit "call 231 (session 37, warm; as run) - as call 230 on GQA 16/8 B=2 causal, causal documents, sliding window, shared question [<= 2 min]" \
+    nvidia-h200 110 '[".devtools"]' \
+"$DET80E_PRELUDE"'
+'"${DET80E_AB/--variant dete:deterministic=1 /}"'
+timeout -s INT -k 10 80 $A --batch 2 --heads 16 --kv-heads 8 --masks causal,causal_document,sliding_window,shared_question --tag s37_det80_early_gqa_rest > $OUT/kab_gr.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_gr.log | cut -c1-220
+cd $OUT && tar czf /tmp/logs231.tgz $(ls *.log 2>/dev/null) && rm -f *.log && mv /tmp/logs231.tgz . ; ls $OUT'
+}
+
+call232() {
+  emit "call 232 (prepared in session 37, fresh staging) - the GPU suite at session 37's final defaults (the deterministic mode on 80-row tiles at D = 128 with its dQ hand-off under dK: calls 226 and 228 checked them with the oracle and the bit identity on 8 + 3 cases, the suite ran with the hand-off but on 64-row tiles) [<= 6 min]" \
+    nvidia-h200 380 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+'"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 240 python3}"'
+'"$(pack_logs 232)"
+}
+
+call233() {
+  emit "call 233 (prepared in session 37, on a warm machine) - the deterministic mode at session 37's final defaults: the oracle and the 10-rerun bit identity on the bidirectional D = 128 cases (80-row tiles; stops on failure), (the hand-off's env spelled out: its default), then deterministic / default on every mask, MHA B=4 H=16 and GQA 16/8 B=2 at D = 128, MHA and GQA 16/8 at D = 64 (#6 item 1: GQA 16/8 D = 128 at 1.15-1.20x in calls 229 and 231) [<= 7.5 min]" \
+    nvidia-h200 460 '[".devtools"]' \
+"$PRELUDE"'
+C=full_d128_sq_ne_sk,doc_C2_padding,random_C2,full_gqa_sq_gt_sk,doc_C2_gqa_partial,empty_tail_C2_sq_ne_sk
+'"$(det_oracle 'PADDLE_FLASHMASK_BWD_DET_DQ_EARLY=1' 170 bwd_s38_det_defaults.json bwd_det.log)"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --variant base: --variant det:deterministic=1"
+M=full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal,global_sliding_window
+timeout -s INT -k 10 80 $A --batch 4 --heads 16 --head-dim 128 --masks $M --tag s38_det_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-160
+timeout -s INT -k 10 60 $A --batch 2 --heads 16 --kv-heads 8 --head-dim 128 --masks $M --tag s38_det_gqa > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-160
+timeout -s INT -k 10 40 $A --batch 2 --heads 16 --head-dim 64 --masks full,causal,causal_document,document,sliding_window --tag s38_det_d64_mha > $OUT/kab_dm.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_dm.log | cut -c1-160
+timeout -s INT -k 10 40 $A --batch 2 --heads 16 --kv-heads 8 --head-dim 64 --masks full,causal_document,document,sliding_window --tag s38_det_d64_gqa > $OUT/kab_dg.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_dg.log | cut -c1-160
+'"$(pack_logs 233)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199 call200 call201 call202 call203 call204 call205 call206 call207 call208 call211 call212 call215 call216 call217 call218 call219 call220 call221 call222 call223 call224 call225 call226 call227 call228 call229 call230 call231 call232 call233"
 BY_NAME_ONLY="call5"  # plan B of call 4, run by name only: not printed by `all`
 
 usage() {
