@@ -465,6 +465,11 @@ def variants(full: bool = False) -> list[Variant]:
     for c, causal, gqa in ((2, False, True), (1, True, False)):
         bwd("bfloat16", 64, causal, c, gqa=gqa, det=True, tile_m=128, two_pds_swizzled=True,
             shfl_stats=True, tall_first_store=True, dq_early=True)
+    # ... and the deterministic GQA head walk on D = 128's 80-row tiles (env GQA_IN_CTA=1;
+    # session 16 measured the walk slower, before the hand-off and the 80-row tiles)
+    for c in (None, 2):
+        bwd("bfloat16", 128, False, c, gqa=True, det=True, gqa_in_cta=True, tile_m=80,
+            two_pds_swizzled=True, dq_by_thread=True, stage_stats=True, dq_early=True)
     fwd("float16", 128, True, 1, sink=True)
     fwd("bfloat16", 128, True, None, work_order=True)
     fwd("bfloat16", 128, True, 1, work_order=True)
