@@ -118,6 +118,11 @@ def with_tile_m(cfg: "BwdConfig", tile_m: int) -> "BwdConfig":
             or tall_tile_head_dim(tile_m) != cfg.head_dim
             or (cfg.deterministic and not deterministic_has_tile_m(tile_m))):
         return cfg
+    if cfg.dkv_bulk and tile_m == 80:
+        # the deterministic GQA sums by bulk ops (env DET_DKV_CHAIN=bulk, measured on 64-row
+        # tiles) stage a whole fp32 dK / dV tile where sP, sdS and sdQ lie: 62,720 B at 80 rows
+        # in FA4's form, 65,536 B needed; such a config keeps its 64-row tile
+        return cfg
     # H200 (calls 137-138): one dS^T stage with padded dQ rows measured faster than FA3/FA4's
     # form (two stages, which fit only beside the swizzled unpadded tile and without staged
     # stats): 1.03-1.07x against 1.12-1.16x of the 64-row default's time
