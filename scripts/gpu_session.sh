@@ -2619,15 +2619,15 @@ timeout -s INT -k 10 40 $A --batch 2 --heads 16 --kv-heads 8 --head-dim 64 --mas
 }
 
 call234() {
-  emit "call 234 (prepared in session 37, on a warm machine) - #6 item 1's last misses, deterministic GQA 16/8 at D = 128 (1.15-1.20x on five masks, calls 229 and 231): the head walk (env GQA_IN_CTA=1: dK/dV summed in registers over the group, as the default mode does) and the interleaved walk (env DET_WALK_INTERLEAVE=1), both measured slower in sessions 16-19, before the deterministic dQ hand-off under dK and the 80-row tiles: the oracle and the 10-rerun bit identity on three GQA cases each (stops on failure), then default / deterministic / + walk / + interleaved walk / + the group's dK/dV summed by bulk ops in head order (env DET_DKV_CHAIN=bulk, session 20: correct, no faster; keeps 64-row tiles), GQA 16/8 B=2 D=128 [<= 8 min]" \
-    nvidia-h200 490 '[".devtools"]' \
+  emit "call 234 (prepared in session 37, on a warm machine) - #6 item 1's last misses, deterministic GQA 16/8 at D = 128 (1.15-1.20x on five masks, calls 229 and 231): the head walk (env GQA_IN_CTA=1: dK/dV summed in registers over the group, as the default mode does) and the interleaved walk (env DET_WALK_INTERLEAVE=1), both measured slower in sessions 16-19, before the deterministic dQ hand-off under dK and the 80-row tiles: the oracle and the 10-rerun bit identity on three GQA cases each (stops on failure), then default / deterministic / + walk / + interleaved walk / + the group's dK/dV summed by bulk ops in head order (env DET_DKV_CHAIN=bulk, session 20: correct, no faster; keeps 64-row tiles), and one / two dQ chains (env DET_CHAINS; the default is two on documents and prefix-LM, one on the causal masks: session 16's rule), GQA 16/8 B=2 D=128 [<= 9 min]" \
+    nvidia-h200 550 '[".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
 C=full_gqa_sq_gt_sk,doc_C2_gqa_partial,gqa3_causal_doc
 '"$(det_oracle '${K}_GQA_IN_CTA=1' 120 bwd_s38_det_walk.json bwd_det_walk.log)"'
 '"$(det_oracle '${K}_DET_WALK_INTERLEAVE=1' 120 bwd_s38_det_il.json bwd_det_il.log)"'
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --head-dim 128 --variant base: --variant det:deterministic=1 --variant detw:deterministic=1,${K}_GQA_IN_CTA=1 --variant detil:deterministic=1,${K}_DET_WALK_INTERLEAVE=1 --variant detb:deterministic=1,${K}_DET_DKV_CHAIN=bulk"
-timeout -s INT -k 10 180 $A --batch 2 --heads 16 --kv-heads 8 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal --tag s38_det_walk_gqa > $OUT/kab_w.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_w.log | cut -c1-260
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --head-dim 128 --variant base: --variant det:deterministic=1 --variant detw:deterministic=1,${K}_GQA_IN_CTA=1 --variant detil:deterministic=1,${K}_DET_WALK_INTERLEAVE=1 --variant detb:deterministic=1,${K}_DET_DKV_CHAIN=bulk --variant detc1:deterministic=1,${K}_DET_CHAINS=1 --variant detc2:deterministic=1,${K}_DET_CHAINS=2"
+timeout -s INT -k 10 240 $A --batch 2 --heads 16 --kv-heads 8 --masks full,causal,sliding_window,causal_document,document,shared_question,prefix_lm_causal --tag s38_det_walk_gqa > $OUT/kab_w.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_w.log | cut -c1-400
 '"$(pack_logs 234)"
 }
 
