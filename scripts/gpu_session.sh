@@ -2654,7 +2654,8 @@ calls = [json.loads(l) for l in open(os.environ["CALLS_FILE"]) if l.startswith("
 errors = []
 # what travels besides the carry: tracked + untracked-not-ignored files (0 outside a git checkout)
 listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True).stdout
-tree = sum(os.path.getsize(f) for f in listed.decode().split("\0") if f and os.path.isfile(f))
+files = [f for f in listed.decode().split("\0") if f and os.path.isfile(f)]
+tree = sum(os.path.getsize(f) for f in files)
 for i, call in enumerate(calls):
     cmd, name = call["command"], f"call #{i} ({call['kind']})"
     if len(cmd) > 2000:
@@ -2717,7 +2718,7 @@ for e in errors:
 # clone has no part a): over the limit, move bench/results out for the device calls
 if os.path.isdir(".cutedsl/a"):
     part_a = int(subprocess.run(["du", "-sb", ".cutedsl/a"], capture_output=True, text=True).stdout.split()[0])
-    blocks = sum(os.stat(f).st_blocks * 512 for f in listed.decode().split("\0") if f and os.path.isfile(f))
+    blocks = sum(os.stat(f).st_blocks * 512 for f in files)
     if max(tree, blocks) + part_a > 63 * 2**20:
         print(f"gpu_session check: stage A would carry {(tree + part_a) / 2**20:.1f} MiB "
               f"({(blocks + part_a) / 2**20:.1f} MiB in disk blocks) of 64: move bench/results out "

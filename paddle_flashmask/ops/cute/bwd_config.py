@@ -144,8 +144,9 @@ class BwdConfig:
     pds_stages: int = 1
     # The dQ GEMM is issued before the dK GEMM, in its own commit group, and its tile is handed
     # to the dQ writer while the dK GEMM still runs (FA4's order), instead of after all three.
-    # Needs dQ staged in smem, not deterministic (its hand-off waits on the semaphore chain).
-    # The host's choice: default_dq_early (on since session 10).
+    # Needs dQ staged in smem (the deterministic mode's writer warp, not the consumers, waits
+    # on the semaphore chain). The host's choice: default_dq_early (on since session 10; in the
+    # deterministic mode at D = 64 / 128 since session 37).
     dq_early: bool = False
     # The dV GEMM (P^T from registers, dO from smem: only this warpgroup's own keys) is issued,
     # in its own commit group, before the "P^T/dS^T ready" rendezvous of the two consumer
@@ -446,9 +447,10 @@ class BwdConfig:
         if self.dk_early and not self.dv_early:
             raise ValueError("dk_early: expected dv_early=True, found dv_early=False")
         if self.dk_after_dv and not self.dk_after_dv_applies:
-            raise ValueError(f"dk_after_dv: expected dv_early=True, dq_early=True and "
-                             f"dk_early=False, found dv_early={self.dv_early}, "
-                             f"dq_early={self.dq_early}, dk_early={self.dk_early}")
+            raise ValueError(f"dk_after_dv: expected dv_early=True, dq_early=True, "
+                             f"dk_early=False and deterministic=False, found "
+                             f"dv_early={self.dv_early}, dq_early={self.dq_early}, "
+                             f"dk_early={self.dk_early}, deterministic={self.deterministic}")
         if self.dv_early and not self.rs_dkv:
             raise ValueError("dv_early: expected rs_dkv=True (P^T from registers), found "
                              "rs_dkv=False")
@@ -525,9 +527,10 @@ class BwdConfig:
     @property
     def dk_after_dv_applies(self) -> bool:
         """Whether ``dk_after_dv`` can apply: dV in its own commit group before the rendezvous
-        (``dv_early``), dQ handed over while dK runs (``dq_early``), and dK not already issued
-        with dV (``dk_early``)."""
-        return self.dv_early and self.dq_early and not self.dk_early
+        (``dv_early``), dQ handed over while dK runs (``dq_early``), dK not already issued
+        with dV (``dk_early``), and not the deterministic mode (whose ``dq_early`` since
+        session 37 was measured without it)."""
+        return self.dv_early and self.dq_early and not self.dk_early and not self.deterministic
 
     @property
     def shfl_stats_applies(self) -> bool:

@@ -585,13 +585,15 @@ def default_pds_stages() -> int:
 DQ_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DQ_EARLY"
 
 
-def default_dq_early() -> bool:
-    """``BwdConfig.dq_early`` wanted where it applies (dQ staged in smem, not deterministic): on
-    since the H200 A/B of session 10 (see ``default_pds_stages``): the dQ GEMM is issued before
-    dK and its tile handed over while dK runs. Env ``PADDLE_FLASHMASK_BWD_DQ_EARLY=0``: after."""
+def default_dq_early(head_dim: int, deterministic: bool) -> bool:
+    """``BwdConfig.dq_early`` wanted where it applies (dQ staged in smem): on since the H200 A/B
+    of session 10 (see ``default_pds_stages``): the dQ GEMM is issued before dK and its tile
+    handed over while dK runs. Env ``PADDLE_FLASHMASK_BWD_DQ_EARLY=0``: after. The
+    deterministic mode also asks ``default_det_dq_early``."""
     from .launch_args import env_flag
 
-    return env_flag(DQ_EARLY_ENV, default="1")
+    return env_flag(DQ_EARLY_ENV, default="1") and (not deterministic
+                                                     or default_det_dq_early(head_dim))
 
 
 DET_DQ_EARLY_ENV = "PADDLE_FLASHMASK_BWD_DET_DQ_EARLY"

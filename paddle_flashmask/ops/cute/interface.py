@@ -341,8 +341,7 @@ def backward_config(dtype: str, head_dim: int, causal: bool, num_columns: Option
 def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deterministic, num_sms,
                       _env_switches):
     from .bwd_rules import (default_claim_passes, default_det_sync, default_dq_chains,
-                            default_det_dq_early, default_dq_count_lag, default_dq_early,
-                            default_dq_first_store,
+                            default_dq_count_lag, default_dq_early, default_dq_first_store,
                             default_dq_per_wg, default_dq_swizzle, default_dq_uniform_rows,
                             default_fused_dq,
                             default_gqa_in_cta,
@@ -390,8 +389,7 @@ def _backward_variant(dtype, head_dim, causal, num_columns, gqa, has_sink, deter
                             else default_dq_first_store(),
                             default_dq_swizzle(head_dim),
                             claim_passes if persistent_ctas > 0 else 1, default_pds_stages(),
-                            default_dq_early() and (not deterministic
-                                                    or default_det_dq_early(head_dim)),
+                            default_dq_early(head_dim, deterministic),
                             default_prefetch_stats(head_dim),
                             default_stage_stats(head_dim, gqa_in_cta, num_columns, causal,
                                                 gqa, deterministic),
@@ -461,12 +459,11 @@ def _backward_config(dtype, head_dim, causal, num_columns, gqa, has_sink, determ
     if (dq_per_wg and cfg.dq_in_smem and not cfg.fused_dq
             and head_dim in (64, 128, 256)):  # the swizzled tile, one block per warpgroup
         cfg = replace(cfg, dq_swizzle=True, dq_per_wg=True)
-    if dq_early and cfg.dq_in_smem:  # (deterministic: only on request, default_det_dq_early)
+    if dq_early and cfg.dq_in_smem:
         cfg = replace(cfg, dq_early=True)
     if dv_early and cfg.rs_dkv:  # the dV GEMM (dk_early: and dK) before the dS^T rendezvous
         cfg = replace(cfg, dv_early=True, dk_early=dk_early)
-    # FA4's order: dK once dV has completed (not deterministic: measured without it there)
-    if dk_after_dv and cfg.dk_after_dv_applies and not deterministic:
+    if dk_after_dv and cfg.dk_after_dv_applies:  # FA4's order: dK once dV has completed
         cfg = replace(cfg, dk_after_dv=True)
     if prefetch_stats and not cfg.late_loads:
         cfg = replace(cfg, prefetch_stats=True)
