@@ -2631,7 +2631,28 @@ timeout -s INT -k 10 240 $A --batch 2 --heads 16 --kv-heads 8 --masks full,causa
 '"$(pack_logs 234)"
 }
 
-CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199 call200 call201 call202 call203 call204 call205 call206 call207 call208 call211 call212 call215 call216 call217 call218 call219 call220 call221 call222 call223 call224 call225 call226 call227 call228 call229 call230 call231 call232 call233 call234"
+call235() {
+  emit "call 235 (session 38, fresh staging) - the deterministic mode's first store on D = 128's 80-row tiles (full attention, documents, prefix-LM: the chain's first adder stores both dQ^T blocks, the postprocess sums the chains whose semaphore is set per chunk's tile; no zeroed accumulator, calls 233-234 measured its zeroing at ~47 us per chain at B=2 H=16) and the semaphores sized per padded tile: the oracle and the 10-rerun bit identity on call 233's six cases (stops on failure), deterministic with / without it (env TALL_FIRST_STORE=0) and with one dQ chain, MHA B=4 H=16 and GQA 16/8 B=2 [<= 5.5 min]" \
+    nvidia-h200 330 '[".cutedsl/b", ".devtools"]' \
+"$PRELUDE"'
+K=PADDLE_FLASHMASK_BWD
+C=full_d128_sq_ne_sk,doc_C2_padding,random_C2,full_gqa_sq_gt_sk,doc_C2_gqa_partial,empty_tail_C2_sq_ne_sk
+'"$(det_oracle '${K}_DET_DQ_EARLY=1' 140 bwd_s38_det_first_store.json bwd_det_fs.log)"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --head-dim 128 --variant base: --variant det:deterministic=1 --variant det0:deterministic=1,${K}_TALL_FIRST_STORE=0 --variant detc1:deterministic=1,${K}_DET_CHAINS=1"
+timeout -s INT -k 10 80 $A --batch 4 --heads 16 --masks full,document,prefix_lm_causal --tag s38_det_fs_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-300
+timeout -s INT -k 10 60 $A --batch 2 --heads 16 --kv-heads 8 --masks full,document,prefix_lm_causal --tag s38_det_fs_gqa > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-300
+'"$(pack_logs 235)"
+}
+
+call236() {
+  emit "call 236 (session 38, on call 235's warm machine) - the GPU suite at session 38's defaults (the deterministic first store on 80-row tiles) [<= 5 min]" \
+    nvidia-h200 340 '[".devtools"]' \
+"$PRELUDE"'
+'"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 200 python3}"'
+'"$(pack_logs 236)"
+}
+
+CALLS="call0 call1 call2 call3 call4 call2b call4b call6 call7 call5a call5b call10 call11 call12 call13 call14 call15 call16 call17 call18 call19 call20 call21 call22 call23 call24 call25 call26 call27 call28 call29 call29b call30 call31 call35 call36 call37 call38 call39 call40 call41 call42 call43 call44 call45 call46 call47 call48 call49 call50 call51 call52 call53 call54 call55 call56 call57 call58 call59 call60 call61 call62 call63 call64 call65 call66 call66s call67 call68 call69 call69b call70 call70b call71 call72 call73 call74 call75 call76 call77 call78 call79 call80 call81 call82 call83 call84 call85 call86 call87 call88 call89 call90 call91 call92 call93 call94 call95 call96 call97 call98 call99 call100 call101 call102 call103 call104 call105 call106 call107 call108 call109 call110 call111 call112 call113 call114 call115 call116 call117 call118 call119 call120 call121 call122 call123 call124 call125 call126 call127 call128 call129 call130 call131 call132 call133 call134 call135 call136 call137 call138 call139 call140 call141 call142 call143 call144 call145 call146 call147 call148 call149 call150 call151 call152 call153 call154 call155 call156 call157 call158 call159 call160 call161 call162 call163 call164 call165 call166 call167 call168 call169 call170 call171 call172 call173 call174 call175 call176 call177 call178 call179 call187 call188 call189 call196 call197 call198 call199 call200 call201 call202 call203 call204 call205 call206 call207 call208 call211 call212 call215 call216 call217 call218 call219 call220 call221 call222 call223 call224 call225 call226 call227 call228 call229 call230 call231 call232 call233 call234 call235 call236"
 BY_NAME_ONLY="call5"  # plan B of call 4, run by name only: not printed by `all`
 
 usage() {

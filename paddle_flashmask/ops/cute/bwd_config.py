@@ -556,11 +556,11 @@ class BwdConfig:
     @property
     def tall_first_store_applies(self) -> bool:
         """Whether a taller tile's dQ can take ``dq_first_store`` (its first writer stores, no
-        zeroed accumulator): with ``dq_by_thread`` outside the deterministic mode (the
-        postprocess reads each chunk's tile flag), or on 128-row tiles (each 64-row block's
-        tile flag, or in the deterministic mode each chain's semaphore, counted in 128-row
-        tiles: ``PrePostConfig.flag_rows``)."""
-        by_tile = (self.dq_by_thread and not self.deterministic) or self.tile_m == 128
+        zeroed accumulator): with ``dq_by_thread`` (the postprocess reads each chunk's tile
+        flag, or in the deterministic mode each chain's semaphore for that tile), or on 128-row
+        tiles (each 64-row block's tile flag or semaphores, counted in 128-row tiles:
+        ``PrePostConfig.flag_rows``)."""
+        by_tile = self.dq_by_thread or self.tile_m == 128
         return (self.tile_m != ROWS_PER_CTA and by_tile and self.dq_in_smem
                 and not self.fused_dq)
 

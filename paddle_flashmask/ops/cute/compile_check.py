@@ -454,6 +454,11 @@ def variants(full: bool = False) -> list[Variant]:
     for c, gqa in ((None, False), (2, False), (2, True)):
         bwd("bfloat16", 128, False, c, gqa=gqa, det=True, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, stage_stats=c is not None)
+    # ... with the chain's first adder storing both blocks and the dQ hand-off under dK (the
+    # host's deterministic D = 128 default since session 38: no zeroed accumulator)
+    for c, gqa in ((None, False), (2, False), (2, True), (None, True)):
+        bwd("bfloat16", 128, False, c, gqa=gqa, det=True, tile_m=80, two_pds_swizzled=True,
+            dq_by_thread=True, stage_stats=c is not None, tall_first_store=True, dq_early=True)
     # the by-thread postprocess gathering rows by warp shuffles (env POST_GATHER=1, session 35)
     bwd("bfloat16", 128, False, 2, tile_m=80, two_pds_swizzled=True, dq_by_thread=True,
         stage_stats=True, tall_first_store=True, post_gather=True)

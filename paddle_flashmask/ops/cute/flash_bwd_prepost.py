@@ -310,8 +310,7 @@ class PrePostConfig:
         # block, which only matches the main kernel's tiles at row_pad 64; first-store flags
         # (and the deterministic semaphores) are per main-kernel query tile of flag_rows
         tile_flags = (self.first_store and row_padding(self.flag_rows) == self.row_pad
-                      and (self.dq_by_thread_rows or self.grid_rows in (ROWS_PER_CTA, 128))
-                      and not (self.dq_by_thread_rows and self.deterministic))
+                      and (self.dq_by_thread_rows or self.grid_rows in (ROWS_PER_CTA, 128)))
         if self.row_pad != ROWS_PER_CTA and ((self.first_store and not tile_flags)
                                               or self.fused_dq or self.has_sink):
             raise ValueError(f"row_pad={self.row_pad}: expected first_store, fused_dq and "
@@ -332,7 +331,10 @@ class PrePostConfig:
 
 def flag_tiles(cfg: PrePostConfig, sq):
     """``first_store``'s flags per (batch, head): one per main-kernel query tile
-    (``PrePostConfig.flag_rows``)."""
+    (``PrePostConfig.flag_rows``). The deterministic mode's are its semaphores, counted over the
+    padded rows as the main kernel and the preprocess view them (80-row tiles: 4 per 320 rows)."""
+    if const_expr(cfg.deterministic):
+        return cute.ceil_div(sq, cfg.row_pad) * (cfg.row_pad // cfg.flag_rows)
     return cute.ceil_div(sq, cfg.flag_rows)
 
 
@@ -596,7 +598,14 @@ class _Postprocess:
         flag_blk = blk
         if const_expr(not self.cfg.dq_by_thread_rows and self.cfg.flag_rows != ROWS_PER_CTA):
             flag_blk = blk // (self.cfg.flag_rows // ROWS_PER_CTA)
-        if const_expr(self.cfg.first_store and self.cfg.deterministic and chains > 1):
+        chain_vals = None  # dq_by_thread's deterministic first store: each chain's, per chunk
+        if const_expr(self.cfg.first_store and self.cfg.deterministic
+                      and self.cfg.dq_by_thread_rows):
+            # a 64-row block spans two main-kernel tiles: each chunk's tile semaphores decide
+            chain_vals = [vals] + [
+                [mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].load()
+                 for k in range(n_chunks)] for c in range(1, chains)]
+        elif const_expr(self.cfg.first_store and self.cfg.deterministic and chains > 1):
             # a chain nobody added to (semaphore 0) holds garbage: its rows count as zeros. The
             # sum keeps the zero-initialised order: chain 0 (or 0.0) + chain 1 + ...
             written = mFlags[b, h * chains, flag_blk]
@@ -622,7 +631,8 @@ class _Postprocess:
             # was never initialised and dq is zero (dq_by_thread: per chunk, its tile's flag)
             written = mFlags[b, h, flag_blk]
         if const_expr(self.cfg.dq_by_thread_rows):
-            self._store_by_thread(mdQ, b, h, blk, tidx, vals, written, softmax_scale, mFlags)
+            self._store_by_thread(mdQ, b, h, blk, tidx, vals, written, softmax_scale, mFlags,
+                                  chain_vals)
         else:
             for k in cutlass.range_constexpr(n_chunks):
                 chunk = tidx + k * _THREADS
@@ -650,11 +660,13 @@ class _Postprocess:
                             cute.full(_VEC_ACC, 0.0, mdQ.element_type))
 
     @cute.jit
-    def _store_by_thread(self, mdQ, b, h, blk, tidx, vals, written, softmax_scale, mFlags):
+    def _store_by_thread(self, mdQ, b, h, blk, tidx, vals, written, softmax_scale, mFlags,
+                         chain_vals=None):
         """``dq_by_thread``: this thread's chunks of 64-row block ``blk`` of the accumulator,
         each scattered to its four (row, column) places (``by_thread_chunk_origin``; the chunk
         index counted from the query tile holding it); with ``first_store`` zeros where that
-        tile's flag says nobody wrote it."""
+        tile's flag says nobody wrote it, or (deterministic, ``chain_vals``: each chain's
+        chunks) the sum of the chains whose semaphore for that tile is set, in chain order."""
         d, rows = self.cfg.head_dim, self.cfg.dq_by_thread_rows
         sq = mdQ.shape[1]
         tile_chunks = rows * d // _VEC_ACC
@@ -665,13 +677,23 @@ class _Postprocess:
             q0, col = by_thread_chunk_origin(flat % tile_chunks, rows, d)
             i0 = tile * rows + q0
             scaled = cute.make_rmem_tensor(cute.make_layout(_VEC_ACC), Float32)
-            scaled.store(vals[k] * softmax_scale)
-            if const_expr(self.cfg.first_store):
-                written = Int32(0)
-                if tile < mFlags.shape[2]:  # (rows padded past the last tile: never stored)
-                    written = mFlags[b, h, tile]
-            if written == 0:
-                scaled.fill(0.0)
+            if const_expr(chain_vals is not None):
+                # the zero-initialised order: (0.0 or chain 0) + (0.0 or chain 1) + ...
+                zeros = cute.full(_VEC_ACC, 0.0, Float32)
+                total = zeros
+                for c in cutlass.range_constexpr(self.cfg.dq_chains):
+                    flag = mFlags[b, h * self.cfg.dq_chains + c, tile]
+                    keep = cute.full(_VEC_ACC, flag, Int32) != 0
+                    total = total + cute.where(keep, chain_vals[c][k], zeros)
+                scaled.store(total * softmax_scale)  # (a tile nobody wrote sums to zeros)
+            else:
+                scaled.store(vals[k] * softmax_scale)
+                if const_expr(self.cfg.first_store):
+                    written = Int32(0)
+                    if tile < mFlags.shape[2]:  # (rows padded past the last tile: never stored)
+                        written = mFlags[b, h, tile]
+                if written == 0:
+                    scaled.fill(0.0)
             if const_expr(self.cfg.by_thread_gather):
                 self._gather_store(mdQ, b, h, i0, col, scaled)
             else:

@@ -1480,7 +1480,7 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
     ``lse2``/``delta`` fp32 ``[B, H, Sq_pad]`` (``Sq_pad``: ``padded_rows``), ``dq_accum`` fp32 ``[B, H, Sq_pad, D]`` (zeroed by the
     preprocess), ``dk_part``/``dv_part`` fp32 ``[B, H, Sk, D]`` only for GQA (per-query-head
     partials, head-major; ``dkv_last``'s are ``[B, Sk, H, D]``), ``semaphores`` int32
-    ``[B, H, Sq_pad/64]`` only when deterministic, ``tile_classes`` int32
+    ``[B, H * dq_chains, Sq_pad/tile_m]`` only when deterministic, ``tile_classes`` int32
     ``[B, H, ceil(Sk/tile_n)]`` only with ``class_chains`` (zeroed by the wrapper),
     ``dk_sum``/``dv_sum`` fp32 ``[B, Sk, Hk, D]`` (``dkv_bulk``: ``[B, Hk, Sk_pad, D]``, rows padded
     to whole key tiles) and ``dkv_flags`` int32
@@ -1501,7 +1501,9 @@ def workspace_shapes(cfg: BwdConfig, batch: int, seqlen_q: int, seqlen_k: int, n
         out["dk_part"] = ((batch, num_heads, seqlen_k, cfg.head_dim), "float32")
         out["dv_part"] = ((batch, num_heads, seqlen_k, cfg.head_dim_v), "float32")
     if cfg.deterministic:
-        out["semaphores"] = ((batch, num_heads * cfg.dq_chains, nm), "int32")
+        # one per query tile of the padded rows, as the kernels view them (80-row tiles: Sq_pad
+        # = a multiple of 320, which can hold one tile more than ceil(Sq / 80))
+        out["semaphores"] = ((batch, num_heads * cfg.dq_chains, sqp // cfg.tile_m), "int32")
     if cfg.has_sink:
         out["dsink_part"] = ((batch, num_heads, nm), "float32")
     if cfg.persistent:
