@@ -261,7 +261,7 @@ def test_gpu_session_calls_are_bounded_and_use_real_flags():
     assert "0 problems" in run.stdout
     calls = [json.loads(line) for line in _session("all").stdout.splitlines() if line.startswith("{")]
     assert [c["kind"] for c in calls] == (["nvidia-h200"] * 9 + ["nvidia-h200-x2"] * 57
-                                          + ["nvidia-h200"] * 154)
+                                          + ["nvidia-h200"] * 156)
     text = "\n".join(c["command"] for c in calls)
     for needed in ("tests/gpu/precompile.py --jobs 14", "-m pytest", "tests/gpu/fwd_check.py --fast",
                    "tests/gpu/bwd_check.py --bench", "bench/bench_attention.py --cases 0",
