@@ -2632,23 +2632,23 @@ timeout -s INT -k 10 240 $A --batch 2 --heads 16 --kv-heads 8 --masks full,causa
 }
 
 call235() {
-  emit "call 235 (session 38, fresh staging) - the deterministic mode's first store on D = 128's 80-row tiles (full attention, documents, prefix-LM: the chain's first adder stores both dQ^T blocks, the postprocess sums the chains whose semaphore is set per chunk's tile; no zeroed accumulator, calls 233-234 measured its zeroing at ~47 us per chain at B=2 H=16) and the semaphores sized per padded tile: the oracle and the 10-rerun bit identity on call 233's six cases (stops on failure), deterministic with / without it (env TALL_FIRST_STORE=0) and with one dQ chain, MHA B=4 H=16 and GQA 16/8 B=2; and the dQ chains by work class on GQA 16/8's causal masks (env DET_CLASS_CHAINS=1: off for GQA masks with columns since session 17, when global + sliding window was not measured; it is 1.46x there, call 233) [<= 6.5 min]" \
+  emit "call 235 (prepared in session 38, fresh staging; not run: no machine came) - the deterministic mode's first store on D = 128's 80-row tiles (full attention, documents, prefix-LM: the chain's first adder stores both dQ^T blocks, the postprocess sums the chains whose semaphore is set per chunk's tile; no zeroed accumulator, calls 233-234 measured its zeroing at ~47 us per chain at B=2 H=16) env TALL_FIRST_STORE=1, built in session 38, and the semaphores sized per padded tile: the oracle and the 10-rerun bit identity on call 233's six cases (stops on failure), deterministic without / with it, and with it on one dQ chain, MHA B=4 H=16 and GQA 16/8 B=2; and the dQ chains by work class on GQA 16/8's causal masks (env DET_CLASS_CHAINS=1: off for GQA masks with columns since session 17, when global + sliding window was not measured; it is 1.46x there, call 233) [<= 6.5 min]" \
     nvidia-h200 400 '[".cutedsl/b", ".devtools"]' \
 "$PRELUDE"'
 K=PADDLE_FLASHMASK_BWD
 C=full_d128_sq_ne_sk,doc_C2_padding,random_C2,full_gqa_sq_gt_sk,doc_C2_gqa_partial,empty_tail_C2_sq_ne_sk
-'"$(det_oracle '${K}_DET_DQ_EARLY=1' 140 bwd_s38_det_first_store.json bwd_det_fs.log)"'
-A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --head-dim 128 --variant base: --variant det:deterministic=1 --variant det0:deterministic=1,${K}_TALL_FIRST_STORE=0 --variant detc1:deterministic=1,${K}_DET_CHAINS=1"
-timeout -s INT -k 10 80 $A --batch 4 --heads 16 --masks full,document,prefix_lm_causal --tag s38_det_fs_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-300
+'"$(det_oracle '${K}_TALL_FIRST_STORE=1' 140 bwd_s38_det_first_store.json bwd_det_fs.log)"'
+A="python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --head-dim 128 --variant base: --variant det:deterministic=1 --variant detfs:deterministic=1,${K}_TALL_FIRST_STORE=1 --variant detfsc1:deterministic=1,${K}_TALL_FIRST_STORE=1,${K}_DET_CHAINS=1"
 timeout -s INT -k 10 60 $A --batch 2 --heads 16 --kv-heads 8 --masks full,document,prefix_lm_causal --tag s38_det_fs_gqa > $OUT/kab_g.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_g.log | cut -c1-300
 timeout -s INT -k 10 60 python3 bench/kernel_ab.py --pass bwd --kernel bwd --rounds 3 --calls 3 --head-dim 128 --variant base: --variant det:deterministic=1 --variant detcc:deterministic=1,${K}_DET_CLASS_CHAINS=1 --batch 2 --heads 16 --kv-heads 8 --masks global_sliding_window,sliding_window,causal_document,shared_question --tag s38_det_cc_gqa > $OUT/kab_cc.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_cc.log | cut -c1-300
+timeout -s INT -k 10 80 $A --batch 4 --heads 16 --masks full,document,prefix_lm_causal --tag s38_det_fs_mha > $OUT/kab_m.log 2>&1; grep -E "^[a-z_]+ base" $OUT/kab_m.log | cut -c1-300
 '"$(pack_logs 235)"
 }
 
 call236() {
-  emit "call 236 (session 38, on call 235's warm machine) - the GPU suite at session 38's defaults (the deterministic first store on 80-row tiles) [<= 5 min]" \
+  emit "call 236 (prepared in session 38, on call 235's warm machine) - the GPU suite with the deterministic first store on 80-row tiles forced (env TALL_FIRST_STORE=1 exported) [<= 5 min]" \
     nvidia-h200 340 '[".devtools"]' \
-"$PRELUDE"'
+"${PRELUDE/NVSHMEM_DISABLE_NVLS=1;/NVSHMEM_DISABLE_NVLS=1 PADDLE_FLASHMASK_BWD_TALL_FIRST_STORE=1;}"'
 '"${GPU_SUITE_1GPU/-k 20 150 python3/-k 20 200 python3}"'
 '"$(pack_logs 236)"
 }

@@ -163,23 +163,24 @@ def test_host_rule(monkeypatch):
     monkeypatch.delenv(bwd.TALL_TWO_PDS_ENV)
     assert interface.backward_config("bfloat16", 128, True, 1).tile_m == 64
     det80 = interface.backward_config("bfloat16", 128, False, 2, deterministic=True)
-    # ... its chain's first adder stores (session 38): each chain's semaphore per tile tells
-    # the postprocess which chains hold rows
-    assert det80.tile_m == 80 and det80.dq_by_thread and det80.dq_first_store
+    # ... its chain's first adder stores only on request (session 38: built, not GPU-checked):
+    # each chain's semaphore per tile then tells the postprocess which chains hold rows
+    assert det80.tile_m == 80 and det80.dq_by_thread and not det80.dq_first_store
     assert det80.prepost.grid_rows == 80 and det80.prepost.row_pad == 320
-    assert det80.prepost.first_store and det80.prepost.flag_rows == 80
+    monkeypatch.setenv(bwd_rules.TALL_FIRST_STORE_ENV, "1")
+    det80_fs = interface.backward_config("bfloat16", 128, False, 2, deterministic=True)
+    assert det80_fs.dq_first_store and det80_fs.prepost.first_store
+    assert det80_fs.prepost.flag_rows == 80 and det80_fs.prepost.deterministic
+    monkeypatch.delenv(bwd_rules.TALL_FIRST_STORE_ENV)
     # one per 80-row tile of the 1,280 padded rows and chain, as the kernels index them
     # (ceil(1000 / 80) = 13 allocated the last heads' semaphores past the buffer's end)
     assert bwd.workspace_shapes(det80, 2, 1000, 1000, 4, 4)["semaphores"][0] == (
         2, 4 * det80.dq_chains, 16)
     from paddle_flashmask.ops.cute.flash_bwd_prepost import flag_tiles
-    assert flag_tiles(det80.prepost, 1000) == 16  # the postprocess's view of them
+    assert flag_tiles(det80_fs.prepost, 1000) == 16  # the postprocess's view of them
     # (the default mode's first-store flags: one per tile of the rows themselves)
     assert flag_tiles(interface.backward_config("bfloat16", 128, False, 2).prepost, 1000) == 13
-    monkeypatch.setenv(bwd_rules.TALL_FIRST_STORE_ENV, "0")  # the zeroed accumulator on request
-    assert not interface.backward_config("bfloat16", 128, False, 2,
-                                         deterministic=True).dq_first_store
-    monkeypatch.delenv(bwd_rules.TALL_FIRST_STORE_ENV)
+
     monkeypatch.setenv(bwd.TILE_M_ENV, "96")
     with pytest.raises(ValueError, match=bwd.TILE_M_ENV):
         bwd.default_tile_m(128, False, None, False, False)
@@ -192,7 +193,7 @@ def test_with_tile_m_leaves_what_it_cannot_serve():
     # the deterministic mode: 80 rows serve it since session 35, by default since 37; its
     # causal masks keep 64 by default (with_tile_m serves them on request)
     det = interface.backward_config("bfloat16", 128, False, 2, deterministic=True)
-    assert det.tile_m == TILE_M and det.dq_early and det.dq_first_store
+    assert det.tile_m == TILE_M and det.dq_early and not det.dq_first_store
     causal_det = interface.backward_config("bfloat16", 128, True, 1, deterministic=True)
     assert causal_det.tile_m == 64 and bwd.with_tile_m(causal_det, TILE_M).tile_m == TILE_M
 

@@ -760,14 +760,19 @@ def with_tall_first_store(cfg: "BwdConfig") -> "BwdConfig":
     session 37: call 223 (an H100, B=2 S=8K H=16 D=64, whole backward, interleaved against the
     zeroed accumulator) MHA 0.967-0.992x on five masks, GQA 16/8 0.966-0.985x on four;
     deterministic 0.925-0.994x MHA and 0.963-0.995x GQA; oracle 4/4 and the 10-rerun bit
-    identity with it forced."""
+    identity with it forced. The deterministic 80-row form (``dq_by_thread``: the postprocess
+    sums, per chunk, the chains whose semaphore for the chunk's tile is set) only with ``=1``
+    until a GPU checks it: its zeroed accumulators cost ~47 us per chain at B=2 H=16 S=8K D=128
+    (session 38, call 234's preprocess 148 us with two chains against 53 in the default mode)."""
     from .launch_args import env_choice
 
     forced = env_choice(TALL_FIRST_STORE_ENV, ("0", "1"))
     # unset: the measured forms, those with the swizzled dQ tile (80 rows staged by thread
     # outside the deterministic mode, D = 64's 128 rows with two dS^T stages in either mode);
-    # 1: also the one-stage 128-row form (env TALL_TWO_PDS=0, never measured with it)
-    wanted = forced == "1" or (not forced and cfg.dq_swizzle)
+    # 1: also the one-stage 128-row form (env TALL_TWO_PDS=0, never measured with it) and the
+    # deterministic 80-row form (session 38: built and compile-checked, no GPU came to check it)
+    untried = cfg.deterministic and cfg.dq_by_thread
+    wanted = forced == "1" or (not forced and cfg.dq_swizzle and not untried)
     host_default = default_det_first_store() if cfg.deterministic else default_dq_first_store()
     if not (wanted and cfg.tall_first_store_applies and host_default):
         return cfg

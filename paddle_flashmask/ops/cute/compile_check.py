@@ -454,8 +454,8 @@ def variants(full: bool = False) -> list[Variant]:
     for c, gqa in ((None, False), (2, False), (2, True)):
         bwd("bfloat16", 128, False, c, gqa=gqa, det=True, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, stage_stats=c is not None)
-    # ... with the chain's first adder storing both blocks and the dQ hand-off under dK (the
-    # host's deterministic D = 128 default since session 38: no zeroed accumulator)
+    # ... with the chain's first adder storing both blocks and the dQ hand-off under dK (env
+    # TALL_FIRST_STORE=1, session 38: no zeroed accumulator; not yet GPU-checked)
     for c, gqa in ((None, False), (2, False), (2, True), (None, True)):
         bwd("bfloat16", 128, False, c, gqa=gqa, det=True, tile_m=80, two_pds_swizzled=True,
             dq_by_thread=True, stage_stats=c is not None, tall_first_store=True, dq_early=True)
