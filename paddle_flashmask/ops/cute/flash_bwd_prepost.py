@@ -334,7 +334,7 @@ def flag_tiles(cfg: PrePostConfig, sq):
     (``PrePostConfig.flag_rows``). The deterministic mode's are its semaphores, counted over the
     padded rows as the main kernel and the preprocess view them (80-row tiles: 4 per 320 rows)."""
     if const_expr(cfg.deterministic):
-        return cute.ceil_div(sq, cfg.row_pad) * (cfg.row_pad // cfg.flag_rows)
+        return padded_blocks(sq, cfg.row_pad) * ROWS_PER_CTA // cfg.flag_rows
     return cute.ceil_div(sq, cfg.flag_rows)
 
 
@@ -606,20 +606,15 @@ class _Postprocess:
                 [mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].load()
                  for k in range(n_chunks)] for c in range(1, chains)]
         elif const_expr(self.cfg.first_store and self.cfg.deterministic and chains > 1):
-            # a chain nobody added to (semaphore 0) holds garbage: its rows count as zeros. The
-            # sum keeps the zero-initialised order: chain 0 (or 0.0) + chain 1 + ...
-            written = mFlags[b, h * chains, flag_blk]
-            zeros = cute.full(_VEC_ACC, 0.0, Float32)
-            keep = cute.full(_VEC_ACC, written, Int32) != 0
-            for k in cutlass.range_constexpr(n_chunks):
-                vals[k] = cute.where(keep, vals[k], zeros)
+            # the block's semaphore per chain decides (_written_chains_sum)
+            flags = [mFlags[b, h * chains + c, flag_blk] for c in range(chains)]
+            written = flags[0]
             for c in cutlass.range_constexpr(1, chains):
-                flag = mFlags[b, h * chains + c, flag_blk]
-                written = written | flag
-                keep = cute.full(_VEC_ACC, flag, Int32) != 0
-                for k in cutlass.range_constexpr(n_chunks):
-                    part = mdQacc[b, h * chains + c, blk, tidx + k * _THREADS, None].load()
-                    vals[k] = vals[k] + cute.where(keep, part, zeros)
+                written = written | flags[c]
+            for k in cutlass.range_constexpr(n_chunks):
+                parts = [vals[k]] + [mdQacc[b, h * chains + c, blk, tidx + k * _THREADS,
+                                            None].load() for c in range(1, chains)]
+                vals[k] = self._written_chains_sum(parts, flags)
         else:
             for c in cutlass.range_constexpr(1, chains):  # the other chains, in a fixed order
                 for k in cutlass.range_constexpr(n_chunks):
@@ -659,6 +654,17 @@ class _Postprocess:
                         mdQ[b, i, h, col, None].store(
                             cute.full(_VEC_ACC, 0.0, mdQ.element_type))
 
+    @staticmethod
+    def _written_chains_sum(parts: list, flags: list):
+        """The deterministic first store's dQ chunk: the sum of the chains' ``parts`` whose
+        semaphore in ``flags`` is set (a chain nobody added to holds garbage: it counts as
+        zeros), in chain order, as the zero-initialised accumulators would add up."""
+        zeros = cute.full(_VEC_ACC, 0.0, Float32)
+        total = cute.where(cute.full(_VEC_ACC, flags[0], Int32) != 0, parts[0], zeros)
+        for part, flag in zip(parts[1:], flags[1:]):
+            total = total + cute.where(cute.full(_VEC_ACC, flag, Int32) != 0, part, zeros)
+        return total
+
     @cute.jit
     def _store_by_thread(self, mdQ, b, h, blk, tidx, vals, written, softmax_scale, mFlags,
                          chain_vals=None):
@@ -678,13 +684,9 @@ class _Postprocess:
             i0 = tile * rows + q0
             scaled = cute.make_rmem_tensor(cute.make_layout(_VEC_ACC), Float32)
             if const_expr(chain_vals is not None):
-                # the zero-initialised order: (0.0 or chain 0) + (0.0 or chain 1) + ...
-                zeros = cute.full(_VEC_ACC, 0.0, Float32)
-                total = zeros
-                for c in cutlass.range_constexpr(self.cfg.dq_chains):
-                    flag = mFlags[b, h * self.cfg.dq_chains + c, tile]
-                    keep = cute.full(_VEC_ACC, flag, Int32) != 0
-                    total = total + cute.where(keep, chain_vals[c][k], zeros)
+                chains = self.cfg.dq_chains
+                flags = [mFlags[b, h * chains + c, tile] for c in range(chains)]
+                total = self._written_chains_sum([part[k] for part in chain_vals], flags)
                 scaled.store(total * softmax_scale)  # (a tile nobody wrote sums to zeros)
             else:
                 scaled.store(vals[k] * softmax_scale)
